@@ -1,0 +1,1 @@
+"""The built-in engine: node registry, validation, execution, output cache."""

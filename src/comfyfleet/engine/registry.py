@@ -1,0 +1,129 @@
+"""The node registry: built-in packs plus ComfyUI-style custom node packs."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import traceback
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from comfyfleet.engine.nodedef import NodeDef
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PackFailure:
+    """A node pack that could not be imported, or a node it could not register."""
+
+    pack: str
+    path: str
+    error: str
+
+
+@dataclass
+class NodeRegistry:
+    nodes: dict[str, NodeDef] = field(default_factory=dict)
+    failures: list[PackFailure] = field(default_factory=list)
+    builtin_names: set[str] = field(default_factory=set)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.nodes
+
+    def get(self, name: str) -> NodeDef | None:
+        return self.nodes.get(name)
+
+    def add_pack(
+        self,
+        mappings: Mapping[str, type],
+        display_names: Mapping[str, str] | None = None,
+        *,
+        pack: str,
+        python_module: str | Mapping[str, str],
+        builtin: bool = False,
+    ) -> None:
+        """Register a pack's classes; a custom pack never replaces a built-in name."""
+        display_names = display_names or {}
+        for name, cls in mappings.items():
+            if not builtin and name in self.builtin_names:
+                self.failures.append(
+                    PackFailure(pack, "", f"node {name!r} is built in and cannot be replaced")
+                )
+                continue
+            module = python_module if isinstance(python_module, str) else python_module[name]
+            try:
+                node = NodeDef(name, cls, display_name=display_names.get(name), python_module=module)
+            except Exception as exc:  # a malformed class must not take the pack down
+                self.failures.append(PackFailure(pack, "", f"node {name!r}: {exc}"))
+                continue
+            self.nodes[name] = node
+            if builtin:
+                self.builtin_names.add(name)
+
+    def add_module(self, module: ModuleType, *, pack: str, builtin: bool = False) -> None:
+        mappings = getattr(module, "NODE_CLASS_MAPPINGS", None)
+        if not isinstance(mappings, Mapping):
+            raise TypeError("module has no NODE_CLASS_MAPPINGS dict")
+        self.add_pack(
+            mappings,
+            getattr(module, "NODE_DISPLAY_NAME_MAPPINGS", None),
+            pack=pack,
+            python_module=getattr(module, "PYTHON_MODULES", None) or module.__name__,
+            builtin=builtin,
+        )
+
+    def load_custom_nodes(self, directory: Path | str) -> None:
+        """Import every pack in `directory` (a `.py` file or a package folder)."""
+        root = Path(directory)
+        if not root.is_dir():
+            self.failures.append(PackFailure(root.name, str(root), "not a directory"))
+            return
+        for entry in sorted(root.iterdir()):
+            if entry.name.startswith((".", "__")) or entry.name.endswith(".disabled"):
+                continue
+            if entry.is_file() and entry.suffix == ".py":
+                self._load_pack(entry.stem, entry)
+            elif entry.is_dir() and (entry / "__init__.py").is_file():
+                self._load_pack(entry.name, entry / "__init__.py")
+
+    def _load_pack(self, name: str, path: Path) -> None:
+        module_name = f"custom_nodes.{name}"
+        try:
+            spec = importlib.util.spec_from_file_location(
+                module_name,
+                path,
+                submodule_search_locations=[str(path.parent)] if path.name == "__init__.py" else None,
+            )
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+            self.add_module(module, pack=name)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            log.warning("node pack %s failed to import: %s", name, detail, extra={"pack": name})
+            self.failures.append(PackFailure(name, str(path), detail))
+
+    def object_info(self) -> dict[str, Any]:
+        return {name: node.object_info() for name, node in self.nodes.items()}
+
+
+def build_registry(
+    *, testing: bool = False, custom_nodes: Iterable[Path | str] = ()
+) -> NodeRegistry:
+    """The built-in packs (plus `testing` on request), then each custom-nodes folder."""
+    from comfyfleet.nodes import builtin_packs
+
+    registry = NodeRegistry()
+    for module in builtin_packs(testing=testing):
+        registry.add_module(module, pack=module.__name__.rsplit(".", 1)[-1], builtin=True)
+    for directory in custom_nodes:
+        registry.load_custom_nodes(directory)
+    return registry

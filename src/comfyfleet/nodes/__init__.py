@@ -1,0 +1,17 @@
+"""Built-in node packs."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+
+def builtin_packs(*, testing: bool = False) -> list[ModuleType]:
+    """The packs every engine loads, plus the `testing` pack when asked for."""
+    from comfyfleet.nodes import core
+
+    packs: list[ModuleType] = [core]
+    if testing:
+        from comfyfleet.nodes import testing as testing_pack
+
+        packs.append(testing_pack)
+    return packs

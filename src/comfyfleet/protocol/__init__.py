@@ -1,0 +1,1 @@
+"""ComfyUI wire shapes: prompt format, error objects, event payloads. Pure, no I/O."""

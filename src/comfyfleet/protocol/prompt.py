@@ -1,0 +1,30 @@
+"""The ComfyUI API prompt format: `{node_id: {"class_type", "inputs", "_meta"?}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Prompt = dict[str, dict[str, Any]]
+
+
+def is_link(value: Any) -> bool:
+    """A link is `[node_id, output_index]`: a string id and a numeric index."""
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int | float)
+        and not isinstance(value[1], bool)
+    )
+
+
+def unwrap_value(value: Any) -> Any:
+    """`{"__value__": v}` carries a list constant that would otherwise read as a link."""
+    if isinstance(value, dict) and "__value__" in value:
+        return value["__value__"]
+    return value
+
+
+def node_inputs(prompt: Prompt, node_id: str) -> dict[str, Any]:
+    inputs = prompt[node_id].get("inputs", {})
+    return inputs if isinstance(inputs, dict) else {}
