@@ -11,9 +11,22 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from PIL import Image, ImageOps, PngImagePlugin
+from PIL import Image, ImageOps, ImageSequence, PngImagePlugin
 
 ImageArray = NDArray[np.float32]
+MaskArray = NDArray[np.float32]
+
+# ComfyUI's upscale method names, mapped to the Pillow filter that matches each.
+RESAMPLE_FILTERS: dict[str, Image.Resampling] = {
+    "nearest-exact": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "area": Image.Resampling.BOX,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+
+# Multi-picture formats whose extra frames are not an animation (MPO: stereo/preview pairs).
+_SINGLE_FRAME_FORMATS = frozenset({"MPO"})
 
 
 def blank(batch: int, height: int, width: int, color: int = 0) -> ImageArray:
@@ -35,6 +48,8 @@ def to_pil(frame: NDArray[Any]) -> Image.Image:
 def from_pil(image: Image.Image) -> tuple[ImageArray, NDArray[np.float32]]:
     """A Pillow image to a 1-frame IMAGE and its MASK (1 - alpha, zeros without alpha)."""
     image = ImageOps.exif_transpose(image) or image
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
     if image.mode == "I":
         image = image.point(lambda i: i * (1 / 255))
     rgb = np.asarray(image.convert("RGB"), dtype=np.float32) / np.float32(255.0)
@@ -46,7 +61,73 @@ def from_pil(image: Image.Image) -> tuple[ImageArray, NDArray[np.float32]]:
     return rgb[None, ...], mask[None, ...]
 
 
-def encode_png(image: Image.Image, text: dict[str, str] | None = None, compress_level: int = 4) -> bytes:
+def frames_from_pil(image: Image.Image) -> tuple[ImageArray, MaskArray]:
+    """Every frame of a (possibly animated) Pillow image as one IMAGE batch and its MASK.
+
+    Frames whose size differs from the first are skipped, since a batch has one size.
+    """
+    images: list[ImageArray] = []
+    masks: list[MaskArray] = []
+    for frame in ImageSequence.Iterator(image):
+        rgb, mask = from_pil(frame)
+        if images and rgb.shape[1:3] != images[0].shape[1:3]:
+            continue
+        images.append(rgb)
+        masks.append(mask)
+    if len(images) > 1 and image.format not in _SINGLE_FRAME_FORMATS:
+        return np.concatenate(images), np.concatenate(masks)
+    return images[0], masks[0]
+
+
+def with_channels(images: NDArray[Any], channels: int) -> ImageArray:
+    """`images` with exactly `channels` channels: extra ones dropped, missing ones set to 1.0.
+
+    Used to combine RGB with RGBA, where the added channel is an opaque alpha.
+    """
+    have = images.shape[-1]
+    if have == channels:
+        return np.asarray(images, dtype=np.float32)
+    if have > channels:
+        return np.ascontiguousarray(images[..., :channels], dtype=np.float32)
+    pad = np.ones((*images.shape[:-1], channels - have), dtype=np.float32)
+    return np.concatenate([np.asarray(images, dtype=np.float32), pad], axis=-1)
+
+
+def crop_to_aspect(images: NDArray[Any], width: int, height: int) -> ImageArray:
+    """The centre of each frame with the aspect ratio of `width` x `height` (ComfyUI's crop)."""
+    old_h, old_w = images.shape[1:3]
+    old_aspect, new_aspect = old_w / old_h, width / height
+    x = y = 0
+    if old_aspect > new_aspect:
+        x = round((old_w - old_w * new_aspect / old_aspect) / 2)
+    elif old_aspect < new_aspect:
+        y = round((old_h - old_h * old_aspect / new_aspect) / 2)
+    return np.asarray(images[:, y : old_h - y, x : old_w - x], dtype=np.float32)
+
+
+def resize(
+    images: NDArray[Any], width: int, height: int, method: str = "bilinear", crop: str = "disabled"
+) -> ImageArray:
+    """Every frame of an IMAGE batch resized to `width` x `height` with a ComfyUI upscale method.
+
+    Channels are resampled as 32-bit float planes so no precision is lost to 8-bit.
+    """
+    if crop == "center":
+        images = crop_to_aspect(images, width, height)
+    resample = RESAMPLE_FILTERS[method]
+    batch, _, _, channels = images.shape
+    out = np.empty((batch, height, width, channels), dtype=np.float32)
+    for b in range(batch):
+        for c in range(channels):
+            plane = Image.fromarray(np.ascontiguousarray(images[b, :, :, c], dtype=np.float32))
+            out[b, :, :, c] = np.asarray(plane.resize((width, height), resample))
+    # Bicubic and Lanczos overshoot near edges; an IMAGE stays within 0..1.
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
+def encode_png(
+    image: Image.Image, text: dict[str, str] | None = None, compress_level: int = 4
+) -> bytes:
     """PNG bytes, with `text` written as tEXt chunks (ComfyUI's prompt/workflow metadata)."""
     info = None
     if text:

@@ -69,7 +69,7 @@ class NodeContext:
 def _as_preview(preview: Any) -> Preview | None:
     if preview is None or isinstance(preview, Preview):
         return preview
-    fmt, image, max_size = (list(preview) + [None, None, None])[:3]
+    fmt, image, max_size = [*list(preview), None, None, None][:3]
     fmt = str(fmt or "JPEG").upper()
     return Preview(fmt, imaging.encode_preview(image, fmt, max_size))
 
@@ -99,7 +99,9 @@ class ProgressBar:
         self._ctx = current_node()
         self._node_id = node_id
 
-    def update_absolute(self, value: float, total: float | None = None, preview: Any = None) -> None:
+    def update_absolute(
+        self, value: float, total: float | None = None, preview: Any = None
+    ) -> None:
         if total is not None:
             self.total = total
         self.current = min(value, self.total)

@@ -101,6 +101,8 @@ class NodeDef:
         self.is_async = inspect.iscoroutinefunction(function)
         self.has_lazy_status = getattr(cls, "check_lazy_status", None) is not None
         self.is_changed: Callable[..., Any] | None = getattr(cls, "IS_CHANGED", None)
+        hidden = self.input_types().raw.get("hidden") or {}
+        self.wants_unique_id = "UNIQUE_ID" in hidden.values()
         self.validate_fn: Callable[..., Any] | None = getattr(cls, "VALIDATE_INPUTS", None)
         self.validate_args: tuple[str, ...] = ()
         self.validate_has_kwargs = False
@@ -146,4 +148,3 @@ class NodeDef:
             if hasattr(self.cls, flag):
                 info[flag.lower()] = bool(getattr(self.cls, flag))
         return info
-

@@ -57,7 +57,9 @@ class NodeRegistry:
                 continue
             module = python_module if isinstance(python_module, str) else python_module[name]
             try:
-                node = NodeDef(name, cls, display_name=display_names.get(name), python_module=module)
+                node = NodeDef(
+                    name, cls, display_name=display_names.get(name), python_module=module
+                )
             except Exception as exc:  # a malformed class must not take the pack down
                 self.failures.append(PackFailure(pack, "", f"node {name!r}: {exc}"))
                 continue
@@ -97,7 +99,9 @@ class NodeRegistry:
             spec = importlib.util.spec_from_file_location(
                 module_name,
                 path,
-                submodule_search_locations=[str(path.parent)] if path.name == "__init__.py" else None,
+                submodule_search_locations=[str(path.parent)]
+                if path.name == "__init__.py"
+                else None,
             )
             if spec is None or spec.loader is None:
                 raise ImportError(f"cannot load {path}")

@@ -9,7 +9,9 @@ def error(type_: str, message: str, details: str = "", **extra_info: Any) -> dic
     return {"type": type_, "message": message, "details": details, "extra_info": extra_info}
 
 
-def prompt_error_body(err: dict[str, Any], node_errors: dict[str, Any] | None = None) -> dict[str, Any]:
+def prompt_error_body(
+    err: dict[str, Any], node_errors: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The 400 body of POST /prompt: `{error, node_errors}`."""
     return {"error": err, "node_errors": node_errors or {}}
 

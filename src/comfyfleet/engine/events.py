@@ -1,0 +1,57 @@
+"""What the engine emits while it runs a prompt, into a sink given per prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Message:
+    """A JSON event: `{"type": type, "data": data}` on the wire."""
+
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PreviewImage:
+    """A preview image from a node's progress (binary frame, code 1 or 4 on the wire)."""
+
+    prompt_id: str
+    node_id: str
+    format: str  # "PNG" or "JPEG"
+    data: bytes
+
+    @property
+    def mime_type(self) -> str:
+        return "image/png" if self.format == "PNG" else "image/jpeg"
+
+    def metadata(self) -> dict[str, Any]:
+        """The JSON header of a PREVIEW_IMAGE_WITH_METADATA frame."""
+        return {
+            "node_id": self.node_id,
+            "prompt_id": self.prompt_id,
+            "display_node_id": self.node_id,
+            "parent_node_id": None,
+            "real_node_id": self.node_id,
+            "image_type": self.mime_type,
+        }
+
+
+@dataclass(frozen=True)
+class ProgressText:
+    """Text a node sends for display (binary frame, code 3 on the wire)."""
+
+    prompt_id: str
+    node_id: str
+    text: str
+
+
+EngineEvent = Message | PreviewImage | ProgressText
+EventSink = Callable[[EngineEvent], None]
+
+
+def discard(_event: EngineEvent) -> None:
+    """A sink for callers that only want the result."""

@@ -1,0 +1,84 @@
+"""The engine: validates and runs many prompts at once in one process."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from comfyfleet.engine.cache import OutputCache
+from comfyfleet.engine.events import EventSink, discard
+from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, PromptRun, RunHandle
+from comfyfleet.engine.validation import ValidationResult, validate_prompt
+from comfyfleet.folders import Folders, using_folders
+
+
+class Engine:
+    """Validation and execution over one node registry, output cache and thread pool.
+
+    Every `execute` call is independent: its own events sink, its own
+    interrupt handle, its own progress. Node functions that are not `async`
+    run in the engine's worker threads, never on the event loop.
+    """
+
+    def __init__(
+        self,
+        registry: NodeRegistry,
+        folders: Folders,
+        *,
+        cache_entries: int = 1024,
+        worker_threads: int = 16,
+    ) -> None:
+        self.registry = registry
+        self.folders = folders.ensure()
+        self.cache = OutputCache(cache_entries)
+        self._executor = ThreadPoolExecutor(worker_threads, thread_name_prefix="comfyfleet-node")
+
+    async def validate(
+        self, prompt: Any, partial_targets: list[str] | None = None
+    ) -> ValidationResult:
+        with using_folders(self.folders):
+            return await validate_prompt(self.registry, prompt, partial_targets)
+
+    async def execute(
+        self,
+        request: ExecutionRequest,
+        sink: EventSink = discard,
+        handle: RunHandle | None = None,
+    ) -> ExecutionResult:
+        with using_folders(self.folders):
+            run = PromptRun(
+                self.registry, self.cache, self._executor, request, sink, handle or RunHandle()
+            )
+            return await run.run()
+
+    async def run_prompt(
+        self,
+        prompt: Any,
+        *,
+        prompt_id: str | None = None,
+        partial_targets: list[str] | None = None,
+        extra_data: dict[str, Any] | None = None,
+        sink: EventSink = discard,
+        handle: RunHandle | None = None,
+    ) -> tuple[ValidationResult, ExecutionResult | None]:
+        """Validate, then run the outputs that validated (None when nothing did)."""
+        checked = await self.validate(prompt, partial_targets)
+        if not checked.ok:
+            return checked, None
+        request = ExecutionRequest(
+            prompt_id or str(uuid.uuid4()), checked.prompt, checked.outputs, extra_data or {}
+        )
+        return checked, await self.execute(request, sink, handle)
+
+    def object_info(self, class_type: str | None = None) -> dict[str, Any]:
+        """ComfyUI's `/object_info` (all nodes) or `/object_info/{class}` ({} when unknown)."""
+        with using_folders(self.folders):
+            if class_type is None:
+                return self.registry.object_info()
+            node = self.registry.get(class_type)
+            return {class_type: node.object_info()} if node else {}
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,500 @@
+"""One prompt's execution: its own progress, interrupt flag, outputs and events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.engine.cache import CacheEntry, OutputCache
+from comfyfleet.engine.calls import (
+    blocker_in,
+    call_arguments,
+    gather_inputs,
+    merge_results,
+)
+from comfyfleet.engine.context import (
+    InterruptProcessingException,
+    NodeContext,
+    Preview,
+    reset_current_node,
+    set_current_node,
+)
+from comfyfleet.engine.events import EventSink, Message, PreviewImage, ProgressText
+from comfyfleet.engine.graph import PendingGraph
+from comfyfleet.engine.nodedef import InputTypes, NodeDef
+from comfyfleet.engine.progress import ProgressTracker
+from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.engine.signature import changed_token, signatures
+from comfyfleet.protocol import events
+from comfyfleet.protocol.errors import full_type_name
+from comfyfleet.protocol.prompt import Prompt
+
+log = logging.getLogger(__name__)
+
+Status = Literal["success", "error", "interrupted"]
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """A validated prompt and the output nodes to run."""
+
+    prompt_id: str
+    prompt: Prompt
+    outputs: list[str]
+    extra_data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionResult:
+    """How a prompt ended, in the pieces a ComfyUI history entry is made of."""
+
+    prompt_id: str
+    status: Status
+    outputs: dict[str, Any]
+    meta: dict[str, Any]
+    messages: list[list[Any]]
+    executed: list[str]
+    error: dict[str, Any] | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "success"
+
+    def status_record(self) -> dict[str, Any]:
+        """`status` of a history entry: `{status_str, completed, messages}`."""
+        return {
+            "status_str": "success" if self.completed else "error",
+            "completed": self.completed,
+            "messages": self.messages,
+        }
+
+
+class RunHandle:
+    """Interrupts exactly one prompt; callable from any thread."""
+
+    def __init__(self) -> None:
+        self._interrupted = threading.Event()
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupted.is_set()
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
+        for listener in list(self._listeners):
+            listener()
+
+    def on_interrupt(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+
+class NodeFailure(Exception):
+    """A node failed; carries the ComfyUI `execution_error` fields."""
+
+    def __init__(self, node_id: str, exc: BaseException, inputs: dict[str, list[Any]]) -> None:
+        super().__init__(str(exc))
+        self.node_id = node_id
+        self.exc = exc
+        self.inputs = inputs
+
+
+class Interrupted(Exception):
+    def __init__(self, node_id: str) -> None:
+        super().__init__(node_id)
+        self.node_id = node_id
+
+
+def _format_value(value: Any) -> Any:
+    if value is None or isinstance(value, int | float | bool | str):
+        return value
+    return str(value)
+
+
+class PromptRun:
+    """Runs one prompt; implements the RunControl its nodes report through."""
+
+    def __init__(
+        self,
+        registry: NodeRegistry,
+        cache: OutputCache,
+        executor: Executor,
+        request: ExecutionRequest,
+        sink: EventSink,
+        handle: RunHandle,
+    ) -> None:
+        self.registry = registry
+        self.cache = cache
+        self.executor = executor
+        self.request = request
+        self.prompt_id = request.prompt_id
+        self.prompt = request.prompt
+        self.handle = handle
+        self._sink = sink
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.tracker = ProgressTracker(self.prompt_id, self._emit)
+        self.messages: list[list[Any]] = []
+        self.values: dict[str, list[list[Any]]] = {}
+        self.ui: dict[str, dict[str, Any]] = {}
+        self.executed: list[str] = []
+        self.hits: dict[str, CacheEntry] = {}
+        self.sigs: dict[str, str] = {}
+        self._types: dict[str, InputTypes] = {}
+        self._inflight: dict[str, asyncio.Future[list[Any]]] = {}
+        self._async_returns: dict[str, list[Any]] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._current: str | None = None
+
+    # -- RunControl -------------------------------------------------------
+
+    @property
+    def interrupted(self) -> bool:
+        return self.handle.interrupted
+
+    def report_progress(
+        self, node_id: str, value: float, total: float, preview: Preview | None
+    ) -> None:
+        self._on_loop(self._progress, node_id, value, total, preview)
+
+    def send_text(self, node_id: str, text: str) -> None:
+        self._on_loop(self._emit, ProgressText(self.prompt_id, node_id, text))
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        else:
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _progress(self, node_id: str, value: float, total: float, preview: Preview | None) -> None:
+        self.tracker.update(node_id, value, total)
+        if preview is not None:
+            self._emit(PreviewImage(self.prompt_id, node_id, preview.format, preview.data))
+        self._emit(Message("progress", events.progress(self.prompt_id, node_id, value, total)))
+
+    # -- events -----------------------------------------------------------
+
+    def _emit(self, event: Any) -> None:
+        try:
+            self._sink(event)
+        except Exception:  # a broken listener must not break the prompt
+            log.exception("event sink failed", extra={"prompt_id": self.prompt_id})
+
+    def _record(self, event: str, data: dict[str, Any]) -> None:
+        data = {**data, "timestamp": events.timestamp_ms()}
+        self.messages.append([event, data])
+        self._emit(Message(event, data))
+
+    # -- helpers ----------------------------------------------------------
+
+    def node_of(self, node_id: str) -> NodeDef:
+        node = self.registry.get(self.prompt[node_id]["class_type"])
+        if node is None:
+            raise KeyError(f"node class {self.prompt[node_id]['class_type']!r} is not registered")
+        return node
+
+    def types_of(self, node_id: str) -> InputTypes:
+        class_type = self.prompt[node_id]["class_type"]
+        types = self._types.get(class_type)
+        if types is None:
+            types = self._types[class_type] = self.node_of(node_id).input_types()
+        return types
+
+    def context_for(self, node_id: str, index: int | None) -> NodeContext:
+        return NodeContext(self.prompt_id, node_id, node_id, index, self)
+
+    # -- the run ----------------------------------------------------------
+
+    async def run(self) -> ExecutionResult:
+        self._record("execution_start", {"prompt_id": self.prompt_id})
+        self.handle.on_interrupt(lambda: self._on_loop(self._cancel_inflight))
+        failure: dict[str, Any] | None = None
+        status: Status = "success"
+        try:
+            await self._look_up_cache()
+            self._record(
+                "execution_cached", {"nodes": list(self.hits), "prompt_id": self.prompt_id}
+            )
+            await self._drive()
+            self._record("execution_success", {"prompt_id": self.prompt_id})
+        except Interrupted as stop:
+            status = "interrupted"
+            failure = self._interrupted_payload(stop.node_id)
+            self._record("execution_interrupted", failure)
+        except NodeFailure as fail:
+            status = "error"
+            failure = self._error_payload(fail)
+            self._record("execution_error", failure)
+        finally:
+            await self._cancel_inflight_and_wait()
+        result = ExecutionResult(
+            prompt_id=self.prompt_id,
+            status=status,
+            outputs={n: u["output"] for n, u in self.ui.items()},
+            meta={n: u["meta"] for n, u in self.ui.items()},
+            messages=self.messages,
+            executed=list(self.executed),
+            error=failure,
+        )
+        self._emit(Message("executing", events.executing(self.prompt_id, None)))
+        return result
+
+    async def _look_up_cache(self) -> None:
+        changed = await self._changed_tokens()
+        self.sigs = signatures(self.registry, self.prompt, list(self.prompt), changed)
+        for node_id in self.prompt:
+            entry = self.cache.get(self.sigs[node_id])
+            if entry is not None:
+                self.hits[node_id] = entry
+                self.values[node_id] = entry.outputs
+
+    async def _changed_tokens(self) -> dict[str, str]:
+        """Evaluate every `IS_CHANGED` of the prompt in one worker-thread hop."""
+        wanting = [n for n in self.prompt if self.node_of(n).is_changed is not None]
+        if not wanting:
+            return {}
+
+        def evaluate() -> dict[str, str]:
+            tokens: dict[str, str] = {}
+            for node_id in wanting:
+                node = self.node_of(node_id)
+                try:
+                    values = gather_inputs(
+                        node_id,
+                        self.prompt[node_id].get("inputs", {}),
+                        self.types_of(node_id),
+                        {},
+                        self.prompt,
+                        self.request.extra_data,
+                    ).values
+                    calls = call_arguments(values, node.input_is_list)
+                    assert node.is_changed is not None
+                    results = [node.is_changed(**kw) for kw in calls]
+                    tokens[node_id] = changed_token(results[0] if len(results) == 1 else results)
+                except Exception:
+                    tokens[node_id] = changed_token(float("nan"))
+            return tokens
+
+        return await self._in_thread(evaluate)
+
+    async def _in_thread(self, fn: Callable[[], Any]) -> Any:
+        context = contextvars.copy_context()
+        return await self._loop.run_in_executor(self.executor, context.run, fn)
+
+    async def _drive(self) -> None:
+        graph = PendingGraph(self.prompt, self.node_of, self.types_of, self._has_value)
+        for output in self.request.outputs:
+            graph.add(output)
+        while graph.pending:
+            for node_id in [n for n, f in self._inflight.items() if f.done()]:
+                self._collect(node_id)
+                graph.release(node_id)
+            ready = graph.ready()
+            if self.handle.interrupted:
+                busy = next(iter(self._inflight), None)
+                raise Interrupted(busy or (graph.pick(ready) if ready else self._current or ""))
+            if not ready:
+                if not self._inflight:
+                    cycle = graph.cycle()
+                    raise NodeFailure(cycle[0], RuntimeError("Dependency cycle detected"), {})
+                await asyncio.wait(self._inflight.values(), return_when=asyncio.FIRST_COMPLETED)
+                continue
+            node_id = graph.pick(ready)
+            self._current = node_id
+            if await self._step(node_id, graph):
+                graph.done(node_id)
+
+    def _has_value(self, node_id: str) -> bool:
+        return node_id in self.values
+
+    def _collect(self, node_id: str) -> None:
+        future = self._inflight.pop(node_id)
+        try:
+            exc = future.exception()
+        except asyncio.CancelledError:
+            raise Interrupted(node_id) from None
+        if exc is not None:
+            if isinstance(exc, InterruptProcessingException | asyncio.CancelledError):
+                raise Interrupted(node_id)
+            raise NodeFailure(node_id, exc, {})
+        self._async_returns[node_id] = future.result()
+
+    async def _step(self, node_id: str, graph: PendingGraph) -> bool:
+        """Advance one node; True when it is done, False while it waits."""
+        node = self.node_of(node_id)
+        if node_id in self._async_returns:
+            self._finish(node_id, node, self._async_returns.pop(node_id), {})
+            return True
+        if node_id in self.hits:
+            self._replay_cached(node_id)
+            return True
+        self.tracker.start(node_id)
+        self._emit(Message("executing", events.executing(self.prompt_id, node_id)))
+        inputs: dict[str, list[Any]] = {}
+        try:
+            gathered = gather_inputs(
+                node_id,
+                self.prompt[node_id].get("inputs", {}),
+                self.types_of(node_id),
+                self.values,
+                self.prompt,
+                self.request.extra_data,
+            )
+            inputs = gathered.values
+            if node.has_lazy_status:
+                wanted = await self._lazy_wanted(node_id, node, gathered.values, gathered.missing)
+                if wanted:
+                    for name in wanted:
+                        graph.require(node_id, name)
+                    return False
+            calls = call_arguments(gathered.values, node.input_is_list)
+            if node.is_async:
+                self._start_async(node_id, node, calls)
+                graph.hold(node_id)
+                return False
+            returns = await self._in_thread(lambda: self._call_sync(node_id, node, calls))
+        except (InterruptProcessingException, asyncio.CancelledError):
+            raise Interrupted(node_id) from None
+        except Exception as exc:
+            raise NodeFailure(node_id, exc, inputs) from exc
+        self._finish(node_id, node, returns, inputs)
+        return True
+
+    def _call_sync(self, node_id: str, node: NodeDef, calls: list[dict[str, Any]]) -> list[Any]:
+        """Runs in a worker thread: one call per list index, each with its node context."""
+        fn = getattr(node.cls(), node.function_name)
+        returns: list[Any] = []
+        for index, kwargs in enumerate(calls):
+            if self.handle.interrupted:
+                raise InterruptProcessingException()
+            blocked = blocker_in(kwargs, node.input_is_list)
+            if blocked is not None:
+                returns.append(self._blocked(node_id, node, blocked))
+                continue
+            token = set_current_node(self.context_for(node_id, index))
+            try:
+                returns.append(fn(**kwargs))
+            finally:
+                reset_current_node(token)
+        return returns
+
+    def _start_async(self, node_id: str, node: NodeDef, calls: list[dict[str, Any]]) -> None:
+        fn = getattr(node.cls(), node.function_name)
+        tasks: list[asyncio.Future[Any]] = []
+        for index, kwargs in enumerate(calls):
+            blocked = blocker_in(kwargs, node.input_is_list)
+            if blocked is not None:
+                done: asyncio.Future[Any] = self._loop.create_future()
+                done.set_result(self._blocked(node_id, node, blocked))
+                tasks.append(done)
+                continue
+            context = contextvars.copy_context()
+            context.run(set_current_node, self.context_for(node_id, index))
+            task = asyncio.create_task(fn(**kwargs), context=context)
+            self._tasks.add(task)
+            tasks.append(task)
+        self._inflight[node_id] = asyncio.gather(*tasks)
+
+    async def _lazy_wanted(
+        self, node_id: str, node: NodeDef, values: dict[str, list[Any]], missing: set[str]
+    ) -> list[str]:
+        """Ask `check_lazy_status` which lazy inputs it needs that are not there yet."""
+        obj = node.cls()
+        calls = call_arguments(values, node.input_is_list)
+        check = obj.check_lazy_status
+        if asyncio.iscoroutinefunction(check):
+            answers = [await check(**kwargs) for kwargs in calls]
+        else:
+            answers = await self._in_thread(lambda: [check(**kwargs) for kwargs in calls])
+        names = {name for answer in answers if isinstance(answer, list) for name in answer}
+        return [n for n in names if isinstance(n, str) and (n not in values or n in missing)]
+
+    def _blocked(self, node_id: str, node: NodeDef, blocker: ExecutionBlocker) -> ExecutionBlocker:
+        """A blocker with a message reports it once, as ComfyUI does, then goes silent."""
+        if blocker.message is None:
+            return blocker
+        payload = {
+            "prompt_id": self.prompt_id,
+            "node_id": node_id,
+            "node_type": node.name,
+            "executed": list(self.executed),
+            "exception_message": f"Execution Blocked: {blocker.message}",
+            "exception_type": "ExecutionBlocked",
+            "traceback": [],
+            "current_inputs": [],
+            "current_outputs": [],
+        }
+        self._on_loop(self._emit, Message("execution_error", payload))
+        return ExecutionBlocker(None)
+
+    def _finish(
+        self, node_id: str, node: NodeDef, returns: list[Any], inputs: dict[str, list[Any]]
+    ) -> None:
+        try:
+            result = merge_results(node, returns)
+        except Exception as exc:
+            raise NodeFailure(node_id, exc, inputs) from exc
+        self.values[node_id] = result.outputs
+        if result.ui:
+            self._show(node_id, result.ui)
+        self.tracker.finish(node_id)
+        self.executed.append(node_id)
+        self.cache.put(self.sigs[node_id], CacheEntry(result.outputs, result.ui or None))
+
+    def _replay_cached(self, node_id: str) -> None:
+        ui = self.hits[node_id].ui
+        if ui:
+            self._show(node_id, ui)
+        else:
+            self._emit(Message("executed", events.executed(self.prompt_id, node_id, None)))
+        self.tracker.finish(node_id)
+
+    def _show(self, node_id: str, ui: dict[str, Any]) -> None:
+        self.ui[node_id] = {"meta": events.node_meta(node_id), "output": ui}
+        self._emit(Message("executed", events.executed(self.prompt_id, node_id, ui)))
+
+    # -- endings ----------------------------------------------------------
+
+    def _cancel_inflight(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    async def _cancel_inflight_and_wait(self) -> None:
+        self._cancel_inflight()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for future in self._inflight.values():
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved, so asyncio does not log it
+        self._inflight.clear()
+
+    def _error_payload(self, fail: NodeFailure) -> dict[str, Any]:
+        exc = fail.exc
+        return {
+            "prompt_id": self.prompt_id,
+            "node_id": fail.node_id,
+            "node_type": self.prompt[fail.node_id]["class_type"],
+            "executed": list(self.executed),
+            "exception_message": f"{exc}\n",
+            "exception_type": full_type_name(type(exc)),
+            "traceback": traceback.format_tb(exc.__traceback__),
+            "current_inputs": {k: [_format_value(v) for v in vs] for k, vs in fail.inputs.items()},
+            "current_outputs": list(self.values),
+        }
+
+    def _interrupted_payload(self, node_id: str) -> dict[str, Any]:
+        node_type = self.prompt[node_id]["class_type"] if node_id in self.prompt else None
+        return {
+            "prompt_id": self.prompt_id,
+            "node_id": node_id,
+            "node_type": node_type,
+            "executed": list(self.executed),
+        }

@@ -1,0 +1,132 @@
+"""Where saved images go: prefix formatting, the target folder, unique file names."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_VARIABLE = re.compile(r"%([^%]+)%")
+_DATE_FIELD = re.compile(r"y+|M+|d+|h+|m+|s+")
+
+
+def _format_date(pattern: str, now: datetime) -> str:
+    """`yyyy-MM-dd hh:mm:ss`-style patterns, as ComfyUI's `%date:...%` understands them."""
+
+    def field(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token[0] == "y":
+            year = str(now.year)
+            return year if len(token) >= 4 else year[-len(token) :].zfill(len(token))
+        value = {"M": now.month, "d": now.day, "h": now.hour, "m": now.minute, "s": now.second}
+        return str(value[token[0]]).zfill(len(token))
+
+    return _DATE_FIELD.sub(field, pattern)
+
+
+def _widget_value(prompt: Any, node: str, widget: str) -> Any:
+    """A literal input of the prompt node titled (or, failing that, of class) `node`."""
+    if not isinstance(prompt, dict):
+        return None
+    nodes = [n for n in prompt.values() if isinstance(n, dict)]
+    titled = [n for n in nodes if (n.get("_meta") or {}).get("title") == node]
+    for candidate in titled or [n for n in nodes if n.get("class_type") == node]:
+        value = (candidate.get("inputs") or {}).get(widget)
+        # A list is a link to another node's output, not a widget value.
+        if value is not None and not isinstance(value, list):
+            return value
+    return None
+
+
+def format_prefix(
+    prefix: str, *, width: int, height: int, prompt: Any = None, now: datetime | None = None
+) -> str:
+    """Expand `%date:FMT%`, `%Node title.widget%`, `%width%`, `%height%`, `%year%` and the like.
+
+    Unknown variables (such as `%batch_num%`, expanded per image) are left as they are.
+    """
+    if "%" not in prefix:
+        return prefix
+    moment = now or datetime.now()
+    simple = {
+        "width": str(width),
+        "height": str(height),
+        "year": str(moment.year),
+        "month": f"{moment.month:02}",
+        "day": f"{moment.day:02}",
+        "hour": f"{moment.hour:02}",
+        "minute": f"{moment.minute:02}",
+        "second": f"{moment.second:02}",
+    }
+
+    def expand(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key.startswith("date:"):
+            return _format_date(key[len("date:") :], moment)
+        if key in simple:
+            return simple[key]
+        node, dot, widget = key.rpartition(".")
+        value = _widget_value(prompt, node, widget) if dot else None
+        return match.group(0) if value is None else str(value)
+
+    return _VARIABLE.sub(expand, prefix)
+
+
+@dataclass(frozen=True)
+class SaveTarget:
+    """The folder and base name a filename prefix points at, inside a root folder."""
+
+    folder: Path
+    name: str
+    subfolder: str
+
+    @classmethod
+    def resolve(cls, root: Path, prefix: str) -> SaveTarget:
+        """Split `prefix` ("a/b/name") into subfolder and name; refuse anything outside `root`."""
+        subfolder, name = os.path.split(os.path.normpath(prefix))
+        base = os.path.abspath(root)
+        folder = os.path.abspath(os.path.join(base, subfolder))
+        if os.path.commonpath([base, folder]) != base:
+            raise ValueError(
+                f"Saving outside the {Path(base).name} folder is not allowed: "
+                f"filename prefix {prefix!r} points to {folder}"
+            )
+        return cls(Path(folder), name, subfolder)
+
+    def next_counter(self) -> int:
+        """One past the highest counter already used by `<name>_<counter>` files."""
+        try:
+            entries = os.listdir(self.folder)
+        except FileNotFoundError:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            return 1
+        pattern = re.compile(re.escape(self.name) + r"_(\d+)(?=_|\.|$)")
+        used = [int(m.group(1)) for m in map(pattern.match, entries) if m]
+        return max(used, default=0) + 1
+
+    def write_new(self, name: str, counter: int, data: bytes) -> tuple[str, int]:
+        """Write `data` to the first free `<name>_<counter:05>_.png`, never replacing a file.
+
+        Each name is claimed with an exclusive create, so concurrent writers (threads or
+        processes) that start from the same counter each end up with their own file.
+        Returns the file name and the counter it used.
+        """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        while True:
+            filename = f"{name}_{counter:05}_.png"
+            path = self.folder / filename
+            try:
+                fd = os.open(path, flags, 0o666)
+            except FileExistsError:
+                counter += 1
+                continue
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
+            return filename, counter

@@ -1,0 +1,158 @@
+"""The `testing` pack: nodes that sleep, fail or report progress on demand.
+
+Loaded only when asked for. `TestSleep` and `TestSyncError` have exactly the
+interface of the ComfyUI test-pack nodes of the same names, so recorded ComfyUI
+sessions can be replayed against this server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from comfyfleet.engine.context import ProgressBar
+
+ANY = "*"
+TESTING = "_for_testing"
+# How often a sleeping node reports progress, which is also how fast it notices an interrupt.
+_TICK = 0.01
+
+
+async def _sleep_with_progress(seconds: float, unique_id: str | None) -> None:
+    """Sleep, reporting elapsed time; the progress report raises when interrupted."""
+    if seconds <= 0:
+        return
+    bar = ProgressBar(seconds, node_id=unique_id)
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        bar.update_absolute(min(elapsed, seconds))
+        if elapsed >= seconds:
+            return
+        await asyncio.sleep(min(_TICK, seconds - elapsed))
+
+
+class Sleep:
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "value": (ANY, {}),
+                "seconds": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 3600.0, "step": 0.01}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    RETURN_TYPES = (ANY,)
+    FUNCTION = "sleep"
+    CATEGORY = TESTING
+    DESCRIPTION = "Passes value through after sleeping, reporting progress; interruptible."
+
+    async def sleep(self, value: Any, seconds: float, unique_id: str | None = None) -> tuple[Any]:
+        await _sleep_with_progress(seconds, unique_id)
+        return (value,)
+
+
+class Fail:
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {"message": ("STRING", {"default": "Intentional failure"})},
+            "optional": {"value": (ANY, {})},
+        }
+
+    RETURN_TYPES = (ANY,)
+    FUNCTION = "fail"
+    CATEGORY = TESTING
+    DESCRIPTION = "Raises RuntimeError(message)."
+
+    def fail(self, message: str, value: Any = None) -> tuple[Any]:
+        raise RuntimeError(message)
+
+
+class Progress:
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "value": (ANY, {}),
+                "steps": ("INT", {"default": 10, "min": 1, "max": 10000}),
+                "seconds_per_step": (
+                    "FLOAT",
+                    {"default": 0.0, "min": 0.0, "max": 60.0, "step": 0.01},
+                ),
+            },
+        }
+
+    RETURN_TYPES = (ANY,)
+    FUNCTION = "run"
+    CATEGORY = TESTING
+    DESCRIPTION = "Passes value through after reporting `steps` progress steps (blocking)."
+
+    def run(self, value: Any, steps: int, seconds_per_step: float) -> tuple[Any]:
+        bar = ProgressBar(steps)
+        for _ in range(steps):
+            if seconds_per_step > 0:
+                time.sleep(seconds_per_step)
+            bar.update(1)
+        return (value,)
+
+
+class TestSleep:
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "value": (ANY, {}),
+                "seconds": (
+                    "FLOAT",
+                    {
+                        "default": 1.0,
+                        "min": 0.0,
+                        "max": 9999.0,
+                        "step": 0.01,
+                        "tooltip": "The amount of seconds to sleep.",
+                    },
+                ),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    RETURN_TYPES = (ANY,)
+    FUNCTION = "sleep"
+    CATEGORY = TESTING
+
+    async def sleep(self, value: Any, seconds: float, unique_id: str | None = None) -> tuple[Any]:
+        await _sleep_with_progress(seconds, unique_id)
+        return (value,)
+
+
+class TestSyncError:
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"value": (ANY, {})}}
+
+    RETURN_TYPES = (ANY,)
+    FUNCTION = "sync_error"
+    CATEGORY = "_for_testing/async"
+
+    def sync_error(self, value: Any) -> tuple[Any]:
+        raise RuntimeError("Intentional sync execution error for testing")
+
+
+NODE_CLASS_MAPPINGS: dict[str, type] = {
+    "Sleep": Sleep,
+    "Fail": Fail,
+    "Progress": Progress,
+    "TestSleep": TestSleep,
+    "TestSyncError": TestSyncError,
+}
+
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "Sleep": "Sleep",
+    "Fail": "Fail",
+    "Progress": "Progress",
+    "TestSleep": "Test Sleep",
+    "TestSyncError": "Test Sync Error",
+}
