@@ -31,7 +31,8 @@ class Engine:
         worker_threads: int = 16,
     ) -> None:
         self.registry = registry
-        self.folders = folders.ensure()
+        self.folders = folders
+        self._folders_ready = False
         self.cache = OutputCache(cache_entries)
         self._executor = ThreadPoolExecutor(worker_threads, thread_name_prefix="comfyfleet-node")
 
@@ -47,6 +48,9 @@ class Engine:
         sink: EventSink = discard,
         handle: RunHandle | None = None,
     ) -> ExecutionResult:
+        if not self._folders_ready:  # created on first run: validating writes nothing
+            self.folders.ensure()
+            self._folders_ready = True
         with using_folders(self.folders):
             run = PromptRun(
                 self.registry, self.cache, self._executor, request, sink, handle or RunHandle()

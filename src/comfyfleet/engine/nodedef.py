@@ -120,7 +120,7 @@ class NodeDef:
 
     def object_info(self) -> dict[str, Any]:
         """This node in the shape of ComfyUI's `GET /object_info`."""
-        raw = self.input_types().raw
+        raw = _jsonable(self.input_types().raw)
         inputs: dict[str, Any] = {}
         order: dict[str, list[str]] = {}
         for category in ("required", "optional", "hidden"):
@@ -131,7 +131,7 @@ class NodeDef:
         info: dict[str, Any] = {
             "input": inputs,
             "input_order": order,
-            "output": list(self.return_types),
+            "output": _jsonable(list(self.return_types)),
             "output_is_list": list(self.output_is_list),
             "output_name": list(self.return_names),
             "name": self.name,
@@ -148,3 +148,12 @@ class NodeDef:
             if hasattr(self.cls, flag):
                 info[flag.lower()] = bool(getattr(self.cls, flag))
         return info
+
+
+def _jsonable(value: Any) -> Any:
+    """Tuples become lists, as the JSON wire would show them."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

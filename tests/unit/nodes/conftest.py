@@ -54,7 +54,9 @@ class RecordingControl:
 
 
 @contextlib.contextmanager
-def _running_as(node_id: str = "4", interrupt_after: int | None = None) -> Iterator[RecordingControl]:
+def _running_as(
+    node_id: str = "4", interrupt_after: int | None = None
+) -> Iterator[RecordingControl]:
     control = RecordingControl(interrupt_after=interrupt_after)
     token = set_current_node(NodeContext("prompt-1", node_id, node_id, None, control))
     try:

@@ -68,7 +68,7 @@ def test_load_image_lists_sorted_image_files_of_the_input_folder(folders: Folder
     (folders.input / "sub.png").mkdir()
     node = build_registry().get("LoadImage")
     assert node is not None
-    combo = node.object_info()["input"]["required"]["image"]
+    combo = _as_json(node.object_info()["input"]["required"]["image"])
     assert combo == [["C.webp", "a.jpg", "b.png"], {"image_upload": True}]
 
 

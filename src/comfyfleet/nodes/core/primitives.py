@@ -11,6 +11,7 @@ class _Primitive:
 
     FUNCTION = "execute"
     CATEGORY = "utils/primitive"
+    # ComfyUI reports these for nodes written against its newer schema API, as these are.
     OUTPUT_TOOLTIPS = (None,)
     DEPRECATED = False
     EXPERIMENTAL = False

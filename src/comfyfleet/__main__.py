@@ -1,0 +1,5 @@
+import sys
+
+from comfyfleet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,34 @@
+"""Test helpers: recorded reference data and an event recorder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from comfyfleet.engine.events import EngineEvent, Message
+
+DATA = Path(__file__).parent / "data"
+REFERENCE = DATA / "comfyui-reference"
+
+
+def load_scenario(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((REFERENCE / "scenarios" / f"{name}.json").read_text())
+    return data
+
+
+class Recorder:
+    """An event sink that keeps everything, for assertions."""
+
+    def __init__(self) -> None:
+        self.events: list[EngineEvent] = []
+
+    def __call__(self, event: EngineEvent) -> None:
+        self.events.append(event)
+
+    def messages(self, *types: str) -> list[Message]:
+        found = [e for e in self.events if isinstance(e, Message)]
+        return [m for m in found if not types or m.type in types]
+
+    def types(self) -> list[str]:
+        return [m.type for m in self.messages()]

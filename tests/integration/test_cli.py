@@ -1,0 +1,98 @@
+"""The `comfyfleet` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "invert.json"
+
+
+def comfyfleet(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "comfyfleet"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_run_example_writes_and_prints_the_image(tmp_path: Path) -> None:
+    done = comfyfleet("run", str(EXAMPLE), "--output-dir", "out", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    paths = [Path(line) for line in done.stdout.split()]
+    assert len(paths) == 1 and paths[0].is_file()
+    assert paths[0].parent == (tmp_path / "out").resolve()
+    with Image.open(paths[0]) as image:
+        assert image.size == (256, 256)
+        # 0x3333AA inverted is 0xCCCC55.
+        assert image.convert("RGB").getpixel((10, 10)) == (0xCC, 0xCC, 0x55)
+        assert json.loads(image.info["prompt"])["2"]["class_type"] == "ImageInvert"
+
+
+def test_set_overrides_an_input(tmp_path: Path) -> None:
+    done = comfyfleet(
+        "run", str(EXAMPLE), "--quiet", "--output-dir", "out",
+        "--set", "1.width=32", "--set", "3.filename_prefix=mine", cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip())
+    assert path.name == "mine_00001_.png"
+    with Image.open(path) as image:
+        assert image.size == (32, 256)
+
+
+def test_invalid_input_prints_comfyui_error_and_fails(tmp_path: Path) -> None:
+    done = comfyfleet("run", str(EXAMPLE), "--quiet", "--set", "1.width=0", cwd=tmp_path)
+    assert done.returncode == 1
+    body = json.loads(done.stdout)
+    assert body["error"]["type"] == "prompt_outputs_failed_validation"
+    assert body["node_errors"]["1"]["errors"][0]["type"] == "value_smaller_than_min"
+
+
+def test_runtime_error_exits_non_zero(tmp_path: Path) -> None:
+    workflow = tmp_path / "fail.json"
+    workflow.write_text(json.dumps({
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "Fail", "inputs": {"value": ["1", 0], "message": "nope"}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }))
+    done = comfyfleet("run", str(workflow), "--quiet", "--testing-nodes", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "Fail failed" in done.stderr and "nope" in done.stderr
+
+
+def test_unusable_file_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "ui.json").write_text(json.dumps({"nodes": [], "links": []}))
+    done = comfyfleet("run", "ui.json", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "UI workflow" in json.loads(done.stderr)["error"]["message"]
+    missing = comfyfleet("validate", "missing.json", cwd=tmp_path)
+    assert missing.returncode == 2
+
+
+def test_validate_reports_outputs(tmp_path: Path) -> None:
+    done = comfyfleet("validate", str(EXAMPLE), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"outputs": ["3"], "node_errors": {}}
+    assert not (tmp_path / "output").exists()
+
+
+def test_nodes_lists_builtins_and_failed_packs(tmp_path: Path) -> None:
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    (packs / "bad.py").write_text("import not_a_real_module\n")
+    done = comfyfleet("nodes", "--json", "--custom-nodes", str(packs), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["nodes"]["SaveImage"]["output_node"] is True
+    assert [f["pack"] for f in body["failed"]] == ["bad"]
+    assert "not_a_real_module" in body["failed"][0]["error"]
+    table = comfyfleet("nodes", "--testing-nodes", cwd=tmp_path)
+    assert "TestSleep" in table.stdout

@@ -1,0 +1,59 @@
+"""Filename prefix formatting and save targets."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from comfyfleet.nodes.core.saving import SaveTarget, format_prefix
+
+NOW = datetime(2024, 3, 5, 7, 8, 9)
+PROMPT = {
+    "5": {
+        "class_type": "EmptyLatentImage",
+        "inputs": {"width": 832, "height": ["4", 0]},
+        "_meta": {"title": "Empty Latent Image"},
+    },
+    "6": {"class_type": "KSampler", "inputs": {"seed": 42}, "_meta": {"title": "Sampler"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("plain", "plain"),
+        ("%date:yyyy-MM-dd%/img", "2024-03-05/img"),
+        ("%date:yyMMdd_hhmmss%", "240305_070809"),
+        ("%date:d.M.yyyy h:m:s%", "5.3.2024 7:8:9"),
+        ("%year%%month%%day%-%hour%%minute%%second%", "20240305-070809"),
+        ("%width%x%height%", "640x480"),
+        ("w%Empty Latent Image.width%", "w832"),
+        ("seed_%KSampler.seed%", "seed_42"),
+        ("%Empty Latent Image.height%", "%Empty Latent Image.height%"),
+        ("%Missing.width%_%batch_num%", "%Missing.width%_%batch_num%"),
+    ],
+)
+def test_format_prefix(prefix: str, expected: str) -> None:
+    assert format_prefix(prefix, width=640, height=480, prompt=PROMPT, now=NOW) == expected
+
+
+def test_target_splits_subfolder_and_name(tmp_path: Path) -> None:
+    target = SaveTarget.resolve(tmp_path, "a/./b/../c/name")
+    assert target == SaveTarget(tmp_path / "a" / "c", "name", "a/c")
+
+
+def test_target_counter_starts_after_highest_and_creates_folder(tmp_path: Path) -> None:
+    target = SaveTarget.resolve(tmp_path, "new/img")
+    assert target.next_counter() == 1
+    assert (tmp_path / "new").is_dir()
+    for name in ("img_00002_.png", "img_00011_.webp", "img_x.png", "image_00099_.png"):
+        (tmp_path / "new" / name).write_bytes(b"")
+    assert target.next_counter() == 12
+
+
+def test_target_rejects_escapes(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    with pytest.raises(ValueError, match="outside the out folder"):
+        SaveTarget.resolve(root, "../out_evil/x")

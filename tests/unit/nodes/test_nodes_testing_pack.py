@@ -1,0 +1,109 @@
+"""The testing pack: sleeping, failing and progress-reporting nodes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from comfyfleet.engine.context import InterruptProcessingException
+from comfyfleet.engine.registry import build_registry
+from comfyfleet.nodes import testing
+
+
+def test_registered_only_on_request() -> None:
+    registry = build_registry(testing=True)
+    assert not registry.failures
+    async_nodes = {
+        n
+        for n in ("Sleep", "Fail", "Progress", "TestSleep", "TestSyncError")
+        if registry.nodes[n].is_async
+    }
+    assert async_nodes == {"Sleep", "TestSleep"}
+    assert "Sleep" not in build_registry()
+
+
+def test_comfyui_twins_have_comfyui_interfaces() -> None:
+    registry = build_registry(testing=True)
+    sleep = json.loads(json.dumps(registry.nodes["TestSleep"].object_info()))
+    assert sleep["input"] == {
+        "required": {
+            "value": ["*", {}],
+            "seconds": [
+                "FLOAT",
+                {
+                    "default": 1.0,
+                    "min": 0.0,
+                    "max": 9999.0,
+                    "step": 0.01,
+                    "tooltip": "The amount of seconds to sleep.",
+                },
+            ],
+        },
+        "hidden": {"unique_id": "UNIQUE_ID"},
+    }
+    assert (sleep["output"], sleep["category"], sleep["display_name"]) == (
+        ["*"],
+        "_for_testing",
+        "Test Sleep",
+    )
+    error = registry.nodes["TestSyncError"]
+    assert json.loads(json.dumps(error.object_info()["input"])) == {
+        "required": {"value": ["*", {}]}
+    }
+    assert (error.function_name, error.category, error.display_name) == (
+        "sync_error",
+        "_for_testing/async",
+        "Test Sync Error",
+    )
+    assert error.return_types == ("*",)
+
+
+@pytest.mark.parametrize("node", [testing.Sleep, testing.TestSleep])
+async def test_sleep_reports_progress_and_returns_value(as_node, node: type) -> None:
+    with as_node("7") as control:
+        start = time.monotonic()
+        assert await node().sleep(value="v", seconds=0.1, unique_id="3") == ("v",)
+        elapsed = time.monotonic() - start
+    assert elapsed >= 0.1
+    assert len(control.progress) >= 3
+    assert {entry[0] for entry in control.progress} == {"3"}
+    values = [value for _, value, _ in control.progress]
+    assert values == sorted(values) and values[-1] == pytest.approx(0.1)
+    assert {total for _, _, total in control.progress} == {0.1}
+
+
+async def test_sleep_stops_when_interrupted(as_node) -> None:
+    with as_node("3", interrupt_after=5) as control:
+        start = time.monotonic()
+        with pytest.raises(InterruptProcessingException):
+            await testing.Sleep().sleep(value=1, seconds=30.0, unique_id="3")
+    assert time.monotonic() - start < 2.0
+    assert len(control.progress) == 5
+
+
+async def test_sleep_for_zero_seconds_returns_at_once(as_node) -> None:
+    with as_node("3") as control:
+        assert await testing.Sleep().sleep(value=None, seconds=0.0, unique_id="3") == (None,)
+    assert control.progress == []
+
+
+def test_fail_raises_its_message() -> None:
+    with pytest.raises(RuntimeError, match=r"^boom$"):
+        testing.Fail().fail(message="boom")
+    with pytest.raises(RuntimeError) as caught:
+        testing.TestSyncError().sync_error(value=1)
+    assert str(caught.value) == "Intentional sync execution error for testing"
+
+
+def test_progress_reports_every_step(as_node) -> None:
+    with as_node("8") as control:
+        assert testing.Progress().run(value=[1], steps=4, seconds_per_step=0.0) == ([1],)
+    assert control.progress == [("8", 1, 4), ("8", 2, 4), ("8", 3, 4), ("8", 4, 4)]
+
+
+def test_progress_stops_when_interrupted(as_node) -> None:
+    with as_node("8", interrupt_after=2) as control, pytest.raises(InterruptProcessingException):
+        testing.Progress().run(value=0, steps=100, seconds_per_step=0.001)
+    assert len(control.progress) == 2
