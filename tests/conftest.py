@@ -11,6 +11,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry, build_registry
 from comfyfleet.folders import Folders
 
+
 @pytest.fixture
 def registry() -> NodeRegistry:
     return build_registry(testing=True)

@@ -17,7 +17,7 @@ import pytest
 
 from comfyfleet.engine.events import PreviewImage, ProgressText
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.run import RunHandle
+from comfyfleet.engine.run import ExecutionRequest, RunHandle
 from tests.helpers import Recorder, load_scenario
 
 
@@ -42,20 +42,36 @@ def replays(name: str) -> list[Replay]:
             continue
         later = steps[i + 1 :]
         frames = next(s["frames"] for s in later if s["kind"] == "ws" and s["client_id"] == client)
-        history = next(
-            (s["response_json"] for s in later if s["kind"] == "http" and s["path"].startswith("/history/")),
-            None,
-        )
+        path = f"/history/{step['response_json']['prompt_id']}"
+        history = next((s["response_json"] for s in later if s.get("path") == path), None)
         found.append(Replay(name, len(found), body, frames, history))
     return found
 
 
 ALL = [
     r
-    for name in ("01-success", "02-cached", "03-preview-frames", "04-validation-errors", "05-runtime-error")
-    + ("06-interrupt", "09-no-client-id")
+    for name in (
+        "01-success",
+        "02-cached",
+        "03-preview-frames",
+        "04-validation-errors",
+        "05-runtime-error",
+        "06-interrupt",
+        "09-no-client-id",
+    )
     for r in replays(name)
 ]
+
+
+def recorded_output_order(replay: Replay, outputs: list[str]) -> list[str]:
+    """ComfyUI keeps outputs in a string set (order random per process): use the recorded one."""
+    seen = [
+        f["data"]["node"]
+        for f in replay.frames
+        if f.get("type") in ("executing", "executed") and f["data"]["node"] in outputs
+    ]
+    ordered = list(dict.fromkeys(seen))
+    return ordered + [o for o in outputs if o not in ordered]
 
 
 def normalize(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, Any]]:
@@ -93,12 +109,11 @@ async def test_event_sequence_matches_recording(engine: Engine, replay: Replay) 
     interrupt = any(f.get("type") == "execution_interrupted" for f in replay.frames)
     if interrupt:
         asyncio.get_running_loop().call_later(0.4, handle.interrupt)
-    checked, result = await engine.run_prompt(
-        replay.request["prompt"],
-        partial_targets=replay.request.get("partial_execution_targets"),
-        sink=sink,
-        handle=handle,
+    checked = await engine.validate(
+        replay.request["prompt"], replay.request.get("partial_execution_targets")
     )
+    request = ExecutionRequest("p", checked.prompt, recorded_output_order(replay, checked.outputs))
+    result = await engine.execute(request, sink, handle)
     assert result is not None
     ours = [(m.type, m.data) for m in sink.messages()]
     recorded = recorded_json(replay.frames)
@@ -109,7 +124,9 @@ async def test_event_sequence_matches_recording(engine: Engine, replay: Replay) 
         assert_history_shape(checked.outputs, result, next(iter(replay.history.values())))
 
 
-def assert_same_keys(ours: list[tuple[str, dict[str, Any]]], recorded: list[tuple[str, dict[str, Any]]]) -> None:
+def assert_same_keys(
+    ours: list[tuple[str, dict[str, Any]]], recorded: list[tuple[str, dict[str, Any]]]
+) -> None:
     def variant(kind: str, data: dict[str, Any]) -> tuple[str, bool]:
         return kind, kind == "executing" and data["node"] is None
 

@@ -38,8 +38,16 @@ def test_run_example_writes_and_prints_the_image(tmp_path: Path) -> None:
 
 def test_set_overrides_an_input(tmp_path: Path) -> None:
     done = comfyfleet(
-        "run", str(EXAMPLE), "--quiet", "--output-dir", "out",
-        "--set", "1.width=32", "--set", "3.filename_prefix=mine", cwd=tmp_path,
+        "run",
+        str(EXAMPLE),
+        "--quiet",
+        "--output-dir",
+        "out",
+        "--set",
+        "1.width=32",
+        "--set",
+        "3.filename_prefix=mine",
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     path = Path(done.stdout.strip())
@@ -58,11 +66,18 @@ def test_invalid_input_prints_comfyui_error_and_fails(tmp_path: Path) -> None:
 
 def test_runtime_error_exits_non_zero(tmp_path: Path) -> None:
     workflow = tmp_path / "fail.json"
-    workflow.write_text(json.dumps({
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
-        "2": {"class_type": "Fail", "inputs": {"value": ["1", 0], "message": "nope"}},
-        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
-    }))
+    workflow.write_text(
+        json.dumps(
+            {
+                "1": {
+                    "class_type": "EmptyImage",
+                    "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+                },
+                "2": {"class_type": "Fail", "inputs": {"value": ["1", 0], "message": "nope"}},
+                "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+            }
+        )
+    )
     done = comfyfleet("run", str(workflow), "--quiet", "--testing-nodes", cwd=tmp_path)
     assert done.returncode == 1
     assert "Fail failed" in done.stderr and "nope" in done.stderr

@@ -13,9 +13,7 @@ from comfyfleet.engine.registry import build_registry
 
 def list_nodes(args: argparse.Namespace) -> int:
     registry = build_registry(testing=args.testing_nodes, custom_nodes=args.custom_nodes)
-    failures = [
-        {"pack": f.pack, "path": f.path, "error": f.error} for f in registry.failures
-    ]
+    failures = [{"pack": f.pack, "path": f.path, "error": f.error} for f in registry.failures]
     if args.json:
         print(json.dumps({"nodes": registry.object_info(), "failed": failures}, indent=2))
         return 0

@@ -62,7 +62,9 @@ class _ProgressView:
                 node = running[-1]
                 class_type = self.prompt[node["node_id"]]["class_type"]
                 label = f"#{node['node_id']} {class_type} {node['value']:.4g}/{node['max']:.4g}"
-            self.progress.update(self.task, completed=done, total=max(done, len(nodes)), description=label)
+            self.progress.update(
+                self.task, completed=done, total=max(done, len(nodes)), description=label
+            )
 
 
 async def run_workflow(args: argparse.Namespace, prompt: dict[str, Any], handle: RunHandle) -> int:

@@ -135,7 +135,7 @@ class NodeDef:
             "output_is_list": list(self.output_is_list),
             "output_name": list(self.return_names),
             "name": self.name,
-            "display_name": self.display_name if self.display_name is not None else self.name,
+            "display_name": self.display_name,
             "description": self.description,
             "python_module": self.python_module,
             "category": self.category,

@@ -41,7 +41,7 @@ class NodeRegistry:
     def add_pack(
         self,
         mappings: Mapping[str, type],
-        display_names: Mapping[str, str] | None = None,
+        display_names: Mapping[str, str | None] | None = None,
         *,
         pack: str,
         python_module: str | Mapping[str, str],
@@ -57,9 +57,9 @@ class NodeRegistry:
                 continue
             module = python_module if isinstance(python_module, str) else python_module[name]
             try:
-                node = NodeDef(
-                    name, cls, display_name=display_names.get(name), python_module=module
-                )
+                # A pack may map a name to None: object_info then says null, as ComfyUI can.
+                display = display_names[name] if name in display_names else name
+                node = NodeDef(name, cls, display_name=display, python_module=module)
             except Exception as exc:  # a malformed class must not take the pack down
                 self.failures.append(PackFailure(pack, "", f"node {name!r}: {exc}"))
                 continue

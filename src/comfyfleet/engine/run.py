@@ -113,6 +113,10 @@ class Interrupted(Exception):
         self.node_id = node_id
 
 
+def _all_done(calls: list[asyncio.Future[Any]]) -> bool:
+    return all(call.done() for call in calls)
+
+
 def _format_value(value: Any) -> Any:
     if value is None or isinstance(value, int | float | bool | str):
         return value
@@ -149,7 +153,7 @@ class PromptRun:
         self.hits: dict[str, CacheEntry] = {}
         self.sigs: dict[str, str] = {}
         self._types: dict[str, InputTypes] = {}
-        self._inflight: dict[str, asyncio.Future[list[Any]]] = {}
+        self._inflight: dict[str, list[asyncio.Future[Any]]] = {}
         self._async_returns: dict[str, list[Any]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._current: str | None = None
@@ -294,7 +298,7 @@ class PromptRun:
         for output in self.request.outputs:
             graph.add(output)
         while graph.pending:
-            for node_id in [n for n, f in self._inflight.items() if f.done()]:
+            for node_id in [n for n, calls in self._inflight.items() if _all_done(calls)]:
                 self._collect(node_id)
                 graph.release(node_id)
             ready = graph.ready()
@@ -305,7 +309,8 @@ class PromptRun:
                 if not self._inflight:
                     cycle = graph.cycle()
                     raise NodeFailure(cycle[0], RuntimeError("Dependency cycle detected"), {})
-                await asyncio.wait(self._inflight.values(), return_when=asyncio.FIRST_COMPLETED)
+                waiting = [c for calls in self._inflight.values() for c in calls if not c.done()]
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 continue
             node_id = graph.pick(ready)
             self._current = node_id
@@ -316,16 +321,18 @@ class PromptRun:
         return node_id in self.values
 
     def _collect(self, node_id: str) -> None:
-        future = self._inflight.pop(node_id)
-        try:
-            exc = future.exception()
-        except asyncio.CancelledError:
-            raise Interrupted(node_id) from None
-        if exc is not None:
+        """Take the results of a node's finished async calls (or raise its failure)."""
+        returns = []
+        for call in self._inflight.pop(node_id):
+            if call.cancelled():
+                raise Interrupted(node_id)
+            exc = call.exception()
             if isinstance(exc, InterruptProcessingException | asyncio.CancelledError):
                 raise Interrupted(node_id)
-            raise NodeFailure(node_id, exc, {})
-        self._async_returns[node_id] = future.result()
+            if exc is not None:
+                raise NodeFailure(node_id, exc, {})
+            returns.append(call.result())
+        self._async_returns[node_id] = returns
 
     async def _step(self, node_id: str, graph: PendingGraph) -> bool:
         """Advance one node; True when it is done, False while it waits."""
@@ -358,9 +365,17 @@ class PromptRun:
             calls = call_arguments(gathered.values, node.input_is_list)
             if node.is_async:
                 self._start_async(node_id, node, calls)
-                graph.hold(node_id)
-                return False
-            returns = await self._in_thread(lambda: self._call_sync(node_id, node, calls))
+                # Let the calls take their first step now, as ComfyUI does; quick ones finish.
+                await asyncio.sleep(0)
+                if not _all_done(self._inflight[node_id]):
+                    graph.hold(node_id)
+                    return False
+                self._collect(node_id)
+                returns = self._async_returns.pop(node_id)
+            else:
+                returns = await self._in_thread(lambda: self._call_sync(node_id, node, calls))
+        except (Interrupted, NodeFailure):
+            raise
         except (InterruptProcessingException, asyncio.CancelledError):
             raise Interrupted(node_id) from None
         except Exception as exc:
@@ -401,7 +416,7 @@ class PromptRun:
             task = asyncio.create_task(fn(**kwargs), context=context)
             self._tasks.add(task)
             tasks.append(task)
-        self._inflight[node_id] = asyncio.gather(*tasks)
+        self._inflight[node_id] = tasks
 
     async def _lazy_wanted(
         self, node_id: str, node: NodeDef, values: dict[str, list[Any]], missing: set[str]
@@ -471,9 +486,6 @@ class PromptRun:
         self._cancel_inflight()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        for future in self._inflight.values():
-            if future.done() and not future.cancelled():
-                future.exception()  # retrieved, so asyncio does not log it
         self._inflight.clear()
 
     def _error_payload(self, fail: NodeFailure) -> dict[str, Any]:

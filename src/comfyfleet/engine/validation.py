@@ -1,8 +1,8 @@
 """Prompt validation with ComfyUI 0.3.64's rules, error types and response shapes.
 
 ComfyUI's `validate_inputs` calls itself for every linked node, so a long chain
-exhausts the stack and a cycle never ends. Here each node's checks run as an
-async generator that yields the id of every node it links to; a driver keeps
+exhausts the stack and a cycle never ends. Here each node's checks run as a
+generator that yields the id of every node it links to; an async driver keeps
 the generators on an explicit stack. The checks therefore run in ComfyUI's
 order, record results in ComfyUI's order, and an exception crosses exactly one
 link as it does there, at any depth. Cycles are found first, statically, and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import traceback
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import Awaitable, Generator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -43,8 +43,9 @@ _HIDDEN_AT_VALIDATION: dict[str, Any] = {
     "API_KEY_COMFY_ORG": None,
 }
 
-# ComfyUI elides combo lists longer than this from `value_not_in_list` errors.
-_MAX_LISTED_OPTIONS = 20
+# ComfyUI elides combo lists longer than this from `value_not_in_list` errors;
+# cycle listings are elided the same way.
+_MAX_LISTED = 20
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,38 @@ class ValidationResult:
     node_errors: dict[str, Any]  # {node_id: {errors, dependent_outputs, class_type}}
     prompt: Prompt  # normalized deep copy: constants converted, {"__value__": v} unwrapped
 
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio formats task results into some messages, and a
+        # full repr of a large prompt costs seconds.
+        kind = self.error["type"] if self.error else None
+        return (
+            f"ValidationResult(ok={self.ok}, error={kind!r}, outputs={self.outputs!r}, "
+            f"node_errors={list(self.node_errors)!r}, nodes={len(self.prompt)})"
+        )
+
 
 @dataclass(frozen=True)
 class _NodeResult:
     ok: bool
     errors: list[ErrorDict]
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An awaitable a node's checks need awaited (an async VALIDATE_INPUTS)."""
+
+    awaitable: Awaitable[Any]
+
+
+# A node's checks: they yield linked node ids (sent back: is that node valid?)
+# and `_Pending` awaitables (sent back: the awaited result).
+_Checks = Generator["str | _Pending", Any, None]
+
+
+@dataclass(frozen=True)
+class _ClassInputs:
+    types: InputTypes
+    declared: list[InputInfo]  # required then optional, in declaration order
 
 
 class _CycleError(RuntimeError):
@@ -187,12 +215,27 @@ def _copy_json(value: Any) -> Any:
     return top
 
 
+def _copy_value(value: Any) -> Any:
+    """`_copy_json` with a shortcut for the usual scalars and `[id, slot]` links."""
+    if isinstance(value, list) and len(value) == 2:
+        first, second = value
+        if not isinstance(first, dict | list) and not isinstance(second, dict | list):
+            return [first, second]
+    return _copy_json(value)
+
+
 def _normalize(prompt: dict[str, Any]) -> Prompt:
     """A private copy whose nodes are dicts with an `inputs` dict, for checks to convert in."""
     normalized: Prompt = {}
     for node_id, node in prompt.items():
-        copied = _copy_json(node) if isinstance(node, dict) else {}
-        if not isinstance(copied.get("inputs"), dict):
+        if not isinstance(node, dict):
+            normalized[node_id] = {"inputs": {}}
+            continue
+        copied = {key: _copy_value(value) for key, value in node.items()}
+        inputs = node.get("inputs")
+        if isinstance(inputs, dict):
+            copied["inputs"] = {name: _copy_value(value) for name, value in inputs.items()}
+        else:
             copied["inputs"] = {}
         normalized[node_id] = copied
     return normalized
@@ -233,6 +276,7 @@ def _cycles(graph: dict[str, list[str]], roots: Iterable[str]) -> list[list[str]
     on_stack: set[str] = set()
     stack: list[str] = []
     found: list[list[str]] = []
+    work: list[tuple[str, Any]] = []  # the depth-first path, each with its successor iterator
 
     def enter(node: str) -> None:
         index[node] = low[node] = len(index)
@@ -243,7 +287,6 @@ def _cycles(graph: dict[str, list[str]], roots: Iterable[str]) -> list[list[str]
     for root in roots:
         if root in index:
             continue
-        work: list[tuple[str, Any]] = []
         enter(root)
         while work:
             node, successors = work[-1]
@@ -275,12 +318,16 @@ def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]
             return component
 
 
-def _reaching(graph: dict[str, list[str]], targets: Iterable[str]) -> set[str]:
-    """Every node from which one of `targets` can be reached (the targets included)."""
+def _reverse(graph: dict[str, list[str]]) -> dict[str, list[str]]:
     reverse: dict[str, list[str]] = {node: [] for node in graph}
     for node, successors in graph.items():
         for successor in successors:
             reverse[successor].append(node)
+    return reverse
+
+
+def _reaching(reverse: dict[str, list[str]], targets: Iterable[str]) -> set[str]:
+    """Every node from which one of `targets` can be reached (the targets included)."""
     seen = set(targets)
     pending = list(seen)
     while pending:
@@ -291,6 +338,14 @@ def _reaching(graph: dict[str, list[str]], targets: Iterable[str]) -> set[str]:
     return seen
 
 
+def _cycle_details(members: list[str]) -> str:
+    """Names the nodes, eliding long cycles as ComfyUI elides long combo lists."""
+    listed = ", ".join(f"#{node_id}" for node_id in members[:_MAX_LISTED])
+    if len(members) > _MAX_LISTED:
+        listed += f", ... ({len(members)} nodes)"
+    return f"Nodes in cycle: {listed}"
+
+
 def _cycle_report(prompt: Prompt, outputs: list[str]) -> tuple[ErrorDict, dict[str, Any]] | None:
     """The `dependency_cycle` error and node_errors, if the outputs depend on a cycle."""
     graph = _link_graph(prompt)
@@ -298,31 +353,33 @@ def _cycle_report(prompt: Prompt, outputs: list[str]) -> tuple[ErrorDict, dict[s
     if not components:
         return None
     order = {node_id: position for position, node_id in enumerate(prompt)}
-    components = sorted(
-        (sorted(component, key=order.__getitem__) for component in components),
-        key=lambda component: order[component[0]],
-    )
+    reverse = _reverse(graph)
     node_errors: dict[str, Any] = {}
     for component in components:
-        details = "Nodes in cycle: " + ", ".join(f"#{node_id}" for node_id in component)
-        reaching = _reaching(graph, component)
+        component.sort(key=order.__getitem__)
+        reaching = _reaching(reverse, component)
         dependents = [output for output in outputs if output in reaching]
+        # One error object per cycle, shared by its nodes: a long cycle would
+        # otherwise cost time and memory quadratic in its length.
+        shared = error(
+            "dependency_cycle",
+            "Dependency cycle detected",
+            _cycle_details(component),
+            nodes=component,
+        )
         for node_id in component:
             node_errors[node_id] = {
-                "errors": [
-                    error(
-                        "dependency_cycle",
-                        "Dependency cycle detected",
-                        details,
-                        nodes=list(component),
-                    )
-                ],
+                "errors": [shared],
                 "dependent_outputs": list(dependents),
                 "class_type": prompt[node_id]["class_type"],
             }
     members = sorted(node_errors, key=order.__getitem__)
-    details = "Nodes in cycle: " + ", ".join(f"#{node_id}" for node_id in members)
-    whole = error("dependency_cycle", "Prompt contains a dependency cycle", details, nodes=members)
+    whole = error(
+        "dependency_cycle",
+        "Prompt contains a dependency cycle",
+        _cycle_details(members),
+        nodes=members,
+    )
     return whole, {node_id: node_errors[node_id] for node_id in members}
 
 
@@ -424,7 +481,7 @@ def _combo_error(info: InputInfo, value: Any) -> ErrorDict | None:
     if not isinstance(options, list) or value in options:
         return None
     config: Any = info.config
-    if len(options) > _MAX_LISTED_OPTIONS:
+    if len(options) > _MAX_LISTED:
         listed = f"(list of length {len(options)})"
         config = None
     else:
@@ -474,7 +531,7 @@ class _Validator:
         self.validated: dict[str, _NodeResult] = {}  # in the order nodes finished
         self.links: dict[str, list[str]] = {}
         self._running: set[str] = set()
-        self._types: dict[str, InputTypes | tuple[Exception, TracebackType | None]] = {}
+        self._types: dict[str, _ClassInputs | tuple[Exception, TracebackType | None]] = {}
 
     async def run(self, outputs: list[str]) -> ValidationResult:
         good: list[str] = []
@@ -536,22 +593,23 @@ class _Validator:
         """Validate `root` and what it links to, depth-first on an explicit stack.
 
         A node's checks yield each linked node id and are sent back whether that
-        node is valid. An exception escaping a node's checks is thrown into the
-        node that linked to it, which records it, or raised from here for `root`.
+        node is valid; they yield a `_Pending` to have an awaitable awaited. An
+        exception escaping a node's checks is thrown into the node that linked to
+        it, which records it, or raised from here for `root`.
         """
         stack = [(root, self._check_node(root))]
         self._running.add(root)
-        reply: bool | None = None
+        reply: Any = None
         failure: Exception | None = None
         while stack:
             node_id, checks = stack[-1]
             try:
                 if failure is not None:
                     thrown, failure = failure, None
-                    target = await checks.athrow(thrown)
+                    request = checks.throw(thrown)
                 else:
-                    target = await (anext(checks) if reply is None else checks.asend(reply))
-            except StopAsyncIteration:
+                    request = checks.send(reply)
+            except StopIteration:
                 stack.pop()
                 self._running.discard(node_id)
                 reply = self.validated[node_id].ok
@@ -563,23 +621,30 @@ class _Validator:
                     raise
                 failure = exc
                 continue
-            self.links.setdefault(node_id, []).append(target)
-            known = self.validated.get(target)
+            if isinstance(request, _Pending):
+                try:
+                    reply = await request.awaitable
+                except Exception as exc:
+                    failure = exc
+                continue
+            reply = None
+            self.links.setdefault(node_id, []).append(request)
+            known = self.validated.get(request)
             if known is not None:
                 reply = known.ok
-            elif target in self._running:
-                failure = _CycleError(f"dependency cycle through node {target}")
+            elif request in self._running:
+                failure = _CycleError(f"dependency cycle through node {request}")
             else:
-                stack.append((target, self._check_node(target)))
-                self._running.add(target)
-                reply = None
+                stack.append((request, self._check_node(request)))
+                self._running.add(request)
 
-    def _input_types(self, node: NodeDef) -> InputTypes:
+    def _input_types(self, node: NodeDef) -> _ClassInputs:
         """INPUT_TYPES() once per class per prompt: some list files (LoadImage)."""
         cached = self._types.get(node.name)
         if cached is None:
             try:
-                cached = node.input_types()
+                types = node.input_types()
+                cached = _ClassInputs(types, types.declared())
             except Exception as exc:
                 cached = (exc, exc.__traceback__)
             self._types[node.name] = cached
@@ -587,15 +652,16 @@ class _Validator:
             raise cached[0].with_traceback(cached[1])
         return cached
 
-    async def _check_node(self, node_id: str) -> AsyncGenerator[str, bool | None]:
+    def _check_node(self, node_id: str) -> _Checks:
         """ComfyUI's `validate_inputs` for one node, yielding each node it links to."""
         inputs: dict[str, Any] = self.prompt[node_id]["inputs"]
         node = _node_def(self.registry, self.prompt[node_id])
-        types = self._input_types(node)
+        class_inputs = self._input_types(node)
+        types = class_inputs.types
         errors: list[ErrorDict] = []
         received: dict[str, Any] = {}
         valid = True
-        for info in types.declared():
+        for info in class_inputs.declared:
             if info.name not in inputs:
                 if info.category == "required":
                     errors.append(
@@ -623,7 +689,7 @@ class _Validator:
                 problem = checked
             if problem is not None:
                 errors.append(problem)
-        errors += await self._custom_validation(node_id, node, types, received)
+        errors += yield from self._custom_validation(node_id, node, types, received)
         self.validated[node_id] = _NodeResult(valid and not errors, errors)
 
     def _check_link(
@@ -661,16 +727,16 @@ class _Validator:
             )
         return str(source_id)
 
-    async def _custom_validation(
+    def _custom_validation(
         self, node_id: str, node: NodeDef, types: InputTypes, received: dict[str, Any]
-    ) -> list[ErrorDict]:
+    ) -> Generator[_Pending, Any, list[ErrorDict]]:
         """Call VALIDATE_INPUTS; anything but True fails every input it was given."""
         if node.validate_fn is None:
             return []
         kwargs = self._validate_kwargs(node_id, node, types, received)
         result = node.validate_fn(**kwargs)
         if inspect.isawaitable(result):
-            result = await result
+            result = yield _Pending(result)
         if result is True or isinstance(result, ExecutionBlocker):
             return []
         suffix = "" if result is False else f" - {result}"

@@ -180,7 +180,12 @@ class Hidden:
     def run(self, value: int, prompt: Any, unique_id: str, extra_pnginfo: Any, dynprompt: Any):
         return {
             "ui": {
-                "seen": [sorted(prompt), unique_id, extra_pnginfo, dynprompt.get_node(unique_id)["class_type"]]
+                "seen": [
+                    sorted(prompt),
+                    unique_id,
+                    extra_pnginfo,
+                    dynprompt.get_node(unique_id)["class_type"],
+                ]
             }
         }
 
@@ -214,11 +219,9 @@ class Counter:
         return (value,)
 
 
-TEST_NODES = {
-    cls.__name__: cls
-    for cls in (Const, Many, AddOne, Collect, Show, Switch, Gate, Cancellable, BlockingSleep)
-    + (Hidden, BadReturn, Counter)
-}
+NODE_CLASSES: tuple[type, ...] = (Const, Many, AddOne, Collect, Show, Switch, Gate, Cancellable)
+NODE_CLASSES += (BlockingSleep, Hidden, BadReturn, Counter)
+TEST_NODES = {cls.__name__: cls for cls in NODE_CLASSES}
 
 
 @pytest.fixture
@@ -231,7 +234,10 @@ def registry(registry: NodeRegistry) -> NodeRegistry:
 
 def sleep_prompt(seconds: float, color: int = 0, sleepers: int = 1) -> dict[str, Any]:
     prompt: dict[str, Any] = {
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color}},
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color},
+        },
     }
     last = "1"
     for i in range(sleepers):
@@ -260,7 +266,9 @@ async def test_twenty_prompts_run_concurrently_and_one_is_interrupted(engine: En
     started = time.monotonic()
     runs = [
         asyncio.create_task(
-            engine.run_prompt(sleep_prompt(1.0, color=i), prompt_id=f"p{i}", sink=sinks[i], handle=handles[i])
+            engine.run_prompt(
+                sleep_prompt(1.0, color=i), prompt_id=f"p{i}", sink=sinks[i], handle=handles[i]
+            )
         )
         for i in range(20)
     ]
@@ -298,8 +306,12 @@ async def test_identical_prompt_is_fully_cached(engine: Engine) -> None:
     assert second.messages("executed")[0].data["output"] == r1.outputs["3"]
     assert r2.outputs == r1.outputs
     assert second.types() == [
-        "execution_start", "execution_cached", "executed", "progress_state",
-        "execution_success", "executing",
+        "execution_start",
+        "execution_cached",
+        "executed",
+        "progress_state",
+        "execution_success",
+        "executing",
     ]
 
 
@@ -325,8 +337,12 @@ async def test_cache_is_bounded(registry: NodeRegistry, tmp_path: Any) -> None:
     engine = Engine(registry, Folders.under(tmp_path), cache_entries=2)
     try:
         for value in range(5):
-            await engine.run_prompt({"1": {"class_type": "Const", "inputs": {"value": value}},
-                                     "2": {"class_type": "Show", "inputs": {"value": ["1", 0]}}})
+            await engine.run_prompt(
+                {
+                    "1": {"class_type": "Const", "inputs": {"value": value}},
+                    "2": {"class_type": "Show", "inputs": {"value": ["1", 0]}},
+                }
+            )
         assert len(engine.cache) == 2
     finally:
         engine.close()
@@ -396,7 +412,10 @@ async def test_lazy_inputs_evaluate_only_the_chosen_branch(engine: Engine) -> No
         return {
             "1": {"class_type": "Const", "inputs": {"value": 1}},
             "2": {"class_type": "Const", "inputs": {"value": 2}},
-            "3": {"class_type": "Switch", "inputs": {"choose_a": choose_a, "a": ["1", 0], "b": ["2", 0]}},
+            "3": {
+                "class_type": "Switch",
+                "inputs": {"choose_a": choose_a, "a": ["1", 0], "b": ["2", 0]},
+            },
             "4": {"class_type": "Show", "inputs": {"value": ["3", 0]}},
         }
 
@@ -422,7 +441,9 @@ async def test_execution_blocker_skips_downstream_without_failing(engine: Engine
 
 async def test_hidden_inputs_reach_the_node(engine: Engine) -> None:
     prompt = {"7": {"class_type": "Hidden", "inputs": {"value": 1}}}
-    _, result = await engine.run_prompt(prompt, extra_data={"extra_pnginfo": {"workflow": {"a": 1}}})
+    _, result = await engine.run_prompt(
+        prompt, extra_data={"extra_pnginfo": {"workflow": {"a": 1}}}
+    )
     assert result is not None
     assert result.outputs["7"]["seen"] == [["7"], "7", {"workflow": {"a": 1}}, "Hidden"]
 

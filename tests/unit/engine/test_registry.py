@@ -9,7 +9,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
 
-GOOD_PACK = '''
+GOOD_PACK = """
 class Doubler:
     @classmethod
     def INPUT_TYPES(cls):
@@ -44,7 +44,7 @@ class EmptyImage:  # tries to replace a built-in
 
 NODE_CLASS_MAPPINGS = {"Doubler": Doubler, "ShowInt": ShowInt, "EmptyImage": EmptyImage}
 NODE_DISPLAY_NAME_MAPPINGS = {"Doubler": "Double It"}
-'''
+"""
 
 
 def write_packs(root: Path) -> Path:

@@ -157,6 +157,8 @@ class AsyncValidated:
     @classmethod
     async def VALIDATE_INPUTS(cls, name: str) -> Any:
         await asyncio.sleep(0)
+        if name == "boom":
+            raise ValueError("async boom")
         return True if name == "good" else f"bad name {name}"
 
     RETURN_TYPES = ("IMAGE",)
@@ -509,6 +511,16 @@ async def test_constants_are_converted_and_unwrapped_in_a_copy() -> None:
     }
 
 
+async def test_normalized_prompt_keeps_key_order() -> None:
+    prompt = {"3": {"inputs": {"images": ["1", 0]}, "_meta": {"title": "t"}, "class_type": "Sink"}}
+    prompt["1"] = node("Source", mode="a", width="8")
+    result = await validate(prompt)
+    assert result.ok
+    assert list(result.prompt) == ["3", "1"]
+    assert list(result.prompt["3"]) == ["inputs", "_meta", "class_type"]
+    assert list(result.prompt["1"]["inputs"].items()) == [("mode", "a"), ("width", 8)]
+
+
 async def test_inputs_missing_or_not_an_object_count_as_empty() -> None:
     result = await validate({"3": {"class_type": "Sink", "inputs": [1, 2]}})
     assert only_error(result, "3")["type"] == "required_input_missing"
@@ -599,6 +611,14 @@ async def test_custom_validation_failed() -> None:
         "extra_info": {"input_name": "name"},
     }
     assert (await validate(chain(**{"1": node("AsyncValidated", name="good")}))).ok
+
+
+async def test_async_validate_inputs_raising() -> None:
+    result = await validate(chain(**{"1": node("AsyncValidated", name="boom")}))
+    error = only_error(result, "1")
+    assert error["type"] == "exception_during_inner_validation"
+    assert error["details"] == "async boom"
+    assert error["extra_info"]["exception_type"] == "ValueError"
 
 
 async def test_validate_inputs_with_input_types_skips_the_type_check() -> None:
@@ -736,9 +756,7 @@ async def test_self_loop_and_only_cycle_members_reported() -> None:
 
 
 async def test_cycle_not_reachable_from_outputs_is_ignored() -> None:
-    prompt = chain(
-        **{"7": node("Invert", image=["8", 0]), "8": node("Invert", image=["7", 0])}
-    )
+    prompt = chain(**{"7": node("Invert", image=["8", 0]), "8": node("Invert", image=["7", 0])})
     assert (await validate(prompt)).ok
     assert (await validate(chain(**{"7": node("Sink", images=["7", 0])}), ["3"])).ok
 
@@ -788,6 +806,9 @@ async def test_long_cycle() -> None:
     result = await validate(prompt)
     assert result.error is not None and result.error["type"] == "dependency_cycle"
     assert len(result.node_errors) == 3000
+    listed = ", ".join(f"#{i}" for i in range(20))
+    assert result.error["details"] == f"Nodes in cycle: {listed}, ... (3000 nodes)"
+    assert len(result.error["extra_info"]["nodes"]) == 3000
 
 
 JUNK = [
@@ -812,8 +833,9 @@ async def test_junk_never_raises(prompt: Any) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
     max_leaves=12,
 )
 node_ids = st.sampled_from(["1", "2", "3", "4", "x"])
@@ -821,9 +843,15 @@ links = st.tuples(node_ids, st.integers(-2, 3) | st.floats() | st.booleans()).ma
 input_values = links | json_values | st.fixed_dictionaries({"__value__": json_values})
 class_types = st.sampled_from([*REGISTRY.nodes, "Nope"]) | json_values
 input_names = st.sampled_from(["image", "images", "value", "width", "mode", "number", "choice"])
-nodes = st.fixed_dictionaries(
-    {"class_type": class_types, "inputs": st.dictionaries(input_names, input_values, max_size=5)}
-) | json_values
+nodes = (
+    st.fixed_dictionaries(
+        {
+            "class_type": class_types,
+            "inputs": st.dictionaries(input_names, input_values, max_size=5),
+        }
+    )
+    | json_values
+)
 prompts = st.dictionaries(node_ids, nodes, max_size=5) | json_values
 targets = st.none() | st.lists(node_ids, max_size=3) | json_values
 

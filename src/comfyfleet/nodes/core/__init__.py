@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from comfyfleet.nodes.core import batch, files, images, preview, primitives, transform
+from comfyfleet.nodes.core import batch, files, images, preview, primitives, transform, websocket
 
-_MODULES = (images, transform, batch, files, primitives, preview)
+_MODULES = (images, transform, batch, files, primitives, preview, websocket)
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {}
-NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}
+NODE_DISPLAY_NAME_MAPPINGS: dict[str, str | None] = {}
 # The module ComfyUI reports for each node in object_info, so clients see the same origin.
 PYTHON_MODULES: dict[str, str] = {}
 

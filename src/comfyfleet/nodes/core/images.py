@@ -131,7 +131,9 @@ NODE_CLASS_MAPPINGS: dict[str, type] = {
     "GetImageSize": GetImageSize,
 }
 
-NODE_DISPLAY_NAME_MAPPINGS = {
+# None: ComfyUI sends `display_name: null` for ImageBlend.
+NODE_DISPLAY_NAME_MAPPINGS: dict[str, str | None] = {
+    "ImageBlend": None,
     "ImageInvert": "Invert Image",
     "GetImageSize": "Get Image Size",
 }
