@@ -155,3 +155,62 @@ def encode_preview(image: Image.Image, fmt: str = "JPEG", max_size: int | None =
 def batch_count(value: Any) -> int:
     """Frames in an IMAGE batch."""
     return int(np.asarray(value).shape[0])
+
+
+def has_alpha(image: Image.Image) -> bool:
+    """True when the picture carries transparency (an alpha band or a transparent palette entry)."""
+    return "A" in image.getbands() or "transparency" in image.info
+
+
+def encode_web_preview(image: Image.Image, fmt: str, quality: int, keep_alpha: bool = True) -> bytes:
+    """`/view?preview=` bytes: WEBP or JPEG at `quality` (clamped to 0..100).
+
+    JPEG has no alpha, so it always gets RGB; WEBP keeps transparency unless told not to.
+    """
+    fmt = fmt.upper()
+    if fmt not in ("WEBP", "JPEG"):
+        raise ValueError(f"unsupported preview format {fmt!r}")
+    alpha = keep_alpha and fmt == "WEBP" and has_alpha(image)
+    converted = image.convert("RGBA" if alpha else "RGB")
+    buf = io.BytesIO()
+    converted.save(buf, format=fmt, quality=max(0, min(100, quality)))
+    return buf.getvalue()
+
+
+def rgb_png(image: Image.Image) -> bytes:
+    """The colour channels only, as PNG (alpha dropped, not composited: ComfyUI's `channel=rgb`)."""
+    return encode_png(image.convert("RGB"))
+
+
+def alpha_png(image: Image.Image) -> bytes:
+    """The alpha channel as a black RGBA PNG with that alpha (ComfyUI's `channel=a`).
+
+    A picture without transparency is fully opaque.
+    """
+    if has_alpha(image):
+        alpha = image.convert("RGBA").getchannel("A")
+    else:
+        alpha = Image.new("L", image.size, 255)
+    out = Image.new("RGBA", image.size, (0, 0, 0, 0))
+    out.putalpha(alpha)
+    return encode_png(out)
+
+
+def png_text(image: Image.Image) -> dict[str, str]:
+    """The PNG text chunks of an opened picture ({} for other formats)."""
+    text = getattr(image, "text", None) or {}
+    return {str(key): str(value) for key, value in text.items()}
+
+
+def masked_png(original: Image.Image, mask: Image.Image) -> bytes:
+    """`original` with its alpha replaced by the alpha of `mask`, as PNG keeping its text chunks.
+
+    This is what the mask editor uploads to `/upload/mask`. Raises ValueError when the
+    two pictures differ in size.
+    """
+    if original.size != mask.size:
+        raise ValueError(f"mask size {mask.size} differs from image size {original.size}")
+    text = png_text(original)
+    out = original.convert("RGBA")
+    out.putalpha(mask.convert("RGBA").getchannel("A"))
+    return encode_png(out, text, compress_level=4)

@@ -1,4 +1,4 @@
-"""The `comfyfleet` command: run, validate and list nodes."""
+"""The `comfyfleet` command: serve, run, validate and list nodes."""
 
 from __future__ import annotations
 
@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--input-dir", type=Path, default=Path("input"))
     _engine_args(validate)
 
+    from comfyfleet.cli.serve import add_serve_parser
+
+    add_serve_parser(commands)
+
     nodes = commands.add_parser("nodes", help="list the loaded nodes and packs that failed")
     nodes.add_argument("--json", action="store_true", help="print object_info and failures as JSON")
     _engine_args(nodes)
@@ -58,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from comfyfleet.cli.serve import serve_main
+
+        return serve_main(args)
     if args.command == "nodes":
         from comfyfleet.cli.nodes import list_nodes
 

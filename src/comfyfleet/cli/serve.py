@@ -1,0 +1,85 @@
+"""`comfyfleet serve`: the ComfyUI-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from comfyfleet.server.config import ConfigError, ServerConfig, load_config
+
+log = logging.getLogger("comfyfleet")
+
+
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = commands.add_parser(
+        "serve",
+        help="run the ComfyUI-compatible server",
+        description="Settings come from --config FILE (TOML), then COMFYFLEET_* variables, "
+        "then these flags.",
+    )
+    serve.add_argument("--config", type=Path, help="TOML config file")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir", type=Path, help="SQLite store, inputs and outputs")
+    serve.add_argument("--local-slots", type=int, help="prompts run at once by the built-in engine")
+    serve.add_argument("--custom-nodes", action="append", type=Path, metavar="DIR")
+    serve.add_argument("--testing-nodes", action="store_true", default=None)
+    serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
+    serve.add_argument("--history-max-entries", type=int)
+    serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
+    serve.add_argument("--shutdown-grace", type=float, help="seconds running prompts get on SIGTERM")
+    serve.add_argument("--log-level", default="INFO")
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "host", "port", "data_dir", "local_slots", "custom_nodes", "testing_nodes",
+            "max_pending", "history_max_entries", "history_max_age", "shutdown_grace",
+        )
+    }
+    try:
+        config = load_config(args.config, overrides=overrides)
+    except ConfigError as exc:
+        print(f"comfyfleet: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: ServerConfig) -> int:
+    from comfyfleet.server.app import build_app
+    from comfyfleet.server.gateway import Gateway
+
+    gateway = Gateway.create(config)
+    runner = web.AppRunner(build_app(gateway), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", config.host, config.port, exc)
+        await runner.cleanup()
+        return 1
+    log.info(
+        "comfyfleet listening on http://%s:%s, data in %s",
+        config.host, config.port, config.data_dir.resolve(),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: running prompts get %.0f s to finish", config.shutdown_grace)
+    await runner.cleanup()  # stops accepting, then the gateway drains (app on_shutdown)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,1 @@
+"""Lanes: places a prompt can run (the built-in engine, remote ComfyUI instances)."""

@@ -1,0 +1,1 @@
+"""Scheduling: admission, dispatch of queued jobs to lane slots, cancellation."""

@@ -1,0 +1,1 @@
+"""The aiohttp server: ComfyUI's routes, the jobs API and the WebSocket hub."""

@@ -1,0 +1,44 @@
+"""The aiohttp application: middlewares, every route, and the gateway's life cycle."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from comfyfleet import __version__
+from comfyfleet.server.files import file_routes
+from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.jobs import job_routes
+from comfyfleet.server.middleware import json_errors, origin_check
+from comfyfleet.server.prompts import prompt_routes
+from comfyfleet.server.routing import install
+from comfyfleet.server.system import system_routes
+from comfyfleet.server.ws import ws_routes
+
+
+def build_app(gateway: Gateway) -> web.Application:
+    config = gateway.config
+    app = web.Application(
+        client_max_size=config.max_upload_bytes, middlewares=[json_errors, origin_check]
+    )
+    app[GATEWAY] = gateway
+    install(app, prompt_routes() + job_routes() + ws_routes())
+    install(app, file_routes(gateway.folders, max_upload_bytes=config.max_upload_bytes))
+    install(
+        app,
+        system_routes(
+            gateway.engine,
+            version=__version__,
+            max_upload_bytes=config.max_upload_bytes,
+            models_root=config.data_dir / "models",
+        ),
+    )
+
+    async def start(_app: web.Application) -> None:
+        await gateway.start()
+
+    async def stop(_app: web.Application) -> None:
+        await gateway.stop()
+
+    app.on_startup.append(start)
+    app.on_shutdown.append(stop)
+    return app

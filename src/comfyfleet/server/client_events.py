@@ -1,0 +1,124 @@
+"""Routes each job's events to the client that submitted it, and queue status to all.
+
+A job without a client_id sends its per-prompt events to no one: they stay
+readable in history and the jobs API. The last `executing` and
+`progress_state` of each running job are kept so a client that reconnects
+can be brought up to date.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
+from comfyfleet.protocol import events
+from comfyfleet.server.hub import Hub
+from comfyfleet.store.records import Job, JobStatus
+
+
+@dataclass
+class _Latest:
+    client_id: str
+    executing: dict[str, Any] | None = None
+    progress_state: dict[str, Any] | None = None
+
+
+class StatusBroadcaster:
+    """`status` frames on queue changes: immediate while quiet, coalesced under load.
+
+    A token bucket allows bursts of `burst` frames, refilled at `rate` per second;
+    beyond that, changes are folded into one frame sent when a token is back.
+    """
+
+    def __init__(self, hub: Hub, *, rate: float = 20.0, burst: int = 10) -> None:
+        self.hub = hub
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._stamp = time.monotonic()
+        self._latest = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def changed(self, remaining: int) -> None:
+        self._latest = remaining
+        if self._timer is not None:
+            return  # a folded frame is already due
+        self._refill()
+        if self._tokens >= 1:
+            self._send()
+        else:
+            delay = (1 - self._tokens) / self.rate
+            self._timer = asyncio.get_running_loop().call_later(delay, self._deferred)
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def _deferred(self) -> None:
+        self._timer = None
+        self._refill()
+        self._send()
+
+    def _send(self) -> None:
+        self._tokens -= 1
+        self.hub.broadcast_json("status", events.status(self._latest))
+
+    def flush(self) -> None:
+        """Send a folded frame now (before a done signal, so clients see the count first)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._send()
+
+
+@dataclass
+class ClientRouter:
+    hub: Hub
+    status: StatusBroadcaster
+    _latest: dict[str, _Latest] = field(default_factory=dict)
+
+    def job_event(self, job: Job, event: EngineEvent) -> None:
+        client_id = job.client_id
+        if not client_id:
+            return
+        if isinstance(event, Message):
+            self._remember(job, event)
+            self.hub.send_json(client_id, event.type, event.data)
+        elif isinstance(event, PreviewImage):
+            self.hub.send_preview(client_id, event)
+        elif isinstance(event, ProgressText):
+            self.hub.send_text(client_id, event)
+
+    def _remember(self, job: Job, message: Message) -> None:
+        if message.type not in ("executing", "progress_state", "execution_start"):
+            return
+        latest = self._latest.setdefault(job.prompt_id, _Latest(job.client_id or ""))
+        if message.type == "executing":
+            latest.executing = message.data
+        elif message.type == "progress_state":
+            latest.progress_state = message.data
+
+    def job_finished(self, job: Job, status: JobStatus) -> None:
+        self._latest.pop(job.prompt_id, None)
+        if job.client_id:
+            self.status.flush()
+            self.hub.send_json(job.client_id, "executing", events.executing(job.prompt_id, None))
+
+    def queue_changed(self, remaining: int) -> None:
+        self.status.changed(remaining)
+
+    def catch_up(self, client_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """The current `executing` / `progress_state` of the client's running jobs."""
+        frames: list[tuple[str, dict[str, Any]]] = []
+        for latest in self._latest.values():
+            if latest.client_id != client_id:
+                continue
+            if latest.executing is not None:
+                frames.append(("executing", latest.executing))
+            if latest.progress_state is not None:
+                frames.append(("progress_state", latest.progress_state))
+        return frames

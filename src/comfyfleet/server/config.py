@@ -1,0 +1,103 @@
+"""Server settings: defaults, then a TOML file, then COMFYFLEET_* variables, then flags."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8188
+    data_dir: Path = Path("data")
+    local_slots: int = 8
+    custom_nodes: tuple[Path, ...] = ()
+    testing_nodes: bool = False
+    max_pending: int = 10_000
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD
+    history_max_entries: int | None = None
+    history_max_age: float | None = None  # seconds
+    shutdown_grace: float = 30.0
+    cache_entries: int = 1024
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
+
+    @property
+    def database(self) -> Path:
+        return self.data_dir / "comfyfleet.db"
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `15m`, `12h`, `30d`, `2w` to seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 90s, 15m, 12h, 30d)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kinds = {f.name: f.type for f in fields(ServerConfig)}
+    kind = str(kinds[name])
+    try:
+        if name == "history_max_age":
+            return None if value in (None, "") else (
+                float(value) if isinstance(value, int | float) else parse_duration(str(value))
+            )
+        if name == "custom_nodes":
+            items = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
+            return tuple(Path(p) for p in items if str(p))
+        if name == "data_dir":
+            return Path(value)
+        if name == "testing_nodes":
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        if "int" in kind:
+            return None if value in (None, "") else int(value)
+        if "float" in kind:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad value for {name}: {value!r} ({exc})") from None
+
+
+def load_config(
+    config_file: Path | None = None,
+    env: dict[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> ServerConfig:
+    known = {f.name for f in fields(ServerConfig)} - {"extra"}
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc}") from None
+        for key, value in data.items():
+            name = key.replace("-", "_")
+            (values if name in known else extra)[name] = value
+    for key, value in (os.environ if env is None else env).items():
+        if key.startswith("COMFYFLEET_"):
+            name = key[len("COMFYFLEET_") :].lower()
+            if name in known:
+                values[name] = value
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    config = replace(ServerConfig(), **{k: _coerce(k, v) for k, v in values.items()}, extra=extra)
+    if config.local_slots < 0:
+        raise ConfigError("local_slots must be >= 0")
+    if not 0 < config.port < 65536:
+        raise ConfigError(f"port out of range: {config.port}")
+    return config

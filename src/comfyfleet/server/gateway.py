@@ -1,0 +1,95 @@
+"""The gateway: every long-lived part of a running server, started and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from comfyfleet.engine.executor import Engine
+from comfyfleet.engine.registry import build_registry
+from comfyfleet.folders import Folders
+from comfyfleet.lanes.local import LocalLane
+from comfyfleet.scheduler.scheduler import Scheduler
+from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
+from comfyfleet.server.config import ServerConfig
+from comfyfleet.server.hub import Hub
+from comfyfleet.store.base import JobStore
+from comfyfleet.store.sqlite import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Gateway:
+    config: ServerConfig
+    folders: Folders
+    engine: Engine
+    store: JobStore
+    hub: Hub
+    router: ClientRouter
+    scheduler: Scheduler
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, config: ServerConfig) -> Gateway:
+        folders = Folders.under(config.data_dir).ensure()
+        registry = build_registry(testing=config.testing_nodes, custom_nodes=config.custom_nodes)
+        for failure in registry.failures:
+            log.warning("node pack %s skipped: %s", failure.pack, failure.error)
+        engine = Engine(registry, folders, cache_entries=config.cache_entries)
+        store = SQLiteStore(config.database)
+        hub = Hub()
+        router = ClientRouter(hub, StatusBroadcaster(hub))
+        lanes = [LocalLane(engine, config.local_slots)] if config.local_slots else []
+        scheduler = Scheduler(store, lanes, router, max_pending=config.max_pending)
+        return cls(config, folders, engine, store, hub, router, scheduler)
+
+    async def start(self) -> None:
+        await self.store.open()
+        await self.scheduler.start()
+        if self.config.history_max_entries or self.config.history_max_age:
+            self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
+
+    async def stop(self) -> None:
+        await self.scheduler.stop(self.config.shutdown_grace)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.hub.close_all()
+        await self.store.close()
+        self.engine.close()
+
+    async def prune_once(self) -> int:
+        """Apply the retention settings now; returns the number of files removed."""
+        files = await self.store.prune_history(
+            max_entries=self.config.history_max_entries,
+            max_age_seconds=self.config.history_max_age,
+        )
+
+        def remove() -> int:
+            removed = 0
+            for item in files:
+                folder = self.folders.of_type(item.type)
+                if folder is None:
+                    continue
+                with contextlib.suppress(OSError):
+                    (folder / item.subfolder / item.filename).unlink()
+                    removed += 1
+            return removed
+
+        return await asyncio.to_thread(remove)
+
+    async def _retention(self) -> None:
+        while True:
+            try:
+                await self.prune_once()
+            except Exception:
+                log.exception("history retention failed")
+            await asyncio.sleep(60)
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

@@ -1,0 +1,118 @@
+"""The WebSocket hub: sockets by client id, each with its own bounded send queue.
+
+Events are addressed to a client id, never to a server-wide "current client".
+A slow socket never slows the others: each has its own queue and writer task,
+and one that falls too far behind is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import defaultdict
+from typing import Any
+
+from aiohttp import web
+
+from comfyfleet.engine.events import PreviewImage, ProgressText
+from comfyfleet.protocol import frames
+
+log = logging.getLogger(__name__)
+
+MAX_BACKLOG = 10_000
+
+
+class ClientSocket:
+    def __init__(self, sid: str, ws: web.WebSocketResponse) -> None:
+        self.sid = sid
+        self.ws = ws
+        self.supports_preview_metadata = False
+        self._queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self._writer = asyncio.create_task(self._write(), name=f"ws-writer-{sid}")
+
+    def send(self, payload: str | bytes) -> None:
+        if self._queue.qsize() >= MAX_BACKLOG:
+            log.warning("closing a websocket that fell behind", extra={"sid": self.sid})
+            self.close()
+            return
+        self._queue.put_nowait(payload)
+
+    def send_json(self, event: str, data: Any) -> None:
+        self.send(json.dumps({"type": event, "data": data}))
+
+    def close(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def _write(self) -> None:
+        try:
+            while (payload := await self._queue.get()) is not None:
+                if isinstance(payload, bytes):
+                    await self.ws.send_bytes(payload)
+                else:
+                    await self.ws.send_str(payload)
+        except (ConnectionError, RuntimeError):
+            pass  # the peer went away; the reader side cleans up
+        finally:
+            if not self.ws.closed:
+                await self.ws.close()
+
+    async def drain_and_stop(self) -> None:
+        self.close()
+        await asyncio.gather(self._writer, return_exceptions=True)
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._clients: dict[str, set[ClientSocket]] = defaultdict(set)
+
+    def attach(self, sock: ClientSocket) -> None:
+        self._clients[sock.sid].add(sock)
+
+    def detach(self, sock: ClientSocket) -> None:
+        sockets = self._clients.get(sock.sid)
+        if sockets is not None:
+            sockets.discard(sock)
+            if not sockets:
+                del self._clients[sock.sid]
+
+    def connected(self, client_id: str) -> bool:
+        return client_id in self._clients
+
+    def count(self) -> int:
+        return sum(len(s) for s in self._clients.values())
+
+    def send_json(self, client_id: str, event: str, data: Any) -> None:
+        sockets = self._clients.get(client_id)
+        if sockets:
+            message = json.dumps({"type": event, "data": data})
+            for sock in sockets:
+                sock.send(message)
+
+    def broadcast_json(self, event: str, data: Any) -> None:
+        message = json.dumps({"type": event, "data": data})
+        for sockets in self._clients.values():
+            for sock in sockets:
+                sock.send(message)
+
+    def send_preview(self, client_id: str, preview: PreviewImage) -> None:
+        """Code 4 for clients that announced `supports_preview_metadata`, else code 1."""
+        plain = rich = None
+        for sock in self._clients.get(client_id, ()):
+            if sock.supports_preview_metadata:
+                rich = rich or frames.preview_with_metadata(preview.metadata(), preview.data)
+                sock.send(rich)
+            else:
+                plain = plain or frames.preview_image(preview.format, preview.data)
+                sock.send(plain)
+
+    def send_text(self, client_id: str, text: ProgressText) -> None:
+        sockets = self._clients.get(client_id)
+        if sockets:
+            frame = frames.text(text.node_id, text.text)
+            for sock in sockets:
+                sock.send(frame)
+
+    async def close_all(self) -> None:
+        sockets = [s for group in self._clients.values() for s in group]
+        await asyncio.gather(*(s.drain_and_stop() for s in sockets), return_exceptions=True)

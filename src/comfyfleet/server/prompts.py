@@ -1,0 +1,198 @@
+"""ComfyUI's queue routes: /prompt, /queue, /history, /interrupt."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from comfyfleet.protocol.errors import error, prompt_error_body
+from comfyfleet.scheduler.scheduler import QueueFull
+from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.routing import Route, empty_ok
+from comfyfleet.store.records import NewJob
+
+#: ComfyUI's own cap for GET /history without max_items.
+HISTORY_DEFAULT_MAX = 10_000
+#: extra_data keys that carry credentials: used while running, never stored.
+SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
+
+
+def bad_request(type_: str, message: str, details: str = "") -> web.Response:
+    return web.json_response(prompt_error_body(error(type_, message, details)), status=400)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as JSON; empty bodies read as {}."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise web.HTTPBadRequest(
+            text=json.dumps(prompt_error_body(error("invalid_json", "Request body is not JSON", str(exc)))),
+            content_type="application/json",
+        ) from None
+
+
+async def post_prompt(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        return bad_request("invalid_prompt", "The request body must be a JSON object")
+    try:
+        number, front = await _queue_number(gw, body)
+    except (TypeError, ValueError):
+        return bad_request("invalid_prompt", "number must be a number", repr(body.get("number")))
+    if "prompt" not in body:
+        return bad_request("no_prompt", "No prompt provided", "No prompt provided")
+    targets = body.get("partial_execution_targets")
+    if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+        return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
+    checked = await gw.engine.validate(body["prompt"], targets)
+    if not checked.ok:
+        return web.json_response(prompt_error_body(checked.error or {}, checked.node_errors), status=400)
+    new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
+    if isinstance(new, web.Response):
+        return new
+    if await gw.store.get(new.prompt_id) is not None:
+        return bad_request("duplicate_prompt_id", "A prompt with this prompt_id already exists", new.prompt_id)
+    try:
+        await gw.scheduler.submit(new)
+    except QueueFull as full:
+        body = prompt_error_body(error("queue_full", "Too many prompts are pending", str(full)))
+        return web.json_response(
+            body, status=429, headers={"Retry-After": str(max(1, round(full.retry_after)))}
+        )
+    return web.json_response(
+        {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
+    )
+
+
+async def _queue_number(gw: Gateway, body: dict[str, Any]) -> tuple[float, bool]:
+    """ComfyUI's numbering: an explicit number as a float, else the counter (negated for front).
+
+    The counter advances on every request without a number, accepted or not.
+    """
+    if "number" in body:
+        value = body["number"]
+        if isinstance(value, bool):
+            raise TypeError("number")
+        return float(value), False
+    counter = await gw.store.next_number()
+    front = bool(body.get("front"))
+    return (-counter if front else counter), front
+
+
+def _new_job(
+    body: dict[str, Any],
+    prompt: dict[str, Any],
+    outputs: list[str],
+    node_errors: dict[str, Any],
+    number: float,
+    front: bool,
+) -> NewJob | web.Response:
+    extra = body.get("extra_data", {})
+    if not isinstance(extra, dict):
+        return bad_request("invalid_prompt", "extra_data must be a JSON object")
+    client_id = body.get("client_id")
+    if client_id is not None and not isinstance(client_id, str):
+        return bad_request("invalid_prompt", "client_id must be a string")
+    extra = {k: v for k, v in extra.items() if k not in SENSITIVE_EXTRA_DATA_KEYS}
+    if client_id:
+        extra["client_id"] = client_id
+    prompt_id = body.get("prompt_id") or str(uuid.uuid4())
+    if not isinstance(prompt_id, str) or len(prompt_id) > 200:
+        return bad_request("invalid_prompt", "prompt_id must be a string of at most 200 characters")
+    return NewJob(prompt_id, number, front, prompt, extra, outputs, client_id or None, node_errors)
+
+
+async def get_prompt(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    return web.json_response({"exec_info": {"queue_remaining": gw.scheduler.queue_remaining}})
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    running, pending = await request.app[GATEWAY].store.queue()
+    return web.json_response(
+        {
+            "queue_running": [job.queue_item() for job in running],
+            "queue_pending": [job.queue_item() for job in pending],
+        }
+    )
+
+
+def _id_list(body: Any, key: str) -> list[str]:
+    values = body.get(key) if isinstance(body, dict) else None
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+
+async def post_queue(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    body = await read_json(request)
+    if isinstance(body, dict) and body.get("clear"):
+        await gw.scheduler.clear_pending()
+    ids = _id_list(body, "delete")
+    if ids:
+        await gw.scheduler.delete_pending(ids)
+    return empty_ok()
+
+
+def _int_param(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
+
+
+async def get_history(request: web.Request) -> web.Response:
+    max_items = _int_param(request, "max_items")
+    offset = _int_param(request, "offset")
+    if max_items is None and (offset is None or offset < 0):
+        max_items = HISTORY_DEFAULT_MAX
+    entries = await request.app[GATEWAY].store.history(max_items, offset)
+    return web.json_response({e.job.prompt_id: e.comfy() for e in entries})
+
+
+async def get_history_entry(request: web.Request) -> web.Response:
+    prompt_id = request.match_info["prompt_id"]
+    entry = await request.app[GATEWAY].store.history_entry(prompt_id)
+    return web.json_response({prompt_id: entry.comfy()} if entry else {})
+
+
+async def post_history(request: web.Request) -> web.Response:
+    store = request.app[GATEWAY].store
+    body = await read_json(request)
+    if isinstance(body, dict) and body.get("clear"):
+        await store.clear_history()
+    ids = _id_list(body, "delete")
+    if ids:
+        await store.delete_history(ids)
+    return empty_ok()
+
+
+async def post_interrupt(request: web.Request) -> web.Response:
+    """With `prompt_id`: that prompt only (if running). Without: every running prompt."""
+    body = await read_json(request)
+    prompt_id = body.get("prompt_id") if isinstance(body, dict) else None
+    request.app[GATEWAY].scheduler.interrupt(prompt_id if isinstance(prompt_id, str) else None)
+    return empty_ok()
+
+
+def prompt_routes() -> list[Route]:
+    return [
+        Route("POST", "/prompt", post_prompt),
+        Route("GET", "/prompt", get_prompt),
+        Route("GET", "/queue", get_queue),
+        Route("POST", "/queue", post_queue),
+        Route("GET", "/history", get_history),
+        Route("GET", "/history/{prompt_id}", get_history_entry),
+        Route("POST", "/history", post_history),
+        Route("POST", "/interrupt", post_interrupt),
+    ]

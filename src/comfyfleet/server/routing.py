@@ -1,0 +1,30 @@
+"""Route tables: every ComfyUI route is served both at `/path` and `/api/path`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    api_alias: bool = True  # also serve under /api
+
+
+def install(app: web.Application, routes: Iterable[Route]) -> None:
+    for route in routes:
+        app.router.add_route(route.method, route.path, route.handler)
+        if route.api_alias and not route.path.startswith("/api/"):
+            app.router.add_route(route.method, "/api" + route.path, route.handler)
+
+
+def empty_ok() -> web.Response:
+    """ComfyUI's empty 200: no body, and aiohttp then sends no Content-Type."""
+    return web.Response(status=200)

@@ -1,0 +1,60 @@
+"""The WebSocket endpoint `/ws?clientId=`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+from aiohttp import WSMsgType, web
+
+from comfyfleet.protocol import events
+from comfyfleet.server.gateway import GATEWAY
+from comfyfleet.server.hub import ClientSocket
+from comfyfleet.server.routing import Route
+
+log = logging.getLogger(__name__)
+
+
+def server_features(max_upload_bytes: int) -> dict[str, object]:
+    return {"supports_preview_metadata": True, "max_upload_size": max_upload_bytes}
+
+
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    gw = request.app[GATEWAY]
+    ws = web.WebSocketResponse(max_msg_size=gw.config.max_upload_bytes)
+    await ws.prepare(request)
+    sid = request.query.get("clientId") or uuid.uuid4().hex
+    sock = ClientSocket(sid, ws)
+    gw.hub.attach(sock)
+    try:
+        sock.send_json("status", events.status(gw.scheduler.queue_remaining, sid=sid))
+        for event, data in gw.router.catch_up(sid):
+            sock.send_json(event, data)
+        first = True
+        async for message in ws:
+            if message.type == WSMsgType.TEXT:
+                _on_text(sock, message.data, first, gw.config.max_upload_bytes)
+                first = False
+            elif message.type == WSMsgType.ERROR:
+                break
+    finally:
+        gw.hub.detach(sock)
+        await sock.drain_and_stop()
+    return ws
+
+
+def _on_text(sock: ClientSocket, text: str, first: bool, max_upload: int) -> None:
+    """Only a first `feature_flags` message means anything; everything else is ignored."""
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError:
+        return
+    if first and isinstance(message, dict) and message.get("type") == "feature_flags":
+        flags = message.get("data") if isinstance(message.get("data"), dict) else {}
+        sock.supports_preview_metadata = bool(flags.get("supports_preview_metadata"))
+        sock.send_json("feature_flags", server_features(max_upload))
+
+
+def ws_routes() -> list[Route]:
+    return [Route("GET", "/ws", websocket)]

@@ -1,0 +1,1 @@
+"""Durable jobs, history, events and output records: one interface, several stores."""

@@ -1,0 +1,113 @@
+"""The JobStore interface every store implements (SQLite now, PostgreSQL later)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from comfyfleet.store.records import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
+
+
+class StoreError(Exception):
+    """The store failed (I/O, corruption, driver error); the cause is chained."""
+
+
+class JobStore(Protocol):
+    async def open(self) -> None:
+        """Create or migrate the schema; ready for use afterwards."""
+
+    async def close(self) -> None:
+        """Flush pending writes and release connections."""
+
+    # -- queue -------------------------------------------------------------
+
+    async def submit(self, job: NewJob) -> Job:
+        """Durably queue a job as pending; raises StoreError if the id exists."""
+
+    async def claim(
+        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
+    ) -> Job | None:
+        """Atomically take the first pending job in order that `can_run` accepts
+        (looking at most `scan` jobs deep): running, attempt + 1, on `lane`.
+
+        `can_run` may be called on a store thread while the store holds its write
+        lock: it must be cheap, must not block or call the store, and must be
+        thread-safe."""
+
+    async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
+        """Record how an attempt ended (job status, history, events, output files)
+        in one transaction. False, and nothing written, when `attempt` is stale
+        or the job is not running. `result.status` must be terminal; only HISTORIC
+        statuses make a history entry (CANCELLED records the rest, no entry)."""
+
+    async def requeue(self, prompt_id: str, attempt: int) -> bool:
+        """Put a running attempt back to pending (its lane was lost), at its original
+        place in the order. Fenced by attempt; the next claim makes attempt + 1."""
+
+    async def requeue_lane(self, lane_prefix: str) -> list[str]:
+        """Every job running on a lane whose name starts with `lane_prefix` goes back to
+        pending (used at start-up for the local lane). Returns their ids, in
+        submission order."""
+
+    async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
+        """Mark pending (and, unless `pending_only`, running) jobs cancelled; returns
+        the ids whose status changed, in the order given. A cancelled job leaves no
+        history entry. Unknown or finished ids are ignored."""
+
+    async def cancel_all_pending(self) -> list[str]:
+        """`POST /queue {clear: true}`: cancel every pending job; their ids in
+        submission order."""
+
+    async def queue(self) -> tuple[list[Job], list[Job]]:
+        """(running by start time, pending in dispatch order), one consistent view."""
+
+    async def counts(self) -> dict[JobStatus, int]:
+        """Jobs per status; every status is present (0 when none)."""
+
+    async def next_number(self) -> int:
+        """ComfyUI's submission counter: advances on every call (accepted prompt or
+        not). A fresh store starts at 0, as ComfyUI does; after a restart it resumes
+        past every counter value stored (front jobs hold it negated; explicit float
+        numbers do not count), and never goes back, even after pruning."""
+
+    # -- jobs and history ----------------------------------------------------
+
+    async def get(self, prompt_id: str) -> Job | None: ...
+
+    async def jobs(
+        self,
+        *,
+        statuses: Sequence[JobStatus] | None = None,
+        newest_first: bool = True,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> tuple[list[Job], int]:
+        """A page of jobs by creation time (ties by submission order), and the total
+        matching `statuses` (None: all)."""
+
+    async def history(
+        self, max_items: int | None = None, offset: int | None = None
+    ) -> list[HistoryEntry]:
+        """Entries in completion order, paged as ComfyUI does: without offset (or
+        with a negative one), the newest `max_items`, oldest first; with offset,
+        skip `offset` from the oldest, then at most `max_items`. None: no limit.
+        `max_items` <= 0 gives nothing."""
+
+    async def history_entry(self, prompt_id: str) -> HistoryEntry | None: ...
+
+    async def delete_history(self, prompt_ids: Sequence[str]) -> None:
+        """Remove these history entries (unknown ids are ignored). The jobs stay, with
+        their output records, until pruned."""
+
+    async def clear_history(self) -> None:
+        """Remove every history entry; the jobs stay, as with `delete_history`."""
+
+    async def prune_history(
+        self, *, max_entries: int | None, max_age_seconds: float | None
+    ) -> list[OutputFile]:
+        """Delete the oldest history entries beyond `max_entries` and those older than
+        `max_age_seconds`, with their jobs, events and output records. Finished jobs
+        without an entry (cancelled, or entry deleted) go too once they finished
+        before the cutoff or before the newest entry dropped. Returns the output
+        files of everything deleted, oldest first (the caller deletes them from
+        disk). Pending and running jobs are never pruned."""

@@ -1,0 +1,108 @@
+"""The records the store keeps: jobs and the history of finished jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset(
+    {JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED, JobStatus.CANCELLED}
+)
+#: Terminal states that produce a ComfyUI history entry (a cancelled pending job does not).
+HISTORIC = frozenset({JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED})
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated prompt to queue.
+
+    Order: front jobs before all others (FIFO among them); the rest by
+    `number`, then submission order.
+    """
+
+    prompt_id: str
+    number: float  # as ComfyUI reports it (front jobs: the negated counter)
+    front: bool
+    prompt: dict[str, Any]
+    extra_data: dict[str, Any]
+    outputs: list[str]  # outputs_to_execute
+    client_id: str | None = None
+    node_errors: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Job:
+    prompt_id: str
+    number: float
+    front: bool
+    seq: int  # submission order, assigned by the store
+    prompt: dict[str, Any]
+    extra_data: dict[str, Any]
+    outputs: list[str]
+    client_id: str | None
+    status: JobStatus
+    attempt: int  # 0 until first claimed; the fencing token of the running attempt
+    lane: str | None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: dict[str, Any] | None = None  # the final execution_error / interrupted payload
+
+    def queue_item(self) -> list[Any]:
+        """ComfyUI's queue item: `[number, prompt_id, prompt, extra_data, outputs_to_execute]`."""
+        return [self.number, self.prompt_id, self.prompt, self.extra_data, self.outputs]
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file a job produced, relative to the data dir's folder of its `type`."""
+
+    filename: str
+    subfolder: str
+    type: str  # "output" or "temp"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How an attempt ended: the pieces of a ComfyUI history entry."""
+
+    status: JobStatus  # SUCCESS, ERROR or INTERRUPTED
+    outputs: dict[str, Any]  # node_id -> ui
+    meta: dict[str, Any]
+    messages: list[list[Any]]  # [[event, data], ...]
+    error: dict[str, Any] | None = None
+    files: list[OutputFile] = field(default_factory=list)
+
+    def status_record(self) -> dict[str, Any]:
+        completed = self.status == JobStatus.SUCCESS
+        return {
+            "status_str": "success" if completed else "error",
+            "completed": completed,
+            "messages": self.messages,
+        }
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    job: Job
+    result: JobResult
+
+    def comfy(self) -> dict[str, Any]:
+        """The entry as ComfyUI's `/history` shows it."""
+        return {
+            "prompt": self.job.queue_item(),
+            "outputs": self.result.outputs,
+            "status": self.result.status_record(),
+            "meta": self.result.meta,
+        }

@@ -1,0 +1,71 @@
+-- comfyfleet job store, schema version 1 (PRAGMA user_version).
+-- JSON columns hold compact JSON text; times are Unix seconds (REAL).
+
+CREATE TABLE jobs (
+    prompt_id   TEXT PRIMARY KEY,
+    -- Submission order, assigned by the store; never reused while the row exists.
+    seq         INTEGER NOT NULL UNIQUE,
+    -- The number exactly as given (24 stays an int, 100.0 a float) ...
+    number_json TEXT NOT NULL,
+    -- ... and the key dispatch sorts on: the number, or 0 for front jobs, which
+    -- run FIFO among themselves before all others.
+    order_key   REAL NOT NULL,
+    front       INTEGER NOT NULL,
+    status      TEXT NOT NULL,
+    client_id   TEXT,
+    prompt      TEXT NOT NULL,
+    extra_data  TEXT NOT NULL,
+    outputs     TEXT NOT NULL,   -- outputs_to_execute
+    node_errors TEXT NOT NULL,
+    attempt     INTEGER NOT NULL DEFAULT 0,
+    lane        TEXT,
+    created_at  REAL NOT NULL,
+    started_at  REAL,
+    finished_at REAL,
+    error       TEXT
+);
+
+-- Claim and the pending queue read this index in order, no sort step.
+CREATE INDEX jobs_dispatch ON jobs (front DESC, order_key, seq) WHERE status = 'pending';
+CREATE INDEX jobs_running ON jobs (started_at, seq) WHERE status = 'running';
+CREATE INDEX jobs_created ON jobs (created_at, seq);
+-- Serves counts() and status-filtered job listings.
+CREATE INDEX jobs_status ON jobs (status, created_at, seq);
+
+CREATE TABLE history (
+    -- Completion order; AUTOINCREMENT so a deleted entry's position is never reused.
+    pos          INTEGER PRIMARY KEY AUTOINCREMENT,
+    prompt_id    TEXT NOT NULL UNIQUE REFERENCES jobs (prompt_id) ON DELETE CASCADE,
+    status       TEXT NOT NULL,
+    outputs      TEXT NOT NULL,  -- node id -> ui
+    meta         TEXT NOT NULL,
+    completed_at REAL NOT NULL
+);
+
+CREATE INDEX history_completed ON history (completed_at);
+
+-- The messages each attempt recorded, in order (a history entry's status.messages).
+CREATE TABLE events (
+    prompt_id TEXT NOT NULL REFERENCES jobs (prompt_id) ON DELETE CASCADE,
+    attempt   INTEGER NOT NULL,
+    seq       INTEGER NOT NULL,
+    type      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (prompt_id, attempt, seq)
+) WITHOUT ROWID;
+
+-- Files a job wrote, so retention can delete them with the job.
+CREATE TABLE outputs (
+    prompt_id TEXT NOT NULL REFERENCES jobs (prompt_id) ON DELETE CASCADE,
+    filename  TEXT NOT NULL,
+    subfolder TEXT NOT NULL,
+    type      TEXT NOT NULL
+);
+
+CREATE INDEX outputs_job ON outputs (prompt_id);
+
+-- Small store-wide values, e.g. the submission counter's floor once jobs are pruned.
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value
+) WITHOUT ROWID;

@@ -1,0 +1,708 @@
+"""The SQLite job store: one file in WAL mode, async-only, durable at every await.
+
+Writes go through one writer thread that commits queued operations in groups
+(see `sqlite_io.GroupWriter`); reads run on a small pool of reader threads.
+Each public coroutine returns once its change is committed (or its read done);
+the event loop never waits on SQLite itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from comfyfleet.store.base import StoreError
+from comfyfleet.store.records import (
+    HISTORIC,
+    TERMINAL,
+    HistoryEntry,
+    Job,
+    JobResult,
+    JobStatus,
+    NewJob,
+    OutputFile,
+)
+from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
+
+T = TypeVar("T")
+
+#: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
+SCHEMA_VERSION = 1
+
+#: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
+#: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+#: Ids bound per `IN (...)` query; well under SQLite's variable limit.
+CHUNK = 500
+
+_JOB_FIELDS = (
+    "prompt_id",
+    "number_json",
+    "front",
+    "seq",
+    "prompt",
+    "extra_data",
+    "outputs",
+    "client_id",
+    "status",
+    "attempt",
+    "lane",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "error",
+)
+JOB_COLUMNS = ", ".join(_JOB_FIELDS)
+JOB_COLUMNS_J = ", ".join(f"j.{name}" for name in _JOB_FIELDS)
+_TERMINAL_SQL = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL))
+
+# -- write statements -----------------------------------------------------------
+
+INSERT_JOB = """
+INSERT INTO jobs (prompt_id, seq, number_json, order_key, front, status, client_id,
+                  prompt, extra_data, outputs, node_errors, created_at)
+VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs), ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+RETURNING seq
+"""
+CLAIM_JOB = """
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?
+WHERE prompt_id = ? AND status = 'pending'
+"""
+FINISH_JOB = """
+UPDATE jobs SET status = ?, finished_at = ?, error = ?
+WHERE prompt_id = ? AND status = 'running' AND attempt = ?
+"""
+INSERT_HISTORY = """
+INSERT INTO history (prompt_id, status, outputs, meta, completed_at) VALUES (?, ?, ?, ?, ?)
+"""
+INSERT_EVENT = "INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES (?, ?, ?, ?, ?)"
+INSERT_OUTPUT = "INSERT INTO outputs (prompt_id, filename, subfolder, type) VALUES (?, ?, ?, ?)"
+REQUEUE_JOB = """
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+WHERE prompt_id = ? AND status = 'running' AND attempt = ?
+"""
+REQUEUE_LANE = """
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+WHERE status = 'running' AND substr(lane, 1, ?) = ?
+RETURNING prompt_id, seq
+"""
+CANCEL_JOB = """
+UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE prompt_id = ? AND status IN
+"""
+CANCEL_PENDING = """
+UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE status = 'pending'
+RETURNING prompt_id, seq
+"""
+DELETE_HISTORY = "DELETE FROM history WHERE prompt_id = ?"
+CLEAR_HISTORY = "DELETE FROM history"
+# Child rows (history, events, outputs) go with the job: ON DELETE CASCADE.
+DELETE_JOB = "DELETE FROM jobs WHERE prompt_id = ?"
+SAVE_NUMBER_FLOOR = """
+INSERT INTO meta (key, value) VALUES ('number_floor', ?)
+ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
+"""
+
+# -- read statements --------------------------------------------------------------
+
+SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE prompt_id = ?"
+SELECT_PENDING = f"""
+SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'pending'
+ORDER BY front DESC, order_key, seq LIMIT ?
+"""
+SELECT_RUNNING = f"""
+SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'running' ORDER BY started_at, seq
+"""
+COUNT_STATUSES = "SELECT status, count(*) FROM jobs GROUP BY status"
+SELECT_HISTORY = f"""
+SELECT {JOB_COLUMNS_J}, h.status, h.outputs, h.meta
+FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
+"""
+HISTORY_OLDEST_FIRST = SELECT_HISTORY + " ORDER BY h.pos LIMIT ? OFFSET ?"
+HISTORY_NEWEST_FIRST = SELECT_HISTORY + " ORDER BY h.pos DESC LIMIT ?"
+HISTORY_ONE = SELECT_HISTORY + " WHERE h.prompt_id = ?"
+# Only the messages of the attempt that finished the job make its history entry.
+EVENTS_OF = """
+SELECT e.prompt_id, e.type, e.data FROM events e
+JOIN jobs j ON j.prompt_id = e.prompt_id AND j.attempt = e.attempt
+WHERE e.prompt_id IN ({marks}) ORDER BY e.prompt_id, e.seq
+"""
+OUTPUTS_OF = """
+SELECT prompt_id, filename, subfolder, type FROM outputs
+WHERE prompt_id IN ({marks}) ORDER BY rowid
+"""
+# Integer-valued numbers came from the counter (front jobs store it negated);
+# explicit numbers are floats and do not move the counter, as in ComfyUI.
+MAX_COUNTED_NUMBER = """
+SELECT max(abs(CAST(number_json AS INTEGER))) FROM jobs WHERE number_json NOT GLOB '*[^0-9-]*'
+"""
+SELECT_NUMBER_FLOOR = "SELECT value FROM meta WHERE key = 'number_floor'"
+# Retention: the entry at the count limit, and what lies before a horizon.
+HISTORY_AT_RANK = "SELECT pos, completed_at FROM history ORDER BY pos DESC LIMIT 1 OFFSET ?"
+HISTORY_BEFORE = """
+SELECT prompt_id FROM history WHERE pos <= ? OR completed_at < ? ORDER BY pos
+"""
+UNLISTED_BEFORE = f"""
+SELECT prompt_id FROM jobs j
+WHERE finished_at < ? AND status IN ({_TERMINAL_SQL})
+  AND NOT EXISTS (SELECT 1 FROM history h WHERE h.prompt_id = j.prompt_id)
+ORDER BY finished_at, seq
+"""
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
+
+
+class SQLiteStore:
+    """A `JobStore` in one SQLite file.
+
+    `synchronous` is SQLite's durability setting: FULL (the default) survives
+    power loss; NORMAL survives a killed process but may lose the last commits
+    on power loss, for fewer fsyncs. `max_batch` bounds how many queued writes
+    share one transaction (1 turns group commit off). `clock` gives the
+    timestamps the store records.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "FULL",
+        max_batch: int = 256,
+        readers: int = 2,
+        busy_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
+        self.path = Path(path)
+        self._synchronous = synchronous.upper()
+        self._max_batch = max_batch
+        self._reader_count = readers
+        self._busy_timeout = busy_timeout
+        self._clock = clock
+        self._writer: GroupWriter | None = None
+        self._stats = WriterStats()
+        self._readers: ReaderPool | None = None
+        self._number = 0
+
+    @property
+    def stats(self) -> WriterStats:
+        """Writer counters (transactions, operations, retries), for tests and benchmarks."""
+        return self._stats
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open (creating or migrating) the file; ready for use afterwards."""
+        if self._writer is not None:
+            raise StoreError("the store is already open")
+        writer = GroupWriter(self._connect_writer, self._max_batch)
+        try:
+            self._number = await writer.submit(_prepare)
+        except BaseException:
+            await writer.close()
+            raise
+        self._writer = writer
+        self._stats = writer.stats
+        self._readers = ReaderPool(self._connect_reader, self._reader_count)
+
+    async def close(self) -> None:
+        """Commit queued writes, remember the counter, release threads and connections."""
+        writer, readers = self._writer, self._readers
+        if writer is None or readers is None:
+            return
+        self._writer = self._readers = None
+        try:
+            await writer.submit(functools.partial(_save_number_floor, number=self._number))
+        finally:
+            await writer.close()
+            await readers.close()
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_timeout)
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal":
+                raise StoreError(f"{self.path}: WAL mode unavailable (journal mode {mode})")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        # check_same_thread=False only so ReaderPool can close it from another thread
+        # after its own thread has ended; it is never used by two threads at once.
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=self._busy_timeout, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def _open_writer(self) -> GroupWriter:
+        if self._writer is None:
+            raise StoreError("the store is not open")
+        return self._writer
+
+    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._open_writer().submit(op)
+
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        if self._readers is None:
+            raise StoreError("the store is not open")
+        return await self._readers.run(op)
+
+    # -- queue --------------------------------------------------------------------
+
+    async def submit(self, job: NewJob) -> Job:
+        """Durably queue a job as pending; StoreError if the id exists."""
+        now = self._clock()
+        params = _job_params(job, now)
+        if isinstance(job.number, int) and not isinstance(job.number, bool):
+            # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
+            self._number = max(self._number, abs(job.number) + 1)
+        seq = await self._write(functools.partial(_insert_job, params=params))
+        return Job(
+            prompt_id=job.prompt_id,
+            number=job.number,
+            front=job.front,
+            seq=seq,
+            prompt=job.prompt,
+            extra_data=job.extra_data,
+            outputs=job.outputs,
+            client_id=job.client_id,
+            status=JobStatus.PENDING,
+            attempt=0,
+            lane=None,
+            created_at=now,
+        )
+
+    async def claim(
+        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
+    ) -> Job | None:
+        """Take the first pending job in dispatch order that `can_run` accepts.
+
+        `can_run` runs on the writer thread inside the write transaction: it must
+        be cheap, must not block or touch the store, and must be thread-safe.
+        """
+        op = functools.partial(
+            _claim, lane=lane, can_run=can_run, scan=max(1, scan), now=self._clock()
+        )
+        return await self._write(op)
+
+    async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
+        """Record how an attempt ended, in one transaction; False if the attempt is stale."""
+        if result.status not in TERMINAL:
+            raise ValueError(f"a finished attempt needs a terminal status, not {result.status}")
+        op = functools.partial(
+            _finish,
+            prompt_id=prompt_id,
+            attempt=attempt,
+            result=_ResultParams(result),
+            now=self._clock(),
+        )
+        return await self._write(op)
+
+    async def requeue(self, prompt_id: str, attempt: int) -> bool:
+        """Put a running attempt back to pending; False if the attempt is stale."""
+        op = functools.partial(_requeue, prompt_id=prompt_id, attempt=attempt)
+        return await self._write(op)
+
+    async def requeue_lane(self, lane_prefix: str) -> list[str]:
+        """Put every job running on a lane named `lane_prefix*` back to pending."""
+        return await self._write(functools.partial(_requeue_lane, prefix=lane_prefix))
+
+    async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
+        """Cancel pending (and, unless `pending_only`, running) jobs; returns the changed ids."""
+        ids = list(dict.fromkeys(prompt_ids))
+        op = functools.partial(_cancel, ids=ids, pending_only=pending_only, now=self._clock())
+        return await self._write(op)
+
+    async def cancel_all_pending(self) -> list[str]:
+        """Cancel every pending job; returns their ids in submission order."""
+        return await self._write(functools.partial(_cancel_pending, now=self._clock()))
+
+    async def queue(self) -> tuple[list[Job], list[Job]]:
+        """(running by start time, pending in dispatch order), from one snapshot."""
+        return await self._read(_queue)
+
+    async def counts(self) -> dict[JobStatus, int]:
+        """Jobs per status; every status is present."""
+        return await self._read(_counts)
+
+    async def next_number(self) -> int:
+        """The next value of ComfyUI's submission counter (advances on every call)."""
+        number = self._number
+        self._number += 1
+        return number
+
+    # -- jobs and history ---------------------------------------------------------
+
+    async def get(self, prompt_id: str) -> Job | None:
+        """The job with this id, if the store has it."""
+        return await self._read(functools.partial(_get, prompt_id=prompt_id))
+
+    async def jobs(
+        self,
+        *,
+        statuses: Sequence[JobStatus] | None = None,
+        newest_first: bool = True,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> tuple[list[Job], int]:
+        """A page of jobs by creation time (ties by submission order), and the total."""
+        op = functools.partial(
+            _jobs,
+            statuses=None if statuses is None else sorted(set(statuses)),
+            newest_first=newest_first,
+            limit=limit,
+            offset=max(0, offset),
+        )
+        return await self._read(op)
+
+    async def history(
+        self, max_items: int | None = None, offset: int | None = None
+    ) -> list[HistoryEntry]:
+        """History entries in completion order, paged as ComfyUI does (see JobStore)."""
+        if max_items is not None and max_items <= 0:
+            return []
+        op = functools.partial(_history, max_items=max_items, offset=offset)
+        return await self._read(op)
+
+    async def history_entry(self, prompt_id: str) -> HistoryEntry | None:
+        """One history entry, or None."""
+        return await self._read(functools.partial(_history_entry, prompt_id=prompt_id))
+
+    async def delete_history(self, prompt_ids: Sequence[str]) -> None:
+        """Remove these entries from the history; the jobs themselves stay."""
+        ids = list(dict.fromkeys(prompt_ids))
+        await self._write(functools.partial(_delete_history, ids=ids))
+
+    async def clear_history(self) -> None:
+        """Remove every history entry; the jobs themselves stay."""
+        await self._write(_clear_history)
+
+    async def prune_history(
+        self, *, max_entries: int | None, max_age_seconds: float | None
+    ) -> list[OutputFile]:
+        """Delete the oldest finished jobs beyond the limits (see JobStore); returns their files."""
+        if max_entries is None and max_age_seconds is None:
+            return []
+        cutoff = -math.inf if max_age_seconds is None else self._clock() - max_age_seconds
+        op = functools.partial(_prune, max_entries=max_entries, cutoff=cutoff, number=self._number)
+        return await self._write(op)
+
+
+# -- encoding -----------------------------------------------------------------------
+
+
+def _job_params(job: NewJob, now: float) -> tuple[Any, ...]:
+    """Encode on the caller's thread: bad JSON fails there, and the writer stays busy
+    only with SQL."""
+    if job.front:
+        order_key = 0.0
+    elif math.isnan(job.number):
+        order_key = math.inf  # SQLite stores NaN as NULL; such a job simply sorts last
+    else:
+        order_key = float(job.number)
+    return (
+        job.prompt_id,
+        _dumps(job.number),
+        order_key,
+        int(job.front),
+        job.client_id,
+        _dumps(job.prompt),
+        _dumps(job.extra_data),
+        _dumps(job.outputs),
+        _dumps(job.node_errors),
+        now,
+    )
+
+
+class _ResultParams:
+    """A JobResult encoded for the finish transaction."""
+
+    def __init__(self, result: JobResult) -> None:
+        self.status = result.status.value
+        self.historic = result.status in HISTORIC
+        self.error = None if result.error is None else _dumps(result.error)
+        self.outputs = _dumps(result.outputs)
+        self.meta = _dumps(result.meta)
+        self.events = [
+            (i, str(kind), _dumps(data)) for i, (kind, data) in enumerate(result.messages)
+        ]
+        self.files = [(f.filename, f.subfolder, f.type) for f in result.files]
+
+
+def _job(row: Sequence[Any]) -> Job:
+    return Job(
+        prompt_id=row[0],
+        number=_loads(row[1]),
+        front=bool(row[2]),
+        seq=row[3],
+        prompt=_loads(row[4]),
+        extra_data=_loads(row[5]),
+        outputs=_loads(row[6]),
+        client_id=row[7],
+        status=JobStatus(row[8]),
+        attempt=row[9],
+        lane=row[10],
+        created_at=row[11],
+        started_at=row[12],
+        finished_at=row[13],
+        error=None if row[14] is None else _loads(row[14]),
+    )
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _chunks(items: Sequence[str], size: int = CHUNK) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# -- writer-thread operations ---------------------------------------------------------
+
+
+def _prepare(conn: sqlite3.Connection) -> int:
+    """Create or migrate the schema; returns where the submission counter resumes."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"the store file has schema version {version}, newer than this program")
+    if version == 0:
+        for statement in _schema_statements():
+            conn.execute(statement)
+        version = 1
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        MIGRATIONS[target](conn)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    counted = conn.execute(MAX_COUNTED_NUMBER).fetchone()[0]
+    floor_row = conn.execute(SELECT_NUMBER_FLOOR).fetchone()
+    floor = int(floor_row[0]) if floor_row else 0
+    # A fresh store starts at 0, like a fresh ComfyUI.
+    return max(floor, 0 if counted is None else int(counted) + 1)
+
+
+def _schema_statements() -> Iterator[str]:
+    """schema.sql, one statement at a time (executescript would commit on its own)."""
+    text = resources.files("comfyfleet.store").joinpath("schema.sql").read_text("utf-8")
+    pending = ""
+    for line in text.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip() and not pending.strip().startswith("--"):
+        raise StoreError("schema.sql ends with an incomplete statement")
+
+
+def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:
+    conn.execute(SAVE_NUMBER_FLOOR, (number,))
+
+
+def _insert_job(conn: sqlite3.Connection, params: tuple[Any, ...]) -> int:
+    try:
+        seq: int = conn.execute(INSERT_JOB, params).fetchone()[0]
+    except sqlite3.IntegrityError as exc:
+        raise StoreError(f"prompt {params[0]!r} already exists") from exc
+    return seq
+
+
+def _claim(
+    conn: sqlite3.Connection,
+    lane: str,
+    can_run: Callable[[Job], bool] | None,
+    scan: int,
+    now: float,
+) -> Job | None:
+    cursor = conn.execute(SELECT_PENDING, (1 if can_run is None else scan,))
+    try:
+        chosen = next((job for job in map(_job, cursor) if can_run is None or can_run(job)), None)
+    finally:
+        cursor.close()  # done reading before the UPDATE touches the rows it scans
+    if chosen is None:
+        return None
+    conn.execute(CLAIM_JOB, (lane, now, chosen.prompt_id))
+    return replace(
+        chosen, status=JobStatus.RUNNING, attempt=chosen.attempt + 1, lane=lane, started_at=now
+    )
+
+
+def _finish(
+    conn: sqlite3.Connection, prompt_id: str, attempt: int, result: _ResultParams, now: float
+) -> bool:
+    changed = conn.execute(
+        FINISH_JOB, (result.status, now, result.error, prompt_id, attempt)
+    ).rowcount
+    if not changed:
+        return False
+    if result.historic:
+        conn.execute(INSERT_HISTORY, (prompt_id, result.status, result.outputs, result.meta, now))
+    conn.executemany(INSERT_EVENT, [(prompt_id, attempt, *event) for event in result.events])
+    conn.executemany(INSERT_OUTPUT, [(prompt_id, *file) for file in result.files])
+    return True
+
+
+def _requeue(conn: sqlite3.Connection, prompt_id: str, attempt: int) -> bool:
+    return conn.execute(REQUEUE_JOB, (prompt_id, attempt)).rowcount == 1
+
+
+def _requeue_lane(conn: sqlite3.Connection, prefix: str) -> list[str]:
+    rows = conn.execute(REQUEUE_LANE, (len(prefix), prefix)).fetchall()
+    return [prompt_id for prompt_id, _ in sorted(rows, key=lambda row: row[1])]
+
+
+def _cancel(conn: sqlite3.Connection, ids: list[str], pending_only: bool, now: float) -> list[str]:
+    statuses = "('pending')" if pending_only else "('pending', 'running')"
+    statement = CANCEL_JOB + statuses
+    return [pid for pid in ids if conn.execute(statement, (now, pid)).rowcount]
+
+
+def _cancel_pending(conn: sqlite3.Connection, now: float) -> list[str]:
+    rows = conn.execute(CANCEL_PENDING, (now,)).fetchall()
+    return [prompt_id for prompt_id, _ in sorted(rows, key=lambda row: row[1])]
+
+
+def _delete_history(conn: sqlite3.Connection, ids: list[str]) -> None:
+    conn.executemany(DELETE_HISTORY, [(prompt_id,) for prompt_id in ids])
+
+
+def _clear_history(conn: sqlite3.Connection) -> None:
+    conn.execute(CLEAR_HISTORY)
+
+
+def _prune(
+    conn: sqlite3.Connection, max_entries: int | None, cutoff: float, number: int
+) -> list[OutputFile]:
+    horizon_pos, horizon_time = 0, cutoff
+    if max_entries is not None:
+        row = conn.execute(HISTORY_AT_RANK, (max(0, max_entries),)).fetchone()
+        if row is not None:
+            horizon_pos, horizon_time = row[0], max(cutoff, math.nextafter(row[1], math.inf))
+    victims = [r[0] for r in conn.execute(HISTORY_BEFORE, (horizon_pos, cutoff))]
+    # Jobs with no entry (cancelled, or entry deleted) go once they are older than
+    # the newest entry dropped, so they cannot pile up forever.
+    victims += [r[0] for r in conn.execute(UNLISTED_BEFORE, (horizon_time,))]
+    files = _files_of(conn, victims)
+    # Deleting jobs could lower max(number) below what was handed out.
+    conn.execute(SAVE_NUMBER_FLOOR, (number,))
+    conn.executemany(DELETE_JOB, [(prompt_id,) for prompt_id in victims])
+    return [file for prompt_id in victims for file in files.get(prompt_id, [])]
+
+
+# -- reader-thread operations -----------------------------------------------------------
+
+
+def _get(conn: sqlite3.Connection, prompt_id: str) -> Job | None:
+    row = conn.execute(SELECT_JOB, (prompt_id,)).fetchone()
+    return None if row is None else _job(row)
+
+
+def _queue(conn: sqlite3.Connection) -> tuple[list[Job], list[Job]]:
+    running = [_job(row) for row in conn.execute(SELECT_RUNNING)]
+    pending = [_job(row) for row in conn.execute(SELECT_PENDING, (-1,))]
+    return running, pending
+
+
+def _counts(conn: sqlite3.Connection) -> dict[JobStatus, int]:
+    counts = dict.fromkeys(JobStatus, 0)
+    for status, count in conn.execute(COUNT_STATUSES):
+        counts[JobStatus(status)] = count
+    return counts
+
+
+def _jobs(
+    conn: sqlite3.Connection,
+    statuses: list[JobStatus] | None,
+    newest_first: bool,
+    limit: int | None,
+    offset: int,
+) -> tuple[list[Job], int]:
+    where, params = "", []
+    if statuses is not None:
+        where = f"WHERE status IN ({_marks(len(statuses))})"
+        params = [status.value for status in statuses]
+    direction = "DESC" if newest_first else "ASC"
+    page = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM jobs {where} "
+        f"ORDER BY created_at {direction}, seq {direction} LIMIT ? OFFSET ?",
+        (*params, -1 if limit is None else max(0, limit), offset),
+    )
+    jobs = [_job(row) for row in page]
+    total: int = conn.execute(f"SELECT count(*) FROM jobs {where}", params).fetchone()[0]
+    return jobs, total
+
+
+def _history(
+    conn: sqlite3.Connection, max_items: int | None, offset: int | None
+) -> list[HistoryEntry]:
+    # ComfyUI: without an offset (or a negative one) the newest max_items, oldest
+    # first; with one, skip that many from the oldest.
+    if (offset is None or offset < 0) and max_items is not None:
+        rows = conn.execute(HISTORY_NEWEST_FIRST, (max_items,)).fetchall()
+        rows.reverse()
+    else:
+        limit = -1 if max_items is None else max_items
+        rows = conn.execute(HISTORY_OLDEST_FIRST, (limit, max(0, offset or 0))).fetchall()
+    return _entries(conn, rows)
+
+
+def _history_entry(conn: sqlite3.Connection, prompt_id: str) -> HistoryEntry | None:
+    rows = conn.execute(HISTORY_ONE, (prompt_id,)).fetchall()
+    entries = _entries(conn, rows)
+    return entries[0] if entries else None
+
+
+def _entries(conn: sqlite3.Connection, rows: list[Any]) -> list[HistoryEntry]:
+    ids = [row[0] for row in rows]
+    messages = _messages_of(conn, ids)
+    files = _files_of(conn, ids)
+    width = len(_JOB_FIELDS)
+    entries = []
+    for row in rows:
+        job = _job(row)
+        status, outputs, meta = row[width : width + 3]
+        result = JobResult(
+            status=JobStatus(status),
+            outputs=_loads(outputs),
+            meta=_loads(meta),
+            messages=messages.get(job.prompt_id, []),
+            error=job.error,
+            files=files.get(job.prompt_id, []),
+        )
+        entries.append(HistoryEntry(job, result))
+    return entries
+
+
+def _messages_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[list[Any]]]:
+    found: dict[str, list[list[Any]]] = {}
+    for prompt_id, kind, data in _rows_for(conn, EVENTS_OF, ids):
+        found.setdefault(prompt_id, []).append([kind, _loads(data)])
+    return found
+
+
+def _files_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[OutputFile]]:
+    found: dict[str, list[OutputFile]] = {}
+    for prompt_id, filename, subfolder, kind in _rows_for(conn, OUTPUTS_OF, ids):
+        found.setdefault(prompt_id, []).append(OutputFile(filename, subfolder, kind))
+    return found
+
+
+def _rows_for(conn: sqlite3.Connection, template: str, ids: Sequence[str]) -> Iterable[Any]:
+    for chunk in _chunks(ids):
+        yield from conn.execute(template.format(marks=_marks(len(chunk))), list(chunk))
