@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench run-example clean
+.PHONY: install serve test lint bench run-example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The server with embedded defaults: SQLite and files under ./data. Extra flags: make serve ARGS="--port 8190"
+serve: $(STAMP)
+	$(BIN)/comfyfleet serve --data-dir data $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -29,6 +33,8 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/bench_validation.py
 	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_store.py
+	$(BIN)/python bench/bench_gateway.py
 
 run-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/invert.json --output-dir output

@@ -25,9 +25,15 @@ from comfyfleet.nodes.core import NODE_CLASS_MAPPINGS as CORE
 
 def trivial_prompt(color: int) -> dict[str, Any]:
     return {
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": color}},
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": color},
+        },
         "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
-        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "bench"}},
+        "3": {
+            "class_type": "SaveImage",
+            "inputs": {"images": ["2", 0], "filename_prefix": "bench"},
+        },
     }
 
 
@@ -85,8 +91,10 @@ async def main(count: int) -> None:
     print(f"trivial 3-node prompt (EmptyImage 64x64 -> ImageInvert -> SaveImage), {count} prompts")
     print(f"  baseline (node functions only)   p50 {b50 * 1e3:7.3f} ms")
     print(f"  engine, one at a time            p50 {e50 * 1e3:7.3f} ms   p99 {e99 * 1e3:7.3f} ms")
-    print(f"  engine overhead per prompt       p50 {(e50 - b50) * 1e3:7.3f} ms   ratio {e50 / b50:5.2f}x baseline")
-    print(f"  engine, 16 in flight             {rate:7.1f} prompts/s   (baseline {1 / statistics.mean(base):7.1f}/s serial)")
+    overhead = (e50 - b50) * 1e3
+    serial = 1 / statistics.mean(base)
+    print(f"  engine overhead per prompt       p50 {overhead:7.3f} ms   ratio {e50 / b50:5.2f}x")
+    print(f"  engine, 16 in flight             {rate:7.1f} prompts/s  (baseline {serial:.1f}/s)")
 
 
 if __name__ == "__main__":

@@ -55,12 +55,19 @@ class ServerProcess:
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
-            str(Path(sys.executable).parent / "comfyfleet"), "serve",
-            "--port", str(self.port), "--data-dir", str(self.data_dir), "--testing-nodes",
+            str(Path(sys.executable).parent / "comfyfleet"),
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--testing-nodes",
             *self.extra,
         ]
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -78,7 +85,9 @@ class ServerProcess:
 
     def post(self, path: str, body: Any) -> Any:
         request = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             raw = response.read()

@@ -162,7 +162,9 @@ def has_alpha(image: Image.Image) -> bool:
     return "A" in image.getbands() or "transparency" in image.info
 
 
-def encode_web_preview(image: Image.Image, fmt: str, quality: int, keep_alpha: bool = True) -> bytes:
+def encode_web_preview(
+    image: Image.Image, fmt: str, quality: int, keep_alpha: bool = True
+) -> bytes:
     """`/view?preview=` bytes: WEBP or JPEG at `quality` (clamped to 0..100).
 
     JPEG has no alpha, so it always gets RGB; WEBP keeps transparency unless told not to.

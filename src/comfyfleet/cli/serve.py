@@ -16,7 +16,7 @@ from comfyfleet.server.config import ConfigError, ServerConfig, load_config
 log = logging.getLogger("comfyfleet")
 
 
-def add_serve_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the ComfyUI-compatible server",
@@ -33,7 +33,9 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
-    serve.add_argument("--shutdown-grace", type=float, help="seconds running prompts get on SIGTERM")
+    serve.add_argument(
+        "--shutdown-grace", type=float, help="seconds running prompts get on SIGTERM"
+    )
     serve.add_argument("--log-level", default="INFO")
 
 
@@ -44,8 +46,16 @@ def serve_main(args: argparse.Namespace) -> int:
     overrides = {
         key: getattr(args, key)
         for key in (
-            "host", "port", "data_dir", "local_slots", "custom_nodes", "testing_nodes",
-            "max_pending", "history_max_entries", "history_max_age", "shutdown_grace",
+            "host",
+            "port",
+            "data_dir",
+            "local_slots",
+            "custom_nodes",
+            "testing_nodes",
+            "max_pending",
+            "history_max_entries",
+            "history_max_age",
+            "shutdown_grace",
         )
     }
     try:
@@ -72,7 +82,9 @@ async def _serve(config: ServerConfig) -> int:
         return 1
     log.info(
         "comfyfleet listening on http://%s:%s, data in %s",
-        config.host, config.port, config.data_dir.resolve(),
+        config.host,
+        config.port,
+        config.data_dir.resolve(),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

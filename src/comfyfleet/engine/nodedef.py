@@ -113,7 +113,7 @@ class NodeDef:
 
     def input_types(self) -> InputTypes:
         """Call `INPUT_TYPES()` now (it may list files, so it is not cached here)."""
-        raw = self.cls.INPUT_TYPES()
+        raw = getattr(self.cls, "INPUT_TYPES")()  # noqa: B009 - classes are duck-typed
         if not isinstance(raw, dict):
             raise TypeError(f"{self.name}.INPUT_TYPES() returned {type(raw).__name__}, not a dict")
         return InputTypes.parse(raw)

@@ -58,7 +58,7 @@ class NodeRegistry:
             module = python_module if isinstance(python_module, str) else python_module[name]
             try:
                 # A pack may map a name to None: object_info then says null, as ComfyUI can.
-                display = display_names[name] if name in display_names else name
+                display = display_names.get(name, name)
                 node = NodeDef(name, cls, display_name=display, python_module=module)
             except Exception as exc:  # a malformed class must not take the pack down
                 self.failures.append(PackFailure(pack, "", f"node {name!r}: {exc}"))

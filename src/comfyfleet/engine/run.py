@@ -287,7 +287,8 @@ class PromptRun:
                     tokens[node_id] = changed_token(float("nan"))
             return tokens
 
-        return await self._in_thread(evaluate)
+        tokens: dict[str, str] = await self._in_thread(evaluate)
+        return tokens
 
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
         context = contextvars.copy_context()

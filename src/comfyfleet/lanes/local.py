@@ -56,6 +56,8 @@ def output_files(outputs: dict[str, Any]) -> list[OutputFile]:
             for item in items if isinstance(items, list) else ():
                 if isinstance(item, dict) and isinstance(item.get("filename"), str):
                     files.append(
-                        OutputFile(item["filename"], item.get("subfolder", ""), item.get("type", "output"))
+                        OutputFile(
+                            item["filename"], item.get("subfolder", ""), item.get("type", "output")
+                        )
                     )
     return files

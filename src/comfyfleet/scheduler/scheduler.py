@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.engine.run import RunHandle
@@ -214,7 +214,7 @@ class Scheduler:
 
 def lane_failure(job: Job) -> JobResult:
     """The end of a job whose lane failed on every attempt."""
-    error = {
+    error: dict[str, Any] = {
         "prompt_id": job.prompt_id,
         "node_id": None,
         "node_type": None,

@@ -30,6 +30,9 @@ class ServerConfig:
     history_max_age: float | None = None  # seconds
     shutdown_grace: float = 30.0
     cache_entries: int = 1024
+    # SQLite durability: NORMAL (WAL) keeps every commit through a process crash or
+    # kill -9; FULL also through power loss, at the cost of an fsync per commit batch.
+    sqlite_synchronous: str = "NORMAL"
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -54,8 +57,12 @@ def _coerce(name: str, value: Any) -> Any:
     kind = str(kinds[name])
     try:
         if name == "history_max_age":
-            return None if value in (None, "") else (
-                float(value) if isinstance(value, int | float) else parse_duration(str(value))
+            return (
+                None
+                if value in (None, "")
+                else (
+                    float(value) if isinstance(value, int | float) else parse_duration(str(value))
+                )
             )
         if name == "custom_nodes":
             items = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)

@@ -41,7 +41,7 @@ class Gateway:
         for failure in registry.failures:
             log.warning("node pack %s skipped: %s", failure.pack, failure.error)
         engine = Engine(registry, folders, cache_entries=config.cache_entries)
-        store = SQLiteStore(config.database)
+        store = SQLiteStore(config.database, synchronous=config.sqlite_synchronous)
         hub = Hub()
         router = ClientRouter(hub, StatusBroadcaster(hub))
         lanes = [LocalLane(engine, config.local_slots)] if config.local_slots else []

@@ -12,6 +12,7 @@ from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.scheduler.scheduler import QueueFull
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
+from comfyfleet.store.base import DuplicateJob
 from comfyfleet.store.records import NewJob
 
 #: ComfyUI's own cap for GET /history without max_items.
@@ -33,7 +34,9 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise web.HTTPBadRequest(
-            text=json.dumps(prompt_error_body(error("invalid_json", "Request body is not JSON", str(exc)))),
+            text=json.dumps(
+                prompt_error_body(error("invalid_json", "Request body is not JSON", str(exc)))
+            ),
             content_type="application/json",
         ) from None
 
@@ -50,18 +53,24 @@ async def post_prompt(request: web.Request) -> web.Response:
     if "prompt" not in body:
         return bad_request("no_prompt", "No prompt provided", "No prompt provided")
     targets = body.get("partial_execution_targets")
-    if targets is not None and not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+    if targets is not None and not (
+        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
+    ):
         return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
     checked = await gw.engine.validate(body["prompt"], targets)
     if not checked.ok:
-        return web.json_response(prompt_error_body(checked.error or {}, checked.node_errors), status=400)
+        return web.json_response(
+            prompt_error_body(checked.error or {}, checked.node_errors), status=400
+        )
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
-    if await gw.store.get(new.prompt_id) is not None:
-        return bad_request("duplicate_prompt_id", "A prompt with this prompt_id already exists", new.prompt_id)
     try:
         await gw.scheduler.submit(new)
+    except DuplicateJob:
+        return bad_request(
+            "duplicate_prompt_id", "A prompt with this prompt_id already exists", new.prompt_id
+        )
     except QueueFull as full:
         body = prompt_error_body(error("queue_full", "Too many prompts are pending", str(full)))
         return web.json_response(

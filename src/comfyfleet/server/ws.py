@@ -51,7 +51,9 @@ def _on_text(sock: ClientSocket, text: str, first: bool, max_upload: int) -> Non
     except json.JSONDecodeError:
         return
     if first and isinstance(message, dict) and message.get("type") == "feature_flags":
-        flags = message.get("data") if isinstance(message.get("data"), dict) else {}
+        flags = message.get("data")
+        if not isinstance(flags, dict):
+            flags = {}
         sock.supports_preview_metadata = bool(flags.get("supports_preview_metadata"))
         sock.send_json("feature_flags", server_features(max_upload))
 

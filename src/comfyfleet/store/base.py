@@ -12,6 +12,10 @@ class StoreError(Exception):
     """The store failed (I/O, corruption, driver error); the cause is chained."""
 
 
+class DuplicateJob(StoreError):
+    """A job with this prompt_id already exists."""
+
+
 class JobStore(Protocol):
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""

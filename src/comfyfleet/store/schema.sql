@@ -31,6 +31,8 @@ CREATE INDEX jobs_running ON jobs (started_at, seq) WHERE status = 'running';
 CREATE INDEX jobs_created ON jobs (created_at, seq);
 -- Serves counts() and status-filtered job listings.
 CREATE INDEX jobs_status ON jobs (status, created_at, seq);
+-- Retention finds old finished jobs without walking every finished job.
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
 CREATE TABLE history (
     -- Completion order; AUTOINCREMENT so a deleted entry's position is never reused.

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from comfyfleet.store.base import StoreError
+from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.store.records import (
     HISTORIC,
     TERMINAL,
@@ -114,14 +114,17 @@ ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
 """
 
 # -- read statements --------------------------------------------------------------
+# INDEXED BY pins the partial indexes: without statistics the planner would rather
+# take jobs_status and sort, and the queue must stay an in-order index walk.
 
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE prompt_id = ?"
 SELECT_PENDING = f"""
-SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'pending'
+SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending'
 ORDER BY front DESC, order_key, seq LIMIT ?
 """
 SELECT_RUNNING = f"""
-SELECT {JOB_COLUMNS} FROM jobs WHERE status = 'running' ORDER BY started_at, seq
+SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_running WHERE status = 'running'
+ORDER BY started_at, seq
 """
 COUNT_STATUSES = "SELECT status, count(*) FROM jobs GROUP BY status"
 SELECT_HISTORY = f"""
@@ -153,7 +156,7 @@ HISTORY_BEFORE = """
 SELECT prompt_id FROM history WHERE pos <= ? OR completed_at < ? ORDER BY pos
 """
 UNLISTED_BEFORE = f"""
-SELECT prompt_id FROM jobs j
+SELECT prompt_id FROM jobs j INDEXED BY jobs_finished
 WHERE finished_at < ? AND status IN ({_TERMINAL_SQL})
   AND NOT EXISTS (SELECT 1 FROM history h WHERE h.prompt_id = j.prompt_id)
 ORDER BY finished_at, seq
@@ -519,7 +522,7 @@ def _insert_job(conn: sqlite3.Connection, params: tuple[Any, ...]) -> int:
     try:
         seq: int = conn.execute(INSERT_JOB, params).fetchone()[0]
     except sqlite3.IntegrityError as exc:
-        raise StoreError(f"prompt {params[0]!r} already exists") from exc
+        raise DuplicateJob(f"prompt {params[0]!r} already exists") from exc
     return seq
 
 

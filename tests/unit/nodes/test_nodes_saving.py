@@ -48,9 +48,22 @@ def test_target_counter_starts_after_highest_and_creates_folder(tmp_path: Path) 
     target = SaveTarget.resolve(tmp_path, "new/img")
     assert target.next_counter() == 1
     assert (tmp_path / "new").is_dir()
-    for name in ("img_00002_.png", "img_00011_.webp", "img_x.png", "image_00099_.png"):
+    for name in ("pic_00002_.png", "pic_00011_.webp", "pic_x.png", "picture_00099_.png"):
         (tmp_path / "new" / name).write_bytes(b"")
-    assert target.next_counter() == 12
+    other = SaveTarget.resolve(tmp_path, "new/pic")
+    assert other.next_counter() == 12
+    # Later calls reserve from memory (no rescan), in blocks.
+    assert other.next_counter(3) == 13
+    assert other.next_counter() == 16
+
+
+def test_files_made_after_the_scan_are_never_replaced(tmp_path: Path) -> None:
+    target = SaveTarget.resolve(tmp_path, "late")
+    counter = target.next_counter()
+    (tmp_path / f"late_{counter:05}_.png").write_bytes(b"theirs")
+    filename, used = target.write_new("late", counter, b"ours")
+    assert used == counter + 1 and filename == f"late_{counter + 1:05}_.png"
+    assert (tmp_path / f"late_{counter:05}_.png").read_bytes() == b"theirs"
 
 
 def test_target_rejects_escapes(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ class SaveImage:
         )
         target = SaveTarget.resolve(root, prefix)
         text = _png_text(prompt, extra_pnginfo)
-        counter = target.next_counter()
+        counter = target.next_counter(len(frames))
         results = []
         for index, frame in enumerate(frames):
             data = imaging.encode_png(imaging.to_pil(frame), text, self.compress_level)

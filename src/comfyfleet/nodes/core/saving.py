@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -75,6 +76,11 @@ def format_prefix(
     return _VARIABLE.sub(expand, prefix)
 
 
+# Next free counter per (folder, name): a hint that saves rescanning the folder.
+_COUNTERS: dict[tuple[str, str], int] = {}
+_COUNTERS_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True)
 class SaveTarget:
     """The folder and base name a filename prefix points at, inside a root folder."""
@@ -96,8 +102,23 @@ class SaveTarget:
             )
         return cls(Path(folder), name, subfolder)
 
-    def next_counter(self) -> int:
-        """One past the highest counter already used by `<name>_<counter>` files."""
+    def next_counter(self, count: int = 1) -> int:
+        """Reserve `count` counters past the highest used by `<name>_<counter>` files.
+
+        The folder is scanned once per (folder, name) per process; later calls take
+        the next block from memory, so saving stays O(1) however full the folder
+        gets. Names are still claimed exclusively in `write_new`, so a file made by
+        another process is never replaced.
+        """
+        key = (str(self.folder), self.name)
+        with _COUNTERS_LOCK:
+            start = _COUNTERS.get(key)
+            if start is None:
+                start = self._scan()
+            _COUNTERS[key] = start + count
+        return start
+
+    def _scan(self) -> int:
         try:
             entries = os.listdir(self.folder)
         except FileNotFoundError:
@@ -129,4 +150,7 @@ class SaveTarget:
             except BaseException:
                 path.unlink(missing_ok=True)
                 raise
+            with _COUNTERS_LOCK:
+                key = (str(self.folder), name)
+                _COUNTERS[key] = max(_COUNTERS.get(key, 0), counter + 1)
             return filename, counter

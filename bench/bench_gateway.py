@@ -1,0 +1,164 @@
+"""End-to-end throughput and latency of the server on trivial prompts.
+
+A `comfyfleet serve` process (SQLite store, every state change committed)
+runs EmptyImage 64x64 -> ImageInvert -> SaveImage prompts with distinct
+colours (no cache hits). A client in this process keeps `--in-flight`
+prompts submitted over HTTP and counts each one done when its
+`executing {node: null}` arrives on the WebSocket.
+
+Baseline, measured in the same run: the built-in engine alone, in this
+process, with the same concurrency (no HTTP, no WebSocket, no store).
+
+    .venv/bin/python bench/bench_gateway.py [--prompts N] [--in-flight K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import trivial_prompt
+from comfyfleet.engine.executor import Engine
+from comfyfleet.engine.registry import build_registry
+from comfyfleet.folders import Folders
+
+COMFYUI_REFERENCE = "one ComfyUI 0.3.64 process: about 200-330 such prompts/s on this machine kind"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def engine_baseline(count: int, in_flight: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = Engine(build_registry(), Folders.under(Path(tmp)))
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(color: int) -> None:
+            async with gate:
+                await engine.run_prompt(trivial_prompt(color))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(count)))
+        elapsed = time.perf_counter() - start
+        engine.close()
+    return count / elapsed
+
+
+async def wait_ready(url: str, session: aiohttp.ClientSession) -> None:
+    for _ in range(200):
+        try:
+            async with session.get(url + "/prompt") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
+async def through_server(port: int, count: int, in_flight: int, offset: int) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{port}"
+    client_id = uuid.uuid4().hex
+    async with aiohttp.ClientSession() as session:
+        await wait_ready(url, session)
+        ws = await session.ws_connect(f"{url}/ws?clientId={client_id}")
+        done: dict[str, asyncio.Future[float]] = {}
+
+        async def reader() -> None:
+            async for message in ws:
+                if message.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                frame = json.loads(message.data)
+                data = frame["data"]
+                if frame["type"] == "executing" and data.get("node") is None:
+                    future = done.get(data["prompt_id"])
+                    if future is not None and not future.done():
+                        future.set_result(time.perf_counter())
+
+        reading = asyncio.create_task(reader())
+        gate = asyncio.Semaphore(in_flight)
+        latencies: list[float] = []
+
+        async def one(color: int) -> None:
+            async with gate:
+                prompt_id = str(uuid.uuid4())
+                done[prompt_id] = asyncio.get_running_loop().create_future()
+                body = {
+                    "prompt": trivial_prompt(color),
+                    "client_id": client_id,
+                    "prompt_id": prompt_id,
+                }
+                sent = time.perf_counter()
+                async with session.post(url + "/prompt", json=body) as response:
+                    assert response.status == 200, await response.text()
+                latencies.append(await done[prompt_id] - sent)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(offset + i) for i in range(count)))
+        elapsed = time.perf_counter() - start
+        reading.cancel()
+        await ws.close()
+    return {
+        "rate": count / elapsed,
+        "p50": percentile(latencies, 0.5),
+        "p99": percentile(latencies, 0.99),
+    }
+
+
+def run_server(data_dir: Path, port: int, slots: int) -> subprocess.Popen[bytes]:
+    command = [
+        str(Path(sys.executable).parent / "comfyfleet"),
+        "serve",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--local-slots",
+        str(slots),
+        "--log-level",
+        "WARNING",
+    ]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
+
+
+async def main(count: int, in_flight: int) -> None:
+    print(f"{count} trivial prompts (EmptyImage 64x64 -> ImageInvert -> SaveImage)")
+    print(f"  {in_flight} in flight at a time")
+    base = await engine_baseline(count, in_flight)
+    print(f"  baseline: engine alone, in process          {base:7.1f} prompts/s")
+    for port, slots in ((8231, 1), (8232, 8)):
+        with tempfile.TemporaryDirectory() as tmp:
+            server = run_server(Path(tmp), port, slots)
+            try:
+                await through_server(port, 30, in_flight, 10_000_000)  # warm-up
+                figures = await through_server(port, count, in_flight, 0)
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+        print(
+            f"  server, --local-slots {slots}:  {figures['rate']:7.1f} prompts/s "
+            f"({figures['rate'] / base:4.2f}x baseline)   submit -> done "
+            f"p50 {figures['p50'] * 1e3:6.1f} ms  p99 {figures['p99'] * 1e3:6.1f} ms"
+        )
+    print(f"  for scale: {COMFYUI_REFERENCE}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prompts", type=int, default=1000)
+    parser.add_argument("--in-flight", type=int, default=32)
+    options = parser.parse_args()
+    asyncio.run(main(options.prompts, options.in_flight))

@@ -1,0 +1,135 @@
+"""Middlewares: ComfyUI's cross-site request guard, and JSON bodies for unexpected errors."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import time
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
+
+log = logging.getLogger(__name__)
+
+_SERVER_ERROR = {
+    "error": {
+        "type": "server_error",
+        "message": "Internal server error",
+        "details": "",
+        "extra_info": {},
+    },
+    "node_errors": {},
+}
+
+# Host names resolved to "loopback or not", kept briefly: the Host header is client-chosen.
+_LOOPBACK_TTL = 60.0
+_LOOPBACK_CACHE_SIZE = 1024
+_loopback_cache: dict[str, tuple[float, bool]] = {}
+
+
+@web.middleware
+async def origin_check(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse cross-site requests to a server reached through a loopback address (ComfyUI's rule).
+
+    Browsers let any page send requests to 127.0.0.1; such a request carries the page's
+    Origin, which then differs from the Host. Only loopback hosts are checked, so reverse
+    proxies with their own names keep working. Requests without Origin are not from a
+    cross-site page and pass. OPTIONS gets an empty 200, as in ComfyUI.
+    """
+    host = request.headers.get(hdrs.HOST)
+    origin = request.headers.get(hdrs.ORIGIN)
+    if host and origin:
+        verdict = _origin_verdict(host, origin)
+        if verdict is not None and not verdict.same_site and await _is_loopback(verdict.host):
+            log.warning("request with Origin %r does not match Host %r: 403", origin, host)
+            return web.Response(status=403)
+    if request.method == hdrs.METH_OPTIONS:
+        return web.Response()
+    return await handler(request)
+
+
+class _Verdict(NamedTuple):
+    host: str  # the Host header's name, to test for loopback
+    same_site: bool
+
+
+def _origin_verdict(host_header: str, origin_header: str) -> _Verdict | None:
+    """Whether Origin names the Host; None when either has no host name to compare.
+
+    Names are compared case-insensitively; ports only when both carry one, since
+    some browsers leave the port out of one of the two.
+    """
+    try:
+        host = urlsplit("//" + host_header.strip().lower())
+        origin = urlsplit(origin_header.strip().lower())
+    except ValueError:  # e.g. an unclosed IPv6 bracket: unreadable, so not trusted
+        return _Verdict(host_header, False)
+    if not host.hostname or not origin.hostname:  # e.g. `Origin: null`
+        return None
+    try:
+        host_port, origin_port = host.port, origin.port
+    except ValueError:  # not a port number: cannot be the same site
+        return _Verdict(host.hostname, False)
+    same = host.hostname == origin.hostname and (
+        host_port is None or origin_port is None or host_port == origin_port
+    )
+    return _Verdict(host.hostname, same)
+
+
+async def _is_loopback(host: str) -> bool:
+    """True if `host` is, or resolves to, a loopback address."""
+    host = host.strip("[]")
+    literal = _loopback_literal(host)
+    if literal is not None:
+        return literal
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    now = time.monotonic()
+    cached = _loopback_cache.get(host)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        infos = []
+    # Any loopback address counts: the check then applies rather than being skipped.
+    result = any(_loopback_literal(str(info[4][0])) for info in infos)
+    if len(_loopback_cache) >= _LOOPBACK_CACHE_SIZE:
+        _loopback_cache.clear()
+    _loopback_cache[host] = (now + _LOOPBACK_TTL, result)
+    return result
+
+
+def _loopback_literal(text: str) -> bool | None:
+    """Whether an IP address literal is loopback; None when `text` is not an IP address."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An unexpected exception becomes ComfyUI's JSON error body with status 500.
+
+    The traceback goes to the log only: it can hold paths and values clients should not
+    see. HTTP exceptions are deliberate answers and pass through unchanged.
+    """
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except ConnectionResetError:  # the client left: there is no one to answer
+        raise
+    except Exception:
+        if request.writer.output_size > 0:  # a reply was already started; aiohttp closes it
+            raise
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return web.json_response(_SERVER_ERROR, status=500)

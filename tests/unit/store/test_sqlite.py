@@ -1,0 +1,269 @@
+"""What the SQLite store promises beyond the JobStore contract."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from comfyfleet.store import sqlite as sqlite_module
+from comfyfleet.store.base import StoreError
+from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
+
+
+def new_job(prompt_id: str, number: float = 1) -> NewJob:
+    return NewJob(prompt_id, number, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "jobs.db")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def stall_writer(store: SQLiteStore, seconds: float) -> asyncio.Future[None]:
+    """Keep the writer thread busy, so what is submitted meanwhile queues up."""
+    stall = asyncio.ensure_future(store._write(lambda conn: time.sleep(seconds)))
+    await asyncio.sleep(0.02)  # let the writer pick it up
+    return stall
+
+
+async def test_file_is_in_wal_mode(store: SQLiteStore) -> None:
+    with closing(sqlite3.connect(store.path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert version == sqlite_module.SCHEMA_VERSION
+
+
+async def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    first = SQLiteStore(tmp_path / "jobs.db")
+    await first.open()
+    await first.submit(new_job("done", 1))
+    await first.submit(new_job("waiting", 2))
+    job = await first.claim("lane")
+    assert job is not None
+    files = [OutputFile("x.png", "", "output")]
+    outcome = JobResult(JobStatus.SUCCESS, {"1": {"a": [1.5]}}, {}, [["m", {"k": 1}]], None, files)
+    await first.finish("done", job.attempt, outcome)
+    before = (await first.queue(), await first.history(), await first.jobs())
+    await first.close()
+
+    second = SQLiteStore(tmp_path / "jobs.db")
+    await second.open()
+    try:
+        after = (await second.queue(), await second.history(), await second.jobs())
+        assert after == before
+        entry = await second.history_entry("done")
+        assert entry is not None and entry.result == outcome
+    finally:
+        await second.close()
+
+
+async def test_dispatch_reads_an_index_in_order(store: SQLiteStore) -> None:
+    with closing(sqlite3.connect(store.path)) as conn:
+        plan = " ".join(
+            row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + SELECT_PENDING, (8,))
+        )
+    assert "jobs_dispatch" in plan
+    assert "TEMP B-TREE" not in plan
+
+
+async def test_group_commit_batches_concurrent_writes(store: SQLiteStore) -> None:
+    stall = await stall_writer(store, 0.2)
+    before = store.stats.transactions
+    await asyncio.gather(*(store.submit(new_job(f"p{i}", i)) for i in range(300)))
+    await stall
+    used = store.stats.transactions - before
+    assert used <= 3  # 300 operations in batches of at most 256
+    assert (await store.counts())[JobStatus.PENDING] == 300
+
+
+async def test_without_grouping_each_write_commits_alone(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db", max_batch=1)
+    await store.open()
+    try:
+        before = store.stats.transactions
+        await asyncio.gather(*(store.submit(new_job(f"p{i}", i)) for i in range(20)))
+        assert store.stats.transactions - before == 20
+    finally:
+        await store.close()
+
+
+async def test_a_failing_write_fails_alone_in_its_batch(store: SQLiteStore) -> None:
+    await store.submit(new_job("taken"))
+    stall = await stall_writer(store, 0.2)
+    ids = [f"p{i}" for i in range(10)]
+    ids.insert(5, "taken")
+    outcomes = await asyncio.gather(
+        *(store.submit(new_job(pid)) for pid in ids), return_exceptions=True
+    )
+    await stall
+    failed = [pid for pid, outcome in zip(ids, outcomes) if isinstance(outcome, BaseException)]
+    assert failed == ["taken"]
+    assert isinstance(outcomes[5], StoreError)
+    assert store.stats.retries == 1
+    assert (await store.counts())[JobStatus.PENDING] == 11
+
+
+async def test_can_run_errors_reach_the_caller_only(store: SQLiteStore) -> None:
+    await store.submit(new_job("p1"))
+
+    def broken(job: object) -> bool:
+        raise RuntimeError("predicate failed")
+
+    stall = await stall_writer(store, 0.1)
+    bad = asyncio.ensure_future(store.claim("lane", broken))
+    good = asyncio.ensure_future(store.submit(new_job("p2")))
+    await stall
+    with pytest.raises(RuntimeError, match="predicate failed"):
+        await bad
+    assert (await good).prompt_id == "p2"
+    assert (await store.counts())[JobStatus.PENDING] == 2
+
+
+async def test_driver_errors_become_store_errors(tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    store = SQLiteStore(tmp_path / "dir.db")
+    with pytest.raises(StoreError) as caught:
+        await store.open()
+    assert isinstance(caught.value.__cause__, sqlite3.Error)
+
+
+async def test_closed_store_refuses_work(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    with pytest.raises(StoreError):
+        await store.submit(new_job("p1"))
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.get("p1")
+    await store.close()  # closing twice is harmless
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"PRAGMA user_version = {sqlite_module.SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match="newer"):
+        await SQLiteStore(path).open()
+
+
+async def test_migrations_run_on_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("p1"))
+    await store.close()
+
+    def add_column(conn: sqlite3.Connection) -> None:
+        conn.execute("ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(sqlite_module.MIGRATIONS, 2, add_column)
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert await store.get("p1") is not None
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
+    assert "priority" in columns
+
+
+async def test_counter_survives_clean_restart_past_rejected_prompts(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    await store.submit(new_job("p0", await store.next_number()))
+    for _ in range(4):  # prompts that failed validation still advance the counter
+        await store.next_number()
+    await store.close()
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    try:
+        assert await store.next_number() == 5
+    finally:
+        await store.close()
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from comfyfleet.store.records import NewJob
+    from comfyfleet.store.sqlite import SQLiteStore
+
+    async def submitter(store, worker):
+        for i in range(1_000_000):
+            pid = f"w{worker}-{i}"
+            job = NewJob(pid, i, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
+            await store.submit(job)
+            print(pid, flush=True)
+
+    async def main():
+        store = SQLiteStore(Path(sys.argv[1]))
+        await store.open()
+        print("open", flush=True)
+        await asyncio.gather(*(submitter(store, w) for w in range(16)))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _run_and_kill(path: Path, wanted: int) -> list[str]:
+    """Start a submitting child, SIGKILL it mid-stream; the ids it saw committed."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert child.stdout is not None
+    committed: list[str] = []
+    try:
+        for line in child.stdout:
+            if line.strip() != "open":
+                committed.append(line.strip())
+            if len(committed) >= wanted:
+                break
+        child.send_signal(signal.SIGKILL)
+        # Whatever was printed before the kill landed counts too.
+        committed += [line.strip() for line in child.stdout if line.strip()]
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    return committed
+
+
+async def test_committed_submits_survive_sigkill(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    committed = await asyncio.to_thread(_run_and_kill, path, 2000)
+    assert len(committed) >= 2000
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        jobs, total = await store.jobs()
+        stored = {job.prompt_id for job in jobs}
+        assert set(committed) <= stored
+        assert total == len(stored) >= len(committed)
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

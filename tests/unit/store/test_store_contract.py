@@ -1,0 +1,681 @@
+"""The JobStore contract, run against every store implementation.
+
+Only the public interface is used here; store-specific behaviour has its own
+test module. A factory makes a store at a location; calling it again with the
+same location reopens the same data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from comfyfleet.store.base import JobStore, StoreError
+from comfyfleet.store.records import (
+    HistoryEntry,
+    Job,
+    JobResult,
+    JobStatus,
+    NewJob,
+    OutputFile,
+)
+from comfyfleet.store.sqlite import SQLiteStore
+from tests.helpers import load_scenario
+
+
+class Clock:
+    """A settable clock, so timestamps and ages are exact."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+StoreFactory = Callable[[Path, Clock], JobStore]
+
+
+def sqlite_store(location: Path, clock: Clock) -> JobStore:
+    return SQLiteStore(location / "jobs.db", synchronous="NORMAL", clock=clock)
+
+
+@pytest.fixture(params=[sqlite_store], ids=["sqlite"])
+def factory(request: pytest.FixtureRequest) -> StoreFactory:
+    maker: StoreFactory = request.param
+    return maker
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def store(factory: StoreFactory, tmp_path: Path, clock: Clock) -> AsyncIterator[JobStore]:
+    opened = factory(tmp_path, clock)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def reopen(factory: StoreFactory, tmp_path: Path, clock: Clock) -> Callable[[JobStore], Any]:
+    """Close a store and open its data again."""
+
+    async def again(current: JobStore) -> JobStore:
+        await current.close()
+        fresh = factory(tmp_path, clock)
+        await fresh.open()
+        return fresh
+
+    return again
+
+
+def new_job(prompt_id: str, number: float = 1, *, front: bool = False, **kw: Any) -> NewJob:
+    prompt = kw.pop("prompt", {"1": {"class_type": "Noop", "inputs": {"tag": prompt_id}}})
+    return NewJob(prompt_id, number, front, prompt, kw.pop("extra_data", {}), ["1"], **kw)
+
+
+def result(
+    status: JobStatus = JobStatus.SUCCESS, *, files: list[OutputFile] | None = None, **kw: Any
+) -> JobResult:
+    messages = kw.pop("messages", [["execution_start", {"prompt_id": "x", "timestamp": 1}]])
+    return JobResult(
+        status,
+        kw.pop("outputs", {}),
+        kw.pop("meta", {}),
+        messages,
+        kw.pop("error", None),
+        files or [],
+    )
+
+
+async def run_one(store: JobStore, job_result: JobResult | None = None) -> Job:
+    """Claim the next job and finish it."""
+    job = await store.claim("lane")
+    assert job is not None
+    assert await store.finish(job.prompt_id, job.attempt, job_result or result())
+    return job
+
+
+async def history_ids(store: JobStore, *args: int | None) -> list[str]:
+    return [entry.job.prompt_id for entry in await store.history(*args)]
+
+
+# -- submit -------------------------------------------------------------------------
+
+
+async def test_submit_get_round_trip_is_exact(store: JobStore, clock: Clock) -> None:
+    prompt = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "color": 0.0, "seed": 2**53}},
+        "2": {
+            "class_type": "Text",
+            "inputs": {"text": 'héllo \u2603 "q" \\', "list": [1, 1.5, None]},
+        },
+    }
+    extra = {"client_id": "abc", "extra_pnginfo": {"workflow": {"nested": [True, False, {}]}}}
+    submitted = await store.submit(
+        NewJob("p1", 24, False, prompt, extra, ["2", "1"], "abc", {"2": {"errors": []}})
+    )
+    got = await store.get("p1")
+    assert got == submitted
+    assert got is not None
+    assert got.prompt == prompt and got.extra_data == extra and got.outputs == ["2", "1"]
+    assert got.status is JobStatus.PENDING and got.attempt == 0 and got.lane is None
+    assert got.client_id == "abc" and got.created_at == clock.now
+    assert got.queue_item() == [24, "p1", prompt, extra, ["2", "1"]]
+    assert isinstance(got.number, int)
+    assert isinstance(got.prompt["1"]["inputs"]["color"], float)
+
+
+async def test_number_keeps_its_type(store: JobStore) -> None:
+    await store.submit(new_job("explicit", 100.0))
+    await store.submit(new_job("counter", 24))
+    await store.submit(new_job("front", -25, front=True))
+    explicit, counter, front = [await store.get(i) for i in ("explicit", "counter", "front")]
+    assert explicit is not None and counter is not None and front is not None
+    assert repr(explicit.number) == "100.0"
+    assert repr(counter.number) == "24"
+    assert repr(front.number) == "-25" and front.front
+
+
+async def test_submit_assigns_increasing_seq(store: JobStore) -> None:
+    jobs = [await store.submit(new_job(f"p{i}")) for i in range(5)]
+    seqs = [job.seq for job in jobs]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+
+
+async def test_duplicate_id_is_refused(store: JobStore) -> None:
+    await store.submit(new_job("p1", 1))
+    with pytest.raises(StoreError):
+        await store.submit(new_job("p1", 2))
+    got = await store.get("p1")
+    assert got is not None and got.number == 1
+    assert await store.get("missing") is None
+
+
+# -- dispatch -------------------------------------------------------------------------
+
+# The prompts of ComfyUI's 07-queue scenario, in submission order, with the numbers
+# ComfyUI gave them. ComfyUI ran C before B (front numbers are a negated counter, so
+# later front prompts jump ahead); we deliberately keep front prompts FIFO.
+QUEUE_SCENARIO: list[tuple[str, float, bool]] = [
+    ("A", 24, False),
+    ("B", -25, True),
+    ("C", -26, True),
+    ("D", 27, False),
+    ("E", 0.5, False),
+    ("F", 28, False),
+    ("G", 100.0, False),
+]
+
+
+async def test_dispatch_order_front_fifo_then_number_then_seq(store: JobStore) -> None:
+    for name, number, front in QUEUE_SCENARIO:
+        await store.submit(new_job(name, number, front=front))
+    _, pending = await store.queue()
+    assert [job.prompt_id for job in pending] == ["B", "C", "E", "A", "D", "F", "G"]
+    claimed = [await store.claim("lane") for _ in QUEUE_SCENARIO]
+    assert [job.prompt_id for job in claimed if job] == ["B", "C", "E", "A", "D", "F", "G"]
+    assert await store.claim("lane") is None
+
+
+async def test_equal_numbers_run_in_submission_order(store: JobStore) -> None:
+    for name in ("x", "y", "z"):
+        await store.submit(new_job(name, 5.0))
+    await store.submit(new_job("early", 1.0))
+    order = [(await store.claim("lane")) for _ in range(4)]
+    assert [job.prompt_id for job in order if job] == ["early", "x", "y", "z"]
+
+
+async def test_agrees_with_comfyui_queue_numbers() -> None:
+    recorded = next(
+        step
+        for step in load_scenario("07-queue")["steps"]
+        if step.get("kind") == "note" and "numbers" in step
+    )
+    assert {name: number for name, number, _ in QUEUE_SCENARIO} == {
+        name: recorded["numbers"][name] for name, _, _ in QUEUE_SCENARIO
+    }
+
+
+async def test_claim_sets_running_attempt_lane(store: JobStore, clock: Clock) -> None:
+    await store.submit(new_job("p1"))
+    clock.advance(5)
+    job = await store.claim("local/0")
+    assert job is not None
+    assert (job.status, job.attempt, job.lane, job.started_at) == (
+        JobStatus.RUNNING,
+        1,
+        "local/0",
+        clock.now,
+    )
+    assert await store.get("p1") == job
+
+
+async def test_claim_skips_jobs_can_run_refuses(store: JobStore) -> None:
+    for i in range(5):
+        await store.submit(new_job(f"p{i}", i))
+    job = await store.claim("lane", lambda job: job.prompt_id in ("p2", "p4"))
+    assert job is not None and job.prompt_id == "p2"
+    seen: list[str] = []
+
+    def refuse_all(job: Job) -> bool:
+        seen.append(job.prompt_id)
+        assert job.status is JobStatus.PENDING
+        return False
+
+    assert await store.claim("lane", refuse_all) is None
+    assert seen == ["p0", "p1", "p3", "p4"]
+    _, pending = await store.queue()
+    assert [job.prompt_id for job in pending] == ["p0", "p1", "p3", "p4"]
+
+
+async def test_claim_looks_only_scan_deep(store: JobStore) -> None:
+    for i in range(10):
+        await store.submit(new_job(f"p{i}", i))
+    assert await store.claim("lane", lambda job: job.prompt_id == "p9", scan=5) is None
+    job = await store.claim("lane", lambda job: job.prompt_id == "p9", scan=10)
+    assert job is not None and job.prompt_id == "p9"
+
+
+# -- fencing -------------------------------------------------------------------------
+
+
+async def test_stale_attempts_change_nothing(store: JobStore) -> None:
+    await store.submit(new_job("p1"))
+    first = await store.claim("lane-a")
+    assert first is not None and first.attempt == 1
+    assert not await store.requeue("p1", 2)
+    assert await store.requeue("p1", 1)
+    requeued = await store.get("p1")
+    assert requeued is not None
+    assert (requeued.status, requeued.lane, requeued.attempt) == (JobStatus.PENDING, None, 1)
+    assert not await store.requeue("p1", 1)  # not running any more
+
+    second = await store.claim("lane-b")
+    assert second is not None and second.attempt == 2 and second.lane == "lane-b"
+    assert not await store.finish("p1", 1, result())
+    assert not await store.requeue("p1", 1)
+    unchanged = await store.get("p1")
+    assert unchanged == second
+    assert await store.history_entry("p1") is None
+
+    assert await store.finish("p1", 2, result())
+    assert not await store.finish("p1", 2, result(JobStatus.ERROR))
+    done = await store.get("p1")
+    assert done is not None and done.status is JobStatus.SUCCESS
+
+
+async def test_finish_unknown_or_pending_job_is_refused(store: JobStore) -> None:
+    assert not await store.finish("missing", 1, result())
+    await store.submit(new_job("p1"))
+    assert not await store.finish("p1", 0, result())
+    assert not await store.requeue("p1", 0)
+    assert (await store.counts())[JobStatus.PENDING] == 1
+
+
+async def test_requeued_job_keeps_its_place(store: JobStore) -> None:
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+    job = await store.claim("lane")
+    assert job is not None and job.prompt_id == "p0"
+    await store.requeue("p0", 1)
+    _, pending = await store.queue()
+    assert [job.prompt_id for job in pending] == ["p0", "p1", "p2"]
+
+
+async def test_requeue_lane_by_prefix(store: JobStore) -> None:
+    for i in range(4):
+        await store.submit(new_job(f"p{i}", i))
+    for lane in ("local/0", "remote/x", "local/1"):
+        await store.claim(lane)
+    assert await store.requeue_lane("local/") == ["p0", "p2"]
+    running, pending = await store.queue()
+    assert [job.prompt_id for job in running] == ["p1"]
+    assert [job.prompt_id for job in pending] == ["p0", "p2", "p3"]
+    assert await store.requeue_lane("local/") == []
+
+
+# -- finish ---------------------------------------------------------------------------
+
+
+async def test_finish_writes_history_events_and_files(store: JobStore, clock: Clock) -> None:
+    await store.submit(new_job("p1", 3, extra_data={"client_id": "c"}, client_id="c"))
+    job = await store.claim("lane")
+    assert job is not None
+    clock.advance(2)
+    files = [OutputFile("a.png", "", "output"), OutputFile("b.png", "sub", "temp")]
+    messages = [
+        ["execution_start", {"prompt_id": "p1", "timestamp": 1}],
+        ["execution_cached", {"nodes": [], "prompt_id": "p1", "timestamp": 2}],
+        ["execution_success", {"prompt_id": "p1", "timestamp": 3}],
+    ]
+    outputs = {"9": {"images": [{"filename": "a.png", "subfolder": "", "type": "output"}]}}
+    meta = {"9": {"node_id": "9", "display_node": "9", "parent_node": None, "real_node_id": "9"}}
+    done = result(files=files, messages=messages, outputs=outputs, meta=meta)
+    assert await store.finish("p1", job.attempt, done)
+
+    entry = await store.history_entry("p1")
+    assert entry is not None
+    assert entry.result == done
+    assert entry.job.status is JobStatus.SUCCESS and entry.job.finished_at == clock.now
+    assert entry.comfy() == {
+        "prompt": [3, "p1", job.prompt, {"client_id": "c"}, ["1"]],
+        "outputs": outputs,
+        "status": {"status_str": "success", "completed": True, "messages": messages},
+        "meta": meta,
+    }
+
+
+@pytest.mark.parametrize("status", [JobStatus.ERROR, JobStatus.INTERRUPTED])
+async def test_failed_attempts_are_history_with_error(store: JobStore, status: JobStatus) -> None:
+    await store.submit(new_job("p1"))
+    job = await store.claim("lane")
+    assert job is not None
+    error = {"prompt_id": "p1", "node_id": "2", "exception_message": "boom", "traceback": []}
+    assert await store.finish("p1", job.attempt, result(status, error=error))
+    entry = await store.history_entry("p1")
+    assert entry is not None
+    assert entry.result.status is status and entry.result.error == error
+    assert entry.job.error == error and entry.job.status is status
+    assert entry.comfy()["status"]["status_str"] == "error"
+
+
+async def test_finish_cancelled_leaves_no_history(store: JobStore) -> None:
+    await store.submit(new_job("p1"))
+    job = await store.claim("lane")
+    assert job is not None
+    assert await store.finish("p1", job.attempt, result(JobStatus.CANCELLED))
+    assert await store.history_entry("p1") is None
+    got = await store.get("p1")
+    assert got is not None and got.status is JobStatus.CANCELLED
+
+
+# -- cancel ---------------------------------------------------------------------------
+
+
+async def test_cancel_pending_only(store: JobStore, clock: Clock) -> None:
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+    await store.claim("lane")  # p0 runs
+    clock.advance(1)
+    changed = await store.cancel(["p2", "p0", "missing", "p1", "p2"], pending_only=True)
+    assert changed == ["p2", "p1"]
+    running, pending = await store.queue()
+    assert [job.prompt_id for job in running] == ["p0"] and pending == []
+    cancelled = await store.get("p1")
+    assert cancelled is not None
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.finished_at == clock.now
+    assert await store.history_entry("p1") is None
+    assert await store.cancel(["p1"], pending_only=True) == []
+
+
+async def test_cancel_running_too(store: JobStore) -> None:
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+    running = await store.claim("lane")
+    assert running is not None
+    await run_one(store)  # p1 finishes
+    assert await store.cancel(["p0", "p1", "p2"], pending_only=False) == ["p0", "p2"]
+    assert not await store.finish("p0", running.attempt, result())
+    finished = await store.get("p1")
+    assert finished is not None and finished.status is JobStatus.SUCCESS
+
+
+async def test_cancel_all_pending(store: JobStore) -> None:
+    for i in range(4):
+        await store.submit(new_job(f"p{i}", 10 - i))
+    await store.claim("lane")  # p3 (lowest number) runs
+    assert await store.cancel_all_pending() == ["p0", "p1", "p2"]
+    running, pending = await store.queue()
+    assert [job.prompt_id for job in running] == ["p3"] and pending == []
+    assert await store.cancel_all_pending() == []
+
+
+# -- queue and counts -------------------------------------------------------------------
+
+
+async def test_queue_running_by_start_then_pending(store: JobStore, clock: Clock) -> None:
+    for i in range(5):
+        await store.submit(new_job(f"p{i}", i))
+    claimed = []
+    for lane in ("a", "b", "c"):
+        clock.advance(1)
+        claimed.append(await store.claim(lane))
+    await store.requeue("p0", 1)
+    clock.advance(1)
+    await store.claim("d")  # p0 again, started last
+    running, pending = await store.queue()
+    assert [(job.prompt_id, job.lane) for job in running] == [("p1", "b"), ("p2", "c"), ("p0", "d")]
+    assert [job.prompt_id for job in pending] == ["p3", "p4"]
+    assert all(job.status is JobStatus.RUNNING for job in running)
+
+
+async def test_counts(store: JobStore) -> None:
+    empty = await store.counts()
+    assert empty == dict.fromkeys(JobStatus, 0)
+    for i in range(6):
+        await store.submit(new_job(f"p{i}", i))
+    await run_one(store)
+    await run_one(store, result(JobStatus.ERROR))
+    await store.claim("lane")
+    await store.cancel(["p5"], pending_only=True)
+    counts = await store.counts()
+    assert counts[JobStatus.SUCCESS] == 1 and counts[JobStatus.ERROR] == 1
+    assert counts[JobStatus.RUNNING] == 1 and counts[JobStatus.CANCELLED] == 1
+    assert counts[JobStatus.PENDING] == 2 and counts[JobStatus.INTERRUPTED] == 0
+
+
+# -- the counter ---------------------------------------------------------------------
+
+
+async def test_next_number_starts_at_zero_and_advances(store: JobStore) -> None:
+    assert [await store.next_number() for _ in range(3)] == [0, 1, 2]
+
+
+async def test_next_number_continues_after_reopen(
+    store: JobStore, reopen: Callable[[JobStore], Any]
+) -> None:
+    await store.submit(new_job("a", 7))
+    await store.submit(new_job("b", -9, front=True))
+    await store.submit(new_job("c", 500.0))  # explicit: not the counter's
+    await store.submit(new_job("d", 0.5))
+    store = await reopen(store)
+    try:
+        assert await store.next_number() == 10
+        assert await store.next_number() == 11
+    finally:
+        await store.close()
+
+
+async def test_next_number_never_goes_back_after_pruning(
+    store: JobStore, reopen: Callable[[JobStore], Any]
+) -> None:
+    for i in range(3):
+        number = await store.next_number()
+        await store.submit(new_job(f"p{i}", number))
+        await run_one(store)
+    await store.prune_history(max_entries=0, max_age_seconds=None)
+    assert await store.get("p2") is None
+    store = await reopen(store)
+    try:
+        assert await store.next_number() >= 3
+    finally:
+        await store.close()
+
+
+# -- jobs listing ----------------------------------------------------------------------
+
+
+async def test_jobs_pages_filters_and_counts(store: JobStore, clock: Clock) -> None:
+    for i in range(6):
+        clock.advance(1 if i != 3 else 0)  # p2 and p3 share a timestamp
+        await store.submit(new_job(f"p{i}", 10 - i))
+    await run_one(store)  # p5
+    await store.cancel(["p4"], pending_only=True)
+
+    page, total = await store.jobs(limit=2)
+    assert [job.prompt_id for job in page] == ["p5", "p4"] and total == 6
+    page, total = await store.jobs(limit=3, offset=2)
+    assert [job.prompt_id for job in page] == ["p3", "p2", "p1"] and total == 6
+    page, total = await store.jobs(newest_first=False)
+    assert [job.prompt_id for job in page] == [f"p{i}" for i in range(6)]
+    page, total = await store.jobs(statuses=[JobStatus.PENDING], newest_first=False, limit=2)
+    assert [job.prompt_id for job in page] == ["p0", "p1"] and total == 4
+    page, total = await store.jobs(statuses=[JobStatus.SUCCESS, JobStatus.CANCELLED])
+    assert [job.prompt_id for job in page] == ["p5", "p4"] and total == 2
+    page, total = await store.jobs(statuses=[])
+    assert page == [] and total == 0
+    page, total = await store.jobs(offset=10)
+    assert page == [] and total == 6
+
+
+# -- history ------------------------------------------------------------------------------
+
+
+async def test_history_paging(store: JobStore) -> None:
+    for i in range(5):
+        await store.submit(new_job(f"p{i}", i))
+        await run_one(store)
+    assert await history_ids(store) == ["p0", "p1", "p2", "p3", "p4"]
+    assert await history_ids(store, 2) == ["p3", "p4"]
+    assert await history_ids(store, 2, 1) == ["p1", "p2"]
+    assert await history_ids(store, None, 3) == ["p3", "p4"]
+    assert await history_ids(store, 10) == ["p0", "p1", "p2", "p3", "p4"]
+    assert await history_ids(store, 2, 4) == ["p4"]
+    assert await history_ids(store, 2, 9) == []
+    assert await history_ids(store, 0) == []
+    assert await history_ids(store, 2, -1) == ["p3", "p4"]
+
+
+async def test_history_is_in_completion_order(store: JobStore) -> None:
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+    jobs = [await store.claim("lane") for _ in range(3)]
+    for job in reversed(jobs):
+        assert job is not None
+        await store.finish(job.prompt_id, job.attempt, result())
+    assert await history_ids(store) == ["p2", "p1", "p0"]
+
+
+def _recorded_result(entry: dict[str, Any]) -> JobResult:
+    status = entry["status"]
+    kinds = [kind for kind, _ in status["messages"]]
+    if status["status_str"] == "success":
+        final = JobStatus.SUCCESS
+    else:
+        final = JobStatus.INTERRUPTED if "execution_interrupted" in kinds else JobStatus.ERROR
+    return JobResult(final, entry["outputs"], entry["meta"], status["messages"])
+
+
+async def test_history_paging_matches_comfyui_reference(store: JobStore) -> None:
+    steps = load_scenario("08-history-api")["steps"]
+    newest_two = next(s for s in steps if s.get("path") == "/history?max_items=2")
+    skip_one = next(s for s in steps if s.get("path") == "/history?max_items=2&offset=1")
+    recorded = {**newest_two["response_json"], **skip_one["response_json"]}
+    # ComfyUI's history held entries numbered 0..31; the unrecorded ones are stand-ins.
+    by_number = {entry["prompt"][0]: (pid, entry) for pid, entry in recorded.items()}
+    for number in range(32):
+        if number in by_number:
+            pid, entry = by_number[number]
+            _, _, prompt, extra, outputs = entry["prompt"]
+            job = NewJob(pid, number, False, prompt, extra, outputs, extra.get("client_id"))
+            done = _recorded_result(entry)
+        else:
+            job, done = new_job(f"filler-{number}", number), result()
+        await store.submit(job)
+        await run_one(store, done)
+
+    for step in (newest_two, skip_one):
+        max_items = 2
+        offset = 1 if "offset" in step["path"] else None
+        entries = await store.history(max_items, offset)
+        shown = {entry.job.prompt_id: entry.comfy() for entry in entries}
+        assert list(shown) == list(step["response_json"])
+        assert shown == step["response_json"]
+
+
+async def test_history_entry_unknown(store: JobStore) -> None:
+    assert await store.history_entry("missing") is None
+
+
+async def test_delete_and_clear_history(store: JobStore) -> None:
+    for i in range(4):
+        await store.submit(new_job(f"p{i}", i))
+        await run_one(store)
+    await store.delete_history(["p1", "missing"])
+    assert await history_ids(store) == ["p0", "p2", "p3"]
+    assert await store.history_entry("p1") is None
+    kept = await store.get("p1")
+    assert kept is not None and kept.status is JobStatus.SUCCESS
+    await store.clear_history()
+    assert await store.history() == []
+    assert (await store.counts())[JobStatus.SUCCESS] == 4
+    await store.submit(new_job("p9", 9))
+    await run_one(store)
+    assert await history_ids(store) == ["p9"]
+
+
+# -- retention --------------------------------------------------------------------------
+
+
+def _files(prompt_id: str) -> list[OutputFile]:
+    return [
+        OutputFile(f"{prompt_id}.png", "", "output"),
+        OutputFile(f"{prompt_id}.tmp", "t", "temp"),
+    ]
+
+
+async def _finished_jobs(store: JobStore, clock: Clock, count: int) -> None:
+    for i in range(count):
+        clock.advance(10)
+        await store.submit(new_job(f"p{i}", i))
+        await run_one(store, result(files=_files(f"p{i}")))
+
+
+async def test_prune_by_count(store: JobStore, clock: Clock) -> None:
+    await _finished_jobs(store, clock, 5)
+    files = await store.prune_history(max_entries=2, max_age_seconds=None)
+    assert files == _files("p0") + _files("p1") + _files("p2")
+    assert await history_ids(store) == ["p3", "p4"]
+    assert await store.get("p0") is None
+    _, total = await store.jobs()
+    assert total == 2
+    assert await store.prune_history(max_entries=2, max_age_seconds=None) == []
+
+
+async def test_prune_by_age(store: JobStore, clock: Clock) -> None:
+    await _finished_jobs(store, clock, 5)  # finished 40, 30, 20, 10, 0 seconds ago
+    files = await store.prune_history(max_entries=None, max_age_seconds=15)
+    assert files == _files("p0") + _files("p1") + _files("p2")
+    assert await history_ids(store) == ["p3", "p4"]
+    assert await store.prune_history(max_entries=None, max_age_seconds=None) == []
+    assert await store.prune_history(max_entries=10, max_age_seconds=1000) == []
+
+
+async def test_prune_keeps_live_jobs_and_drops_old_unlisted_ones(
+    store: JobStore, clock: Clock
+) -> None:
+    await _finished_jobs(store, clock, 3)
+    await store.delete_history(["p0"])  # unlisted, but its files are still on disk
+    await store.submit(new_job("waiting", 100))
+    await store.submit(new_job("gone", 101))
+    await store.cancel(["gone"], pending_only=True)
+    clock.advance(1000)
+    files = await store.prune_history(max_entries=None, max_age_seconds=500)
+    assert set(files) == set(_files("p0") + _files("p1") + _files("p2"))
+    assert await store.get("gone") is None
+    assert await store.get("waiting") is not None
+    assert await store.history() == []
+
+
+# -- concurrency --------------------------------------------------------------------------
+
+
+async def test_concurrent_submits_and_claims_each_job_once(store: JobStore) -> None:
+    ids = [f"p{i}" for i in range(200)]
+    claimed: list[Job] = []
+    submitted = asyncio.Event()
+
+    async def claimer(lane: str) -> None:
+        while True:
+            job = await store.claim(lane)
+            if job is not None:
+                claimed.append(job)
+            elif submitted.is_set():
+                return
+            else:
+                await asyncio.sleep(0.001)
+
+    async def submit_all() -> None:
+        await asyncio.gather(*(store.submit(new_job(pid, i)) for i, pid in enumerate(ids)))
+        submitted.set()
+
+    await asyncio.gather(submit_all(), *(claimer(f"lane{n}") for n in range(8)))
+    assert sorted(job.prompt_id for job in claimed) == sorted(ids)
+    assert all(job.attempt == 1 for job in claimed)
+    assert (await store.counts())[JobStatus.RUNNING] == 200
+
+
+async def test_concurrent_finishes_and_reads(store: JobStore) -> None:
+    for i in range(50):
+        await store.submit(new_job(f"p{i}", i))
+    jobs = [job for job in [await store.claim("lane") for _ in range(50)] if job]
+
+    async def finish(job: Job) -> bool:
+        return await store.finish(job.prompt_id, job.attempt, result(files=_files(job.prompt_id)))
+
+    outcomes = await asyncio.gather(*(finish(job) for job in jobs), store.history(), store.queue())
+    assert all(outcomes[:50])
+    entries: list[HistoryEntry] = await store.history()
+    assert len(entries) == 50
+    assert all(entry.result.files == _files(entry.job.prompt_id) for entry in entries)
