@@ -22,10 +22,11 @@ def server_features(max_upload_bytes: int) -> dict[str, object]:
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     gw = request.app[GATEWAY]
-    ws = web.WebSocketResponse(max_msg_size=gw.config.max_upload_bytes)
+    # No per-message compression: frames are small and are written in batches.
+    ws = web.WebSocketResponse(max_msg_size=gw.config.max_upload_bytes, compress=False)
     await ws.prepare(request)
     sid = request.query.get("clientId") or uuid.uuid4().hex
-    sock = ClientSocket(sid, ws)
+    sock = ClientSocket(sid, ws, request.transport)
     gw.hub.attach(sock)
     try:
         sock.send_json("status", events.status(gw.scheduler.queue_remaining, sid=sid))
