@@ -104,7 +104,7 @@ class Scheduler:
 
     @property
     def queue_remaining(self) -> int:
-        return self.pending + len(self.running)
+        return max(0, self.pending) + len(self.running)
 
     def _queue_changed(self) -> None:
         self.router.queue_changed(self.queue_remaining)
@@ -155,21 +155,31 @@ class Scheduler:
 
     def _forget_pending(self, count: int) -> None:
         if count:
-            self.pending = max(0, self.pending - count)
+            self.pending -= count
             self._queue_changed()
 
     # -- dispatch -------------------------------------------------------------
 
     async def _slot_loop(self, lane: Lane) -> None:
         while not self._stopping:
-            self._work.clear()
-            job = await self.store.claim(lane.name, lane.can_run)
-            if job is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), timeout=1.0)
-                continue
-            self.pending = max(0, self.pending - 1)
-            await self._run(lane, job)
+            try:
+                await self._take_one(lane)
+            except Exception:
+                # A store failure must not cost the lane a slot; the job, if any, stays
+                # running in the store and is re-queued at the next start.
+                log.exception("slot of lane %s failed; retrying", lane.name)
+                await asyncio.sleep(1.0)
+
+    async def _take_one(self, lane: Lane) -> None:
+        self._work.clear()
+        job = await self.store.claim(lane.name, lane.can_run)
+        if job is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._work.wait(), timeout=1.0)
+            return
+        # Not clamped: a claim can land before its submit's increment, and they net out.
+        self.pending -= 1
+        await self._run(lane, job)
 
     async def _run(self, lane: Lane, job: Job) -> None:
         entry = Running(job, lane)

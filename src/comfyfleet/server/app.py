@@ -36,9 +36,13 @@ def build_app(gateway: Gateway) -> web.Application:
     async def start(_app: web.Application) -> None:
         await gateway.start()
 
-    async def stop(_app: web.Application) -> None:
-        await gateway.stop()
+    async def drain(_app: web.Application) -> None:
+        await gateway.drain()
+
+    async def close(_app: web.Application) -> None:
+        await gateway.close()
 
     app.on_startup.append(start)
-    app.on_shutdown.append(stop)
+    app.on_shutdown.append(drain)  # after the listener closed, before open requests end
+    app.on_cleanup.append(close)
     return app

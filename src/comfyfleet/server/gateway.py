@@ -54,14 +54,22 @@ class Gateway:
         if self.config.history_max_entries or self.config.history_max_age:
             self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
-    async def stop(self) -> None:
+    async def drain(self) -> None:
+        """Stop taking work: running prompts get the grace period, sockets close."""
         await self.scheduler.stop(self.config.shutdown_grace)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.hub.close_all()
+
+    async def close(self) -> None:
+        """Release the store and threads, once no request can reach them."""
         await self.store.close()
         self.engine.close()
+
+    async def stop(self) -> None:
+        await self.drain()
+        await self.close()
 
     async def prune_once(self) -> int:
         """Apply the retention settings now; returns the number of files removed."""
