@@ -24,6 +24,7 @@ import io
 import re
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,14 @@ import pytest
 from PIL import Image
 
 from tests.helpers import load_scenario
-from tests.integration.gateway.wire import Received, Served, Socket, serve
+from tests.integration.gateway.wire import (
+    Received,
+    Served,
+    Socket,
+    save_prompt,
+    serve,
+    sleep_prompt,
+)
 
 TEMP_NAME = re.compile(r"ComfyUI_temp_[a-z]{5}_\d{5}_\.png")
 LONG_SLEEP = 1.0  # a TestSleep at least this long is something the recording waited on
@@ -54,10 +62,9 @@ def scrub(value: Any) -> Any:
         if key == "timestamp":
             assert isinstance(item, int), item
             out[key] = "<ms>"
-        elif key == "traceback":
+        elif key == "traceback":  # the frames are the server's own code
             assert item and all(isinstance(line, str) for line in item), item
-            last = re.search(r", in (\w+)\n", item[-1])
-            out[key] = f"<traceback ending in {last.group(1) if last else item[-1]}>"
+            out[key] = "<traceback>"
         elif key == "current_inputs":  # values are reprs of tensors (ComfyUI) or arrays
             out[key] = {name: len(values) for name, values in item.items()}
         elif key == "current_outputs":  # ComfyUI lists its cache's keys, not the prompt's
@@ -106,7 +113,12 @@ def received_frame(frame: Received) -> tuple[str, Any]:
             "text": decoded.payload.decode(),
         }
     image = Image.open(io.BytesIO(decoded.payload))
-    shape = {"format": image.format, "width": image.width, "height": image.height, "mode": image.mode}
+    shape = {
+        "format": image.format,
+        "width": image.width,
+        "height": image.height,
+        "mode": image.mode,
+    }
     if decoded.event_code == 1:
         return "binary", {"code": 1, "image_type": decoded.header["image_type"], **shape}
     assert decoded.event_code == 4, decoded.event_code
@@ -161,14 +173,20 @@ def normalize(frames: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 def history_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """A history entry to compare: outputs_to_execute as a set (ComfyUI's order is random)."""
     number, prompt_id, prompt, extra, outputs = entry["prompt"]
-    return scrub({**entry, "prompt": [number, prompt_id, prompt, extra, sorted(outputs)]})
+    scrubbed: dict[str, Any] = scrub(
+        {**entry, "prompt": [number, prompt_id, prompt, extra, sorted(outputs)]}
+    )
+    return scrubbed
 
 
 # -- the replay ------------------------------------------------------------------------
 
 
 def greeting(client_id: str) -> dict[str, Any]:
-    return {"type": "status", "data": {"status": {"exec_info": {"queue_remaining": 0}}, "sid": client_id}}
+    return {
+        "type": "status",
+        "data": {"status": {"exec_info": {"queue_remaining": 0}}, "sid": client_id},
+    }
 
 
 @dataclass
@@ -189,15 +207,16 @@ class Replay:
     sockets: dict[str, Socket] = field(default_factory=dict)  # by client id
     expected: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     reached: dict[int, int] = field(default_factory=dict)  # ws step -> expected token count
+    finished: dict[str, Socket] = field(default_factory=dict)  # closed, frames kept
+    replies: dict[int, Any] = field(default_factory=dict)  # http step -> our JSON body
 
     def __post_init__(self) -> None:
         for step in self.steps:
-            if step["kind"] == "http" and step["path"] == "/prompt" and step["method"] == "POST":
-                if step["status"] == 200:
-                    request = step["request_json"]
-                    self.posted[step["response_json"]["prompt_id"]] = Posted(
-                        request, request.get("client_id"), len(self.posted)
-                    )
+            if accepted_prompt(step):
+                request = step["request_json"]
+                self.posted[step["response_json"]["prompt_id"]] = Posted(
+                    request, request.get("client_id"), len(self.posted)
+                )
         self.base = counter_base(self.steps)
 
     # -- the expectation, with the gateway's documented differences applied
@@ -208,7 +227,7 @@ class Replay:
         comparison time, once every prompt has one.)"""
         current: str | None = None  # the prompt the last POST /prompt submitted
         for index, step in enumerate(self.steps):
-            if step["kind"] == "http" and step["path"] == "/prompt" and step["status"] == 200:
+            if accepted_prompt(step):
                 current = step["response_json"]["prompt_id"]
             if step["kind"] != "ws":
                 continue
@@ -246,7 +265,8 @@ class Replay:
         await self.finish(list(self.sockets))
 
     def schedule(self) -> tuple[dict[int, list[str]], dict[str, int]]:
-        """Connect each client before the request its first frames answer; a client whose
+        """Connect each client before the first prompt whose frames it was recorded with
+        (the earliest POST since the last ws step before its own first one); a client whose
         frames are over leaves when a later client joins (09 part 4 used new sockets)."""
         first: dict[str, int] = {}
         last: dict[str, int] = {}
@@ -256,8 +276,15 @@ class Replay:
                 last[step["client_id"]] = index
         connect_at: dict[int, list[str]] = defaultdict(list)
         for client, index in first.items():
-            http = [i for i, s in enumerate(self.steps[:index]) if s["kind"] == "http"]
-            connect_at[http[-1] if http else 0].append(client)
+            at, earlier = 0, index - 1
+            while earlier >= 0 and self.steps[earlier]["kind"] == "ws":
+                earlier -= 1  # other clients' frames for the same requests
+            while earlier >= 0 and self.steps[earlier]["kind"] != "ws":
+                step = self.steps[earlier]
+                if step["kind"] == "http" and (step["method"], step["path"]) == ("POST", "/prompt"):
+                    at = earlier
+                earlier -= 1
+            connect_at[at].append(client)
         leave_at = {
             client: min(at for at, joining in connect_at.items() if joining and at > end)
             for client, end in last.items()
@@ -267,9 +294,16 @@ class Replay:
 
     async def http(self, index: int, step: dict[str, Any]) -> None:
         body = translate(step.get("request_json"), self.ids)
-        if step["path"] == "/interrupt" and isinstance(body, dict) and body.get("prompt_id"):
-            await self.wait_running(body["prompt_id"], fresh=True)
-        reply = await self.served.request(step["method"], translate(step["path"], self.ids), body)
+        interrupting = body.get("prompt_id") if isinstance(body, dict) else None
+        if step["path"] == "/interrupt" and interrupting in self.ids.values():
+            await self.wait_running(str(interrupting), fresh=True)  # still running, reporting
+        if accepted_prompt(step):
+            recorded_id = step["response_json"]["prompt_id"]
+            body = in_recorded_output_order(body, recorded_id, self.steps, self.is_output)
+        path = step["path"]
+        for recorded, ours in self.ids.items():
+            path = path.replace(recorded, ours)
+        reply = await self.served.request(step["method"], path, body)
         where = f"step {index}: {step['method']} {step['path']}"
         assert reply.status == step["status"], (where, reply.text)
         assert reply.content_type == step["response_content_type"], where
@@ -277,14 +311,14 @@ class Replay:
             assert reply.text == step["response_text"], where
             return
         expected = step["response_json"]
-        if step["path"] == "/prompt" and step["method"] == "POST" and step["status"] == 200:
+        self.replies[index] = reply.json
+        if accepted_prompt(step):
             await self.accepted(index, expected, reply.json)
         elif step["path"] == "/queue":
             assert reply.json == self.expected_queue(expected), where
         elif step["path"].startswith("/history/"):
-            ours = {k: history_entry(v) for k, v in reply.json.items()}
-            theirs = {self.ids[k]: self.entry(k, v) for k, v in expected.items()}
-            assert ours == theirs, where
+            entries = {k: history_entry(v) for k, v in reply.json.items()}
+            assert entries == {self.ids[k]: self.entry(k, v) for k, v in expected.items()}, where
         else:
             assert scrub(reply.json) == scrub(translate(expected, self.ids)), where
 
@@ -301,6 +335,10 @@ class Replay:
         if sleep_seconds(posted.request) >= LONG_SLEEP and not self.next_is_ws(index):
             await self.wait_running(ours["prompt_id"], fresh=False)  # "observed running"
 
+    def is_output(self, class_type: str) -> bool:
+        node = self.served.gateway.engine.registry.get(class_type)
+        return node is not None and node.is_output
+
     def next_is_ws(self, index: int) -> bool:
         later = [s for s in self.steps[index + 1 :] if s["kind"] != "note"]
         return bool(later) and later[0]["kind"] == "ws"
@@ -313,7 +351,9 @@ class Replay:
             await self.served.wait_job(prompt_id, "in_progress")
             return
         sock = self.sockets[posted.client_id]
-        node = next(n for n, v in posted.request["prompt"].items() if v["class_type"] == "TestSleep")
+        node = next(
+            n for n, v in posted.request["prompt"].items() if v["class_type"] == "TestSleep"
+        )
         await sock.progress(prompt_id, node, after=len(sock.frames) if fresh else 0)
 
     def number(self, recorded: float, request: dict[str, Any]) -> float:
@@ -330,7 +370,7 @@ class Replay:
 
     def expected_queue(self, recorded: dict[str, Any]) -> dict[str, Any]:
         def item(entry: list[Any]) -> list[Any]:
-            ours = translate(entry, self.ids)
+            ours: list[Any] = translate(entry, self.ids)
             ours[0] = self.number(entry[0], self.posted[entry[1]].request)
             return ours
 
@@ -367,17 +407,20 @@ class Replay:
             },
             "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
         }
-        await barrier.done(await self.served.submit(prompt, client_id=barrier.client_id))
+        # An explicit number: the barrier must not advance the counter the recording uses.
+        pid = await self.served.submit(prompt, client_id=barrier.client_id, number=10**9)
+        await barrier.done(pid)
         for client in clients:
-            sock = self.sockets.pop(client)
+            sock = self.finished[client] = self.sockets.pop(client)
             end = await sock.wait_for(
-                lambda f: f.type == "status"
-                and f.data["status"]["exec_info"]["queue_remaining"] == 0,
+                lambda f: (
+                    f.type == "status" and f.data["status"]["exec_info"]["queue_remaining"] == 0
+                ),
                 after=marks[client],
                 what="the barrier's last status",
             )
             ours = normalize([received_frame(f) for f in sock.frames[: marks[client]]])
-            assert ours == expected[client], f"frames of client {client}"
+            assert ours == expected[client], first_difference(client, ours, expected[client])
             extra = [f.describe() for f in sock.frames[marks[client] : end + 1]]
             assert all(kind.startswith("status:") for kind in extra), (client, extra)
             await sock.close()
@@ -385,8 +428,46 @@ class Replay:
         self.served.sockets.remove(barrier)
 
 
+def first_difference(client: str, ours: list[Any], expected: list[Any]) -> str:
+    """Both token streams around where they part, one token a line."""
+    at = next((i for i, (a, b) in enumerate(zip(ours, expected)) if a != b), None)
+    at = min(len(ours), len(expected)) if at is None else at
+    lines = [f"client {client}: streams differ at token {at} (ours | recorded):"]
+    for i in range(max(0, at - 3), min(max(len(ours), len(expected)), at + 6)):
+        mine = short(ours[i]) if i < len(ours) else "-"
+        theirs = short(expected[i]) if i < len(expected) else "-"
+        lines.append(f"{'>' if i == at else ' '} {i:3} {mine:60} | {theirs}")
+    if at < min(len(ours), len(expected)):
+        lines += [f"ours:     {ours[at]}", f"recorded: {expected[at]}"]
+    return "\n".join(lines)
+
+
+def short(token: tuple[str, Any]) -> str:
+    kind, data = token
+    if kind == "progress_state":
+        return f"{kind} " + ",".join(f"{n}:{e['state'][0]}" for n, e in data["nodes"].items())
+    if kind == "status":
+        return f"status {data['status']['exec_info']['queue_remaining']}"
+    if kind == "binary":
+        return f"binary {data['code']}"
+    if isinstance(data, dict) and "node" in data:
+        return f"{kind} {data['node']}"
+    return kind
+
+
+def accepted_prompt(step: dict[str, Any]) -> bool:
+    return bool(
+        step["kind"] == "http"
+        and (step["method"], step["path"], step["status"]) == ("POST", "/prompt", 200)
+    )
+
+
 def is_greeting(frames: list[dict[str, Any]], client: str) -> bool:
-    return bool(frames) and frames[0].get("type") == "status" and frames[0]["data"].get("sid") == client
+    return (
+        bool(frames)
+        and frames[0].get("type") == "status"
+        and frames[0]["data"].get("sid") == client
+    )
 
 
 def counter_base(steps: list[dict[str, Any]]) -> int:
@@ -424,7 +505,9 @@ def routed_to(frame: dict[str, Any], current: str | None, posted: dict[str, Post
     return posted[prompt_id].client_id if prompt_id in posted else None
 
 
-def fifo_front(steps: list[dict[str, Any]], posted: dict[str, Posted], ids: dict[str, str]) -> dict[str, str]:
+def fifo_front(
+    steps: list[dict[str, Any]], posted: dict[str, Posted], ids: dict[str, str]
+) -> dict[str, str]:
     """Recorded frame ids -> ours, with front prompts run in submission order.
 
     The recording ran front prompts newest first; the gateway runs them oldest first.
@@ -447,6 +530,33 @@ def fifo_front(steps: list[dict[str, Any]], posted: dict[str, Posted], ids: dict
     return frame_ids
 
 
+def in_recorded_output_order(
+    request: dict[str, Any],
+    recorded_id: str,
+    steps: list[dict[str, Any]],
+    is_output: Callable[[str], bool],
+) -> dict[str, Any]:
+    """The request with its output nodes listed in the order the recording ran them.
+
+    ComfyUI runs a prompt's output branches in the order of a string set (random per
+    process); the gateway in the order the prompt lists them.
+    """
+    prompt = request["prompt"]
+    outputs = [n for n, node in prompt.items() if is_output(node["class_type"])]
+    ran = [
+        f["data"]["node"]
+        for step in steps
+        if step["kind"] == "ws"
+        for f in step["frames"]
+        if f.get("type") == "executing"
+        and f["data"]["prompt_id"] == recorded_id
+        and f["data"]["node"] in outputs
+    ]
+    order = iter([*dict.fromkeys(ran), *(o for o in outputs if o not in ran)])
+    keys = [next(order) if n in outputs else n for n in prompt]
+    return {**request, "prompt": {n: prompt[n] for n in keys}}
+
+
 def dispatch_order(items: list[list[Any]], posted: dict[str, Posted]) -> list[list[Any]]:
     """Pending queue items in the gateway's run order: front prompts first, in submission
     order; then by number; ties by submission order."""
@@ -464,19 +574,18 @@ def dispatch_order(items: list[list[Any]], posted: dict[str, Posted]) -> list[li
 
 SCENARIOS = {
     "01-success": ["01-success"],
-    "02-cached": ["01-success", "02-cached"],  # 02 posts 01's prompt again: cached
+    "02-cached": ["01-success", "02-cached"],  # 02 posts 01's prompt again: all cached
     "03-preview-frames": ["03-preview-frames"],
     "04-validation-errors": ["04-validation-errors"],
     "05-runtime-error": ["05-runtime-error"],
     "06-interrupt": ["06-interrupt"],
-    "07-queue": ["07-queue"],
-    "09-no-client-id": ["09-no-client-id"],
 }
 
 
-async def replay(tmp_path: Path, names: list[str], **settings: Any) -> Replay:
+async def replay(tmp_path: Path, *names: str) -> Replay:
+    """Replay on a fresh server with one slot: one prompt at a time, as ComfyUI runs them."""
     steps = [step for name in names for step in load_scenario(name)["steps"]]
-    async with serve(tmp_path, **settings) as served:
+    async with serve(tmp_path, local_slots=1) as served:
         run = Replay(served, steps)
         await run.run()
         return run
@@ -484,4 +593,115 @@ async def replay(tmp_path: Path, names: list[str], **settings: Any) -> Replay:
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 async def test_scenario_replays_over_http_and_websocket(tmp_path: Path, scenario: str) -> None:
-    await replay(tmp_path, SCENARIOS[scenario], local_slots=1)
+    await replay(tmp_path, *SCENARIOS[scenario])
+
+
+async def test_07_queue_runs_front_prompts_first_in_first_out(tmp_path: Path) -> None:
+    run = await replay(tmp_path, "07-queue")
+    note = next(s for s in run.steps if "execution_order" in s)
+    ours = {label: run.ids[recorded] for label, recorded in note["prompt_ids"].items()}
+    assert note["execution_order"] == ["blocker", "C", "B", "E", "A", "D", "G"]  # LIFO front
+    client = run.finished["aa7ec74347514471bec065b6f2d68151"]
+    started = [f.data["prompt_id"] for f in client.frames if f.type == "execution_start"]
+    assert started == [ours[label] for label in ["blocker", "B", "C", "E", "A", "D", "G"]]
+
+    before, after = (
+        run.replies[i]
+        for i, s in enumerate(run.steps)
+        if s.get("path") == "/queue" and s["method"] == "GET"
+    )
+    for body in (before, after):
+        assert [item[1] for item in body["queue_running"]] == [ours["blocker"]]
+        for item in body["queue_running"] + body["queue_pending"]:
+            number, _, prompt, extra_data, outputs = item
+            assert isinstance(number, int | float) and isinstance(prompt, dict)
+            assert extra_data == {"client_id": client.client_id} and outputs == ["3"]
+    pending = ["B", "C", "E", "A", "D", "F", "G"]
+    assert [item[1] for item in before["queue_pending"]] == [ours[p] for p in pending]
+    pending.remove("F")
+    assert [item[1] for item in after["queue_pending"]] == [ours[p] for p in pending]
+
+    async with serve(tmp_path, local_slots=1) as served:  # the same store, reopened
+        assert await served.history_entry(ours["F"]) == {}
+        assert (await served.job(ours["F"]))["status"] == "cancelled"
+        assert (await served.job(ours["G"]))["number"] == 100.0
+
+
+async def test_09_prompts_without_client_id_reach_no_socket(tmp_path: Path) -> None:
+    run = await replay(tmp_path, "09-no-client-id")
+    anonymous = {run.ids[r] for r, posted in run.posted.items() if posted.client_id is None}
+    assert len(anonymous) == 3
+    for client_id, sock in run.finished.items():
+        named = [f.describe() for f in sock.frames if f.prompt_id in anonymous]
+        assert named == [], client_id
+        binary = [f.data.event_code for f in sock.frames if f.type == "binary"]
+        owned = {run.ids[r] for r, posted in run.posted.items() if posted.client_id == client_id}
+        # Only part 3 (posted by A) sends binary frames: a code-1 preview and one TEXT frame.
+        assert binary == ([1, 3] if owned else []), client_id
+        if not owned:  # B, and both clients of part 4, only ever get queue status
+            assert {f.type for f in sock.frames} == {"status"}, client_id
+
+
+async def test_08_history_pages_in_completion_order(tmp_path: Path) -> None:
+    """Scenario 08's requests on a history whose completion order differs from submission."""
+    steps = [s for s in load_scenario("08-history-api")["steps"] if s["kind"] == "http"]
+    recorded_entry = next(iter(steps[0]["response_json"].values()))
+    async with serve(tmp_path, local_slots=2) as served:
+        sock = await served.connect()
+        done = []
+        for color in range(3):
+            prompt_id = await served.submit(save_prompt(color, f"h{color}"), sock.client_id)
+            await sock.done(prompt_id)
+            done.append(prompt_id)
+        slow = await served.submit(sleep_prompt(30, 50, node="TestSleep"), sock.client_id)
+        await sock.progress(slow, "2")
+        fast = await served.submit(save_prompt(3, "h3"), sock.client_id)
+        await sock.done(fast)
+        assert (await served.post("/interrupt", {"prompt_id": slow})).status == 200
+        await sock.done(slow)
+        order = [*done, fast, slow]  # the slow prompt was submitted before `fast`
+
+        full = await served.get("/history")
+        assert list(full) == order
+        for entry in full.values():  # the recorded shape
+            assert set(entry) == set(recorded_entry)
+            assert set(entry["status"]) == set(recorded_entry["status"])
+            assert len(entry["prompt"]) == 5
+        assert full[slow]["status"]["status_str"] == "error"
+        assert [m[0] for m in full[slow]["status"]["messages"]][-1] == "execution_interrupted"
+
+        by_path = {
+            "/history?max_items=2": order[-2:],  # the newest two, oldest first
+            "/history?max_items=2&offset=1": order[1:3],  # offset counts from the oldest
+            "/history?offset=3": order[3:],
+            "/history?max_items=0": [],
+        }
+        for path, expected in by_path.items():
+            reply = await served.request("GET", path)
+            assert reply.content_type == steps[0]["response_content_type"], path
+            assert list(reply.json) == expected, path
+
+        unknown, delete, gone, delete_unknown, clear, empty = steps[2:]
+        newest = order[-1]
+        for step, method, path, body in (
+            (unknown, "GET", unknown["path"], None),
+            (delete, "POST", "/history", {"delete": [newest]}),
+            (gone, "GET", f"/history/{newest}", None),
+            (delete_unknown, "POST", "/history", delete_unknown["request_json"]),
+            (clear, "POST", "/history", clear["request_json"]),
+        ):
+            reply = await served.request(method, path, body)
+            assert (reply.status, reply.content_type) == (
+                step["status"],
+                step["response_content_type"],
+            ), path
+            if "response_text" in step:
+                assert reply.text == step["response_text"] == "", path
+            else:
+                assert reply.json == step["response_json"] == {}, path
+            if step is delete_unknown:  # only the deleted entry went
+                assert list(await served.get("/history")) == order[:-1]
+        reply = await served.request("GET", empty["path"])
+        assert (reply.status, reply.json) == (empty["status"], empty["response_json"]) == (200, {})
+        # The jobs stay: history is a view of finished jobs.
+        assert (await served.job(order[0]))["status"] == "completed"

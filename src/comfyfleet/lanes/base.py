@@ -20,9 +20,25 @@ class Lane(Protocol):
 
     name: str
     slots: int
+    #: In-process lanes lose their running jobs with the process: re-queue them at
+    #: start-up. Remote lanes may still be running them: ask (`resume`).
+    in_process: bool
+    #: A node error there may be the machine's fault (out of memory, a broken
+    #: install): try another lane once before calling it the prompt's fault.
+    retry_node_errors: bool
 
-    def can_run(self, job: Job) -> bool: ...
+    def can_run(self, job: Job) -> bool:
+        """Cheap and thread-safe: the store's writer thread calls it while claiming."""
+
+    async def wait_ready(self) -> None:
+        """Return when the lane can take work (at once for the local lane)."""
+
+    async def start(self) -> None: ...
 
     async def run(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult: ...
+
+    async def resume(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult | None:
+        """Follow a job recorded as running here before a restart: its result once it
+        ends, or None when the lane has never heard of it (it is then re-queued)."""
 
     async def close(self) -> None: ...

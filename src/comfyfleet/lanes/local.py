@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
-from comfyfleet.store.records import Job, JobResult, JobStatus, OutputFile
+from comfyfleet.lanes.outputs import output_files
+from comfyfleet.store.records import Job, JobResult, JobStatus
 
 STATUS = {
     "success": JobStatus.SUCCESS,
@@ -17,10 +16,22 @@ STATUS = {
 
 
 class LocalLane:
+    in_process = True
+    retry_node_errors = False  # the engine is deterministic: a node error is the prompt's
+
     def __init__(self, engine: Engine, slots: int, name: str = "local") -> None:
         self.engine = engine
         self.slots = slots
         self.name = name
+
+    async def wait_ready(self) -> None:
+        return None
+
+    async def start(self) -> None:
+        return None
+
+    async def resume(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult | None:
+        return None  # in-process work does not outlive the process
 
     def can_run(self, job: Job) -> bool:
         registry = self.engine.registry
@@ -44,20 +55,3 @@ def job_result(result: ExecutionResult) -> JobResult:
         error=result.error,
         files=output_files(result.outputs),
     )
-
-
-def output_files(outputs: dict[str, Any]) -> list[OutputFile]:
-    """The files a prompt's UI outputs name (images, gifs, videos, ...)."""
-    files = []
-    for ui in outputs.values():
-        if not isinstance(ui, dict):
-            continue
-        for items in ui.values():
-            for item in items if isinstance(items, list) else ():
-                if isinstance(item, dict) and isinstance(item.get("filename"), str):
-                    files.append(
-                        OutputFile(
-                            item["filename"], item.get("subfolder", ""), item.get("type", "output")
-                        )
-                    )
-    return files

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.engine.run import RunHandle
 from comfyfleet.lanes.base import Lane
-from comfyfleet.protocol import events
+from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob
 
@@ -53,6 +53,13 @@ class Running:
     requeue: bool = False  # shutdown: back to pending instead of finishing
 
 
+@dataclass
+class _LaneSlots:
+    lane: Lane
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    retiring: bool = False
+
+
 class Scheduler:
     def __init__(
         self,
@@ -64,43 +71,102 @@ class Scheduler:
         max_attempts: int = 3,
     ) -> None:
         self.store = store
-        self.lanes = list(lanes)
         self.router = router
         self.max_pending = max_pending
-        self.max_attempts = max_attempts
+        self.retry = RetryPolicy(store, max_attempts)
         self.running: dict[str, Running] = {}
         self.pending = 0
+        self._lanes = {lane.name: _LaneSlots(lane) for lane in lanes}
+        # Read by `can_run` checks in the store's writer thread: replaced, never mutated.
+        self._lane_snapshot: tuple[_LaneSlots, ...] = tuple(self._lanes.values())
+        # Lanes a re-queued job should leave to others while another lane can run it.
+        self._avoid: dict[str, frozenset[str]] = {}
         self._work = asyncio.Event()
         self._stopping = False
-        self._slots: list[asyncio.Task[None]] = []
+        self._resumes: set[asyncio.Task[None]] = set()
+
+    def include(self, lane: Lane) -> None:
+        """Add a lane before `start` (at run time, use `add_lane`)."""
+        if lane.name in self._lanes:
+            raise ValueError(f"lane {lane.name} already exists")
+        self._lanes[lane.name] = _LaneSlots(lane)
+        self._lane_snapshot = tuple(self._lanes.values())
+
+    @property
+    def lanes(self) -> list[Lane]:
+        return [entry.lane for entry in self._lanes.values()]
 
     # -- life cycle --------------------------------------------------------
 
     async def start(self) -> None:
-        for lane in self.lanes:
+        running, _ = await self.store.queue()
+        for entry in self._lanes.values():
+            await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
+        self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
+        for entry in self._lanes.values():
+            await self._start_lane(entry)
+
+    async def _recover(self, lane: Lane, jobs: list[Job]) -> None:
+        """Jobs recorded as running on `lane` when the gateway stopped."""
+        if lane.in_process:
             requeued = await self.store.requeue_lane(lane.name)
             if requeued:
                 log.info("re-queued %d jobs that were running on %s", len(requeued), lane.name)
-        self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
-        for lane in self.lanes:
-            for slot in range(lane.slots):
-                task = asyncio.create_task(self._slot_loop(lane), name=f"{lane.name}-slot-{slot}")
-                self._slots.append(task)
+            return
+        for job in jobs:
+            task = asyncio.create_task(
+                self._run(lane, job, resume=True), name=f"resume-{job.prompt_id}"
+            )
+            self._resumes.add(task)
+            task.add_done_callback(self._resumes.discard)
+
+    async def _start_lane(self, entry: _LaneSlots) -> None:
+        await entry.lane.start()
+        for slot in range(entry.lane.slots):
+            name = f"{entry.lane.name}-slot-{slot}"
+            entry.tasks.append(asyncio.create_task(self._slot_loop(entry), name=name))
+
+    async def add_lane(self, lane: Lane) -> None:
+        if lane.name in self._lanes:
+            raise ValueError(f"lane {lane.name} already exists")
+        entry = self._lanes[lane.name] = _LaneSlots(lane)
+        self._lane_snapshot = tuple(self._lanes.values())
+        await self._start_lane(entry)
+        self._work.set()
+
+    async def remove_lane(self, name: str, timeout: float | None = None) -> None:
+        """Stop giving the lane work, let its running jobs end (or re-queue them after
+        `timeout`), then close it."""
+        entry = self._lanes[name]
+        entry.retiring = True
+        await self._wind_down(entry.tasks, timeout, lambda r: r.lane is entry.lane)
+        del self._lanes[name]
+        self._lane_snapshot = tuple(self._lanes.values())
+        await entry.lane.close()
 
     async def stop(self, grace: float) -> None:
         """Stop claiming; let running jobs finish for `grace` seconds, then re-queue them."""
         self._stopping = True
+        tasks = [t for entry in self._lanes.values() for t in entry.tasks] + list(self._resumes)
+        await self._wind_down(tasks, grace, lambda _r: True)
+        for entry in self._lanes.values():
+            await entry.lane.close()
+
+    async def _wind_down(
+        self, tasks: list[asyncio.Task[None]], timeout: float | None, which: Any
+    ) -> None:
         self._work.set()
-        running = [t for t in self._slots if not t.done()]
-        _, late = await asyncio.wait(running, timeout=grace) if running else (set(), set())
+        live = [t for t in tasks if not t.done()]
+        _, late = await asyncio.wait(live, timeout=timeout) if live else (set(), set())
         if late:
             for entry in self.running.values():
-                entry.requeue = True
-                entry.handle.interrupt()
-            await asyncio.wait(late, timeout=max(grace, 5.0))
-        for task in self._slots:
+                if which(entry):
+                    entry.requeue = True
+                    entry.handle.interrupt()
+            await asyncio.wait(late, timeout=max(timeout or 0.0, 5.0))
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._slots, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     @property
     def queue_remaining(self) -> int:
@@ -160,19 +226,21 @@ class Scheduler:
 
     # -- dispatch -------------------------------------------------------------
 
-    async def _slot_loop(self, lane: Lane) -> None:
-        while not self._stopping:
+    async def _slot_loop(self, entry: _LaneSlots) -> None:
+        while not (self._stopping or entry.retiring):
             try:
-                await self._take_one(lane)
+                await self._take_one(entry)
             except Exception:
                 # A store failure must not cost the lane a slot; the job, if any, stays
-                # running in the store and is re-queued at the next start.
-                log.exception("slot of lane %s failed; retrying", lane.name)
+                # running in the store and is recovered at the next start.
+                log.exception("slot of lane %s failed; retrying", entry.lane.name)
                 await asyncio.sleep(1.0)
 
-    async def _take_one(self, lane: Lane) -> None:
+    async def _take_one(self, entry: _LaneSlots) -> None:
+        lane = entry.lane
+        await lane.wait_ready()
         self._work.clear()
-        job = await self.store.claim(lane.name, lane.can_run)
+        job = await self.store.claim(lane.name, lambda job: self._eligible(entry, job))
         if job is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._work.wait(), timeout=1.0)
@@ -181,59 +249,87 @@ class Scheduler:
         self.pending -= 1
         await self._run(lane, job)
 
-    async def _run(self, lane: Lane, job: Job) -> None:
+    def _eligible(self, entry: _LaneSlots, job: Job) -> bool:
+        """Whether this lane should take the job (runs in the store's writer thread)."""
+        if entry.retiring or not entry.lane.can_run(job):
+            return False
+        avoid = self._avoid.get(job.prompt_id)
+        if not avoid or entry.lane.name not in avoid:
+            return True
+        return not any(
+            other.lane.can_run(job)
+            for other in self._lane_snapshot
+            if other.lane.name not in avoid and not other.retiring
+        )
+
+    async def _run(self, lane: Lane, job: Job, *, resume: bool = False) -> None:
         entry = Running(job, lane)
         self.running[job.prompt_id] = entry
         self._queue_changed()
         finished: JobStatus | None = None
         try:
+            sink = self._sink_for(job)
             try:
-                result = await lane.run(job, lambda event: self._on_event(job, event), entry.handle)
-            except Exception:
-                log.exception("lane %s failed running %s", lane.name, job.prompt_id)
-                result = None
-            finished = await self._settle(entry, result)
+                if resume:
+                    result = await lane.resume(job, sink, entry.handle)
+                    failure: dict[str, Any] | None = (
+                        None if result else {"lane": lane.name, "error": "unknown after restart"}
+                    )
+                else:
+                    result, failure = await lane.run(job, sink, entry.handle), None
+            except Exception as exc:
+                log.warning("lane %s failed running %s: %s", lane.name, job.prompt_id, exc)
+                result, failure = None, {"lane": lane.name, "error": f"{type(exc).__name__}: {exc}"}
+            finished = await self._settle(entry, result, failure)
         finally:
             del self.running[job.prompt_id]
             self._queue_changed()
         if finished is not None:
             self.router.job_finished(job, finished)
 
-    def _on_event(self, job: Job, event: EngineEvent) -> None:
-        # The done signal waits until the end is recorded (job_finished sends it).
-        if isinstance(event, Message) and event.type == "executing" and event.data["node"] is None:
-            return
-        self.router.job_event(job, event)
+    def _sink_for(self, job: Job) -> Any:
+        def sink(event: EngineEvent) -> None:
+            # The done signal waits until the end is recorded (job_finished sends it).
+            if (
+                isinstance(event, Message)
+                and event.type == "executing"
+                and event.data["node"] is None
+            ):
+                return
+            self.router.job_event(job, event)
 
-    async def _settle(self, entry: Running, result: JobResult | None) -> JobStatus | None:
+        return sink
+
+    async def _settle(
+        self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
+    ) -> JobStatus | None:
         """Record how the attempt ended; None when the job went back to the queue."""
         job = entry.job
-        if entry.requeue or (result is None and job.attempt < self.max_attempts):
-            if await self.store.requeue(job.prompt_id, job.attempt):
-                self.pending += 1
-                self._work.set()
+        if entry.requeue and not entry.cancelled:
+            await self._give_back(job, None)
             return None
-        if result is None:
-            result = lane_failure(job)
+        if not entry.cancelled:
+            decision = await self.retry.decide(job, entry.lane, result, failure)
+            if decision.requeue:
+                await self._give_back(job, decision.reason)
+                return None
+            result = decision.result
+        assert result is not None or entry.cancelled
         if entry.cancelled:
-            result = JobResult(JobStatus.CANCELLED, {}, {}, result.messages, result.error, [])
+            messages = result.messages if result else []
+            error = result.error if result else None
+            result = JobResult(JobStatus.CANCELLED, {}, {}, messages, error, [])
+        assert result is not None
+        self._avoid.pop(job.prompt_id, None)
         if await self.store.finish(job.prompt_id, job.attempt, result):
             return result.status
         return None
 
-
-def lane_failure(job: Job) -> JobResult:
-    """The end of a job whose lane failed on every attempt."""
-    error: dict[str, Any] = {
-        "prompt_id": job.prompt_id,
-        "node_id": None,
-        "node_type": None,
-        "executed": [],
-        "exception_message": f"the job failed on its lane {job.attempt} times\n",
-        "exception_type": "comfyfleet.LaneFailure",
-        "traceback": [],
-        "current_inputs": {},
-        "current_outputs": [],
-        "timestamp": events.timestamp_ms(),
-    }
-    return JobResult(JobStatus.ERROR, {}, {}, [["execution_error", error]], error, [])
+    async def _give_back(self, job: Job, reason: dict[str, Any] | None) -> None:
+        if reason and reason.get("lane"):
+            self._avoid[job.prompt_id] = self._avoid.get(job.prompt_id, frozenset()) | {
+                reason["lane"]
+            }
+        if await self.store.requeue(job.prompt_id, job.attempt, reason):
+            self.pending += 1
+            self._work.set()

@@ -30,6 +30,7 @@ def build_app(gateway: Gateway) -> web.Application:
             version=__version__,
             max_upload_bytes=config.max_upload_bytes,
             models_root=config.data_dir / "models",
+            catalog=gateway.fleet,
         ),
     )
 

@@ -67,12 +67,12 @@ class StatusBroadcaster:
         self._tokens -= 1
         self.hub.broadcast_json("status", events.status(self._latest))
 
-    def flush(self) -> None:
-        """Send a folded frame now (before a done signal, so clients see the count first)."""
+    def send_now(self, client_id: str) -> None:
+        """While a folded frame is due, give one client the count now (before its done
+        signal, so it sees the count first). The others get the folded frame when it is
+        due: broadcasting here would send one frame per finished prompt to everyone."""
         if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._send()
+            self.hub.send_json(client_id, "status", events.status(self._latest))
 
 
 @dataclass
@@ -80,6 +80,7 @@ class ClientRouter:
     hub: Hub
     status: StatusBroadcaster
     _latest: dict[str, _Latest] = field(default_factory=dict)
+    _plain_previews: dict[str, PreviewImage] = field(default_factory=dict)  # by prompt id
 
     def job_event(self, job: Job, event: EngineEvent) -> None:
         client_id = job.client_id
@@ -88,10 +89,21 @@ class ClientRouter:
         if isinstance(event, Message):
             self._remember(job, event)
             self.hub.send_json(client_id, event.type, event.data)
+            if event.type == "progress":
+                self._send_plain_preview(job)
         elif isinstance(event, PreviewImage):
-            self.hub.send_preview(client_id, event)
+            # ComfyUI's order: a code-4 preview before the `progress` frame it comes
+            # with, a code-1 preview after it.
+            self._send_plain_preview(job)
+            self.hub.send_preview(client_id, event, metadata=True)
+            self._plain_previews[job.prompt_id] = event
         elif isinstance(event, ProgressText):
             self.hub.send_text(client_id, event)
+
+    def _send_plain_preview(self, job: Job) -> None:
+        preview = self._plain_previews.pop(job.prompt_id, None)
+        if preview is not None and job.client_id:
+            self.hub.send_preview(job.client_id, preview, metadata=False)
 
     def _remember(self, job: Job, message: Message) -> None:
         if message.type not in ("executing", "progress_state", "execution_start"):
@@ -104,8 +116,9 @@ class ClientRouter:
 
     def job_finished(self, job: Job, status: JobStatus) -> None:
         self._latest.pop(job.prompt_id, None)
+        self._send_plain_preview(job)
         if job.client_id:
-            self.status.flush()
+            self.status.send_now(job.client_id)
             self.hub.send_json(job.client_id, "executing", events.executing(job.prompt_id, None))
 
     def queue_changed(self, remaining: int) -> None:

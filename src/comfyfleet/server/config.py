@@ -33,6 +33,10 @@ class ServerConfig:
     # SQLite durability: NORMAL (WAL) keeps every commit through a process crash or
     # kill -9; FULL also through power loss, at the cost of an fsync per commit batch.
     sqlite_synchronous: str = "NORMAL"
+    # ComfyUI backends: urls or tables {url, name, slots, prefetch, tags, auth_header}.
+    backends: tuple[Any, ...] = ()
+    hang_timeout: float = 300.0  # seconds without a frame from a backend's running prompt
+    max_attempts: int = 3  # attempts per job before a lane failure is final
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -64,6 +68,10 @@ def _coerce(name: str, value: Any) -> Any:
                     float(value) if isinstance(value, int | float) else parse_duration(str(value))
                 )
             )
+        if name == "backends":
+            if isinstance(value, str):
+                return tuple(v for v in value.split(",") if v.strip())
+            return tuple(value)
         if name == "custom_nodes":
             items = value if isinstance(value, list | tuple) else str(value).split(os.pathsep)
             return tuple(Path(p) for p in items if str(p))

@@ -6,13 +6,16 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
-from comfyfleet.folders import Folders
-from comfyfleet.lanes.local import LocalLane
+from comfyfleet.engine.validation import ValidationResult, validate_prompt
+from comfyfleet.folders import Folders, using_folders
+from comfyfleet.lanes.comfyui import LaneSettings
+from comfyfleet.lanes.fleet import Fleet, parse_spec
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
@@ -29,6 +32,7 @@ class Gateway:
     folders: Folders
     engine: Engine
     store: JobStore
+    fleet: Fleet
     hub: Hub
     router: ClientRouter
     scheduler: Scheduler
@@ -44,13 +48,27 @@ class Gateway:
         store = SQLiteStore(config.database, synchronous=config.sqlite_synchronous)
         hub = Hub()
         router = ClientRouter(hub, StatusBroadcaster(hub))
-        lanes = [LocalLane(engine, config.local_slots)] if config.local_slots else []
-        scheduler = Scheduler(store, lanes, router, max_pending=config.max_pending)
-        return cls(config, folders, engine, store, hub, router, scheduler)
+        settings = LaneSettings(hang_timeout=config.hang_timeout)
+        fleet = Fleet(engine, folders, config.local_slots, settings)
+        for raw in config.backends:
+            fleet.backend_lane(parse_spec(raw))
+        scheduler = Scheduler(
+            store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
+        )
+        return cls(config, folders, engine, store, fleet, hub, router, scheduler)
 
     async def start(self) -> None:
         await self.store.open()
+        for raw in await self.store.backends():
+            self.fleet.backend_lane(parse_spec(raw))
+        for lane in self.fleet.lanes():
+            self.scheduler.include(lane)
         await self.scheduler.start()
+
+    async def validate(self, prompt: Any, targets: list[str] | None) -> ValidationResult:
+        """ComfyUI's validation against every node the fleet knows."""
+        with using_folders(self.folders):
+            return await validate_prompt(self.fleet.registry, prompt, targets)
         if self.config.history_max_entries or self.config.history_max_age:
             self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
@@ -64,6 +82,7 @@ class Gateway:
 
     async def close(self) -> None:
         """Release the store and threads, once no request can reach them."""
+        await self.fleet.close()
         await self.store.close()
         self.engine.close()
 

@@ -123,16 +123,20 @@ class Hub:
             for sock in sockets:
                 sock.send(message)
 
-    def send_preview(self, client_id: str, preview: PreviewImage) -> None:
-        """Code 4 for clients that announced `supports_preview_metadata`, else code 1."""
-        plain = rich = None
+    def send_preview(self, client_id: str, preview: PreviewImage, *, metadata: bool) -> None:
+        """Code 4 to the client's sockets that announced `supports_preview_metadata`
+        (`metadata=True`), or code 1 to its other sockets (`metadata=False`)."""
+        frame = None
         for sock in self._clients.get(client_id, ()):
-            if sock.supports_preview_metadata:
-                rich = rich or frames.preview_with_metadata(preview.metadata(), preview.data)
-                sock.send(rich)
-            else:
-                plain = plain or frames.preview_image(preview.format, preview.data)
-                sock.send(plain)
+            if sock.supports_preview_metadata != metadata:
+                continue
+            if frame is None:
+                frame = (
+                    frames.preview_with_metadata(preview.metadata(), preview.data)
+                    if metadata
+                    else frames.preview_image(preview.format, preview.data)
+                )
+            sock.send(frame)
 
     def send_text(self, client_id: str, text: ProgressText) -> None:
         sockets = self._clients.get(client_id)

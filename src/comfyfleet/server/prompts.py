@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.protocol.errors import error, prompt_error_body
+from comfyfleet.protocol.prompt import is_link
 from comfyfleet.scheduler.scheduler import QueueFull
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
@@ -57,11 +58,16 @@ async def post_prompt(request: web.Request) -> web.Response:
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
     ):
         return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
-    checked = await gw.engine.validate(body["prompt"], targets)
+    checked = await gw.validate(body["prompt"], targets)
     if not checked.ok:
         return web.json_response(
             prompt_error_body(checked.error or {}, checked.node_errors), status=400
         )
+    lacking = gw.fleet.unrunnable({k: checked.prompt[k] for k in _needed(checked)})
+    if lacking is not None:
+        details = "; ".join(f"{lane}: {', '.join(why)}" for lane, why in lacking.items())
+        err = error("no_lane_can_run", "No lane can run this prompt", details, lanes=lacking)
+        return web.json_response(prompt_error_body(err), status=400)
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
@@ -79,6 +85,20 @@ async def post_prompt(request: web.Request) -> web.Response:
     return web.json_response(
         {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     )
+
+
+def _needed(checked: Any) -> list[str]:
+    """The nodes the validated outputs depend on (what a lane must be able to run)."""
+    prompt = checked.prompt
+    seen: set[str] = set()
+    stack = list(checked.outputs)
+    while stack:
+        node_id = stack.pop()
+        if node_id in seen or node_id not in prompt:
+            continue
+        seen.add(node_id)
+        stack.extend(v[0] for v in (prompt[node_id].get("inputs") or {}).values() if is_link(v))
+    return [n for n in prompt if n in seen]
 
 
 async def _queue_number(gw: Gateway, body: dict[str, Any]) -> tuple[float, bool]:

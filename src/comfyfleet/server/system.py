@@ -14,11 +14,12 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from comfyfleet.engine.executor import Engine
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.server.routing import Route, empty_ok
 
 log = logging.getLogger(__name__)
@@ -59,19 +60,34 @@ MODEL_FOLDERS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
 }
 
 
+class NodeCatalog(Protocol):
+    """Where `/object_info` comes from: the engine, or the whole fleet."""
+
+    @property
+    def registry(self) -> NodeRegistry: ...
+
+    def object_info(self, class_type: str | None = None) -> dict[str, Any]: ...
+
+
 def system_routes(
-    engine: Engine, *, version: str, max_upload_bytes: int, models_root: Path | None = None
+    engine: Engine,
+    *,
+    version: str,
+    max_upload_bytes: int,
+    models_root: Path | None = None,
+    catalog: NodeCatalog | None = None,
 ) -> list[Route]:
+    nodes: NodeCatalog = catalog or engine
     torch_version = _torch_version()
     features = {"supports_preview_metadata": True, "max_upload_size": max_upload_bytes}
 
     async def object_info(request: web.Request) -> web.StreamResponse:
         # Thread: INPUT_TYPES may list folders, and the full dump is large to serialise.
-        return _json_text(await asyncio.to_thread(_all_object_info, engine))
+        return _json_text(await asyncio.to_thread(_all_object_info, nodes))
 
     async def object_info_node(request: web.Request) -> web.StreamResponse:
         node_class = request.match_info["node_class"]
-        return _json_text(await asyncio.to_thread(_one_object_info, engine, node_class))
+        return _json_text(await asyncio.to_thread(_one_object_info, nodes, node_class))
 
     async def system_stats(request: web.Request) -> web.StreamResponse:
         stats = await asyncio.to_thread(_system_stats, version, torch_version)
@@ -116,19 +132,19 @@ def _json_text(body: str) -> web.Response:
     return web.Response(text=body, content_type="application/json")
 
 
-def _all_object_info(engine: Engine) -> str:
+def _all_object_info(nodes: NodeCatalog) -> str:
     """Every node's info; a node whose INPUT_TYPES fails is logged and left out, as in ComfyUI."""
     out: dict[str, Any] = {}
-    for name in list(engine.registry.nodes):
+    for name in list(nodes.registry.nodes):
         try:
-            out.update(engine.object_info(name))
+            out.update(nodes.object_info(name))
         except Exception:
             log.exception("could not build object_info for node %s", name)
     return json.dumps(out)
 
 
-def _one_object_info(engine: Engine, node_class: str) -> str:
-    return json.dumps(engine.object_info(node_class))
+def _one_object_info(nodes: NodeCatalog, node_class: str) -> str:
+    return json.dumps(nodes.object_info(node_class))
 
 
 async def _free(engine: Engine, request: web.Request) -> web.StreamResponse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from comfyfleet.store.records import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 
@@ -44,9 +44,14 @@ class JobStore(Protocol):
         or the job is not running. `result.status` must be terminal; only HISTORIC
         statuses make a history entry (CANCELLED records the rest, no entry)."""
 
-    async def requeue(self, prompt_id: str, attempt: int) -> bool:
-        """Put a running attempt back to pending (its lane was lost), at its original
-        place in the order. Fenced by attempt; the next claim makes attempt + 1."""
+    async def requeue(
+        self, prompt_id: str, attempt: int, reason: dict[str, Any] | None = None
+    ) -> bool:
+        """Put a running attempt back to pending (its lane was lost). Fenced by attempt.
+        A `reason` is kept with the attempt and read back by `attempt_notes`."""
+
+    async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """(attempt, reason) of each attempt that was given back, oldest first."""
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Every job running on a lane whose name starts with `lane_prefix` goes back to
@@ -115,3 +120,14 @@ class JobStore(Protocol):
         before the cutoff or before the newest entry dropped. Returns the output
         files of everything deleted, oldest first (the caller deletes them from
         disk). Pending and running jobs are never pruned."""
+
+    # -- fleet -----------------------------------------------------------------------
+
+    async def backends(self) -> list[dict[str, Any]]:
+        """Backend specs added at run time, in the order they were added."""
+
+    async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
+        """Add or replace a backend spec."""
+
+    async def delete_backend(self, name: str) -> bool:
+        """Forget a backend; False when it was not there."""

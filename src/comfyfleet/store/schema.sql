@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 1 (PRAGMA user_version).
+-- comfyfleet job store, schema version 2 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -70,4 +70,11 @@ CREATE INDEX outputs_job ON outputs (prompt_id);
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value
+) WITHOUT ROWID;
+
+-- ComfyUI backends added at run time (the admin API); config-file backends are not stored.
+CREATE TABLE backends (
+    name       TEXT PRIMARY KEY,
+    spec       TEXT NOT NULL,
+    created_at REAL NOT NULL
 ) WITHOUT ROWID;

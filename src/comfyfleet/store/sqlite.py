@@ -35,11 +35,24 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+BACKENDS_TABLE = """
+CREATE TABLE IF NOT EXISTS backends (
+    name       TEXT PRIMARY KEY,
+    spec       TEXT NOT NULL,
+    created_at REAL NOT NULL
+) WITHOUT ROWID
+"""
+
+
+def _add_backends(conn: sqlite3.Connection) -> None:
+    conn.execute(BACKENDS_TABLE)
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _add_backends}
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
@@ -88,6 +101,9 @@ INSERT INTO history (prompt_id, status, outputs, meta, completed_at) VALUES (?, 
 """
 INSERT_EVENT = "INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES (?, ?, ?, ?, ?)"
 INSERT_OUTPUT = "INSERT INTO outputs (prompt_id, filename, subfolder, type) VALUES (?, ?, ?, ?)"
+ATTEMPT_NOTES = """
+SELECT attempt, data FROM events WHERE prompt_id = ? AND type = 'requeued' ORDER BY attempt
+"""
 REQUEUE_JOB = """
 UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
 WHERE prompt_id = ? AND status = 'running' AND attempt = ?
@@ -319,10 +335,31 @@ class SQLiteStore:
         )
         return await self._write(op)
 
-    async def requeue(self, prompt_id: str, attempt: int) -> bool:
-        """Put a running attempt back to pending; False if the attempt is stale."""
-        op = functools.partial(_requeue, prompt_id=prompt_id, attempt=attempt)
+    async def requeue(
+        self, prompt_id: str, attempt: int, reason: dict[str, Any] | None = None
+    ) -> bool:
+        """Put a running attempt back to pending; False if the attempt is stale.
+
+        A `reason` is kept with the attempt (see `attempt_notes`)."""
+        op = functools.partial(_requeue, prompt_id=prompt_id, attempt=attempt, reason=reason)
         return await self._write(op)
+
+    async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The reasons earlier attempts were given back, oldest first."""
+        return await self._read(functools.partial(_attempt_notes, prompt_id=prompt_id))
+
+    # -- fleet ------------------------------------------------------------------------
+
+    async def backends(self) -> list[dict[str, Any]]:
+        """Backends added at run time, in the order they were added."""
+        return await self._read(_backends)
+
+    async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
+        op = functools.partial(_save_backend, name=name, spec=spec, now=self._clock())
+        await self._write(op)
+
+    async def delete_backend(self, name: str) -> bool:
+        return await self._write(functools.partial(_delete_backend, name=name))
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""
@@ -561,8 +598,36 @@ def _finish(
     return True
 
 
-def _requeue(conn: sqlite3.Connection, prompt_id: str, attempt: int) -> bool:
-    return conn.execute(REQUEUE_JOB, (prompt_id, attempt)).rowcount == 1
+def _requeue(
+    conn: sqlite3.Connection, prompt_id: str, attempt: int, reason: dict[str, Any] | None
+) -> bool:
+    if conn.execute(REQUEUE_JOB, (prompt_id, attempt)).rowcount != 1:
+        return False
+    if reason is not None:
+        conn.execute(INSERT_EVENT, (prompt_id, attempt, -1, "requeued", _dumps(reason)))
+    return True
+
+
+def _attempt_notes(conn: sqlite3.Connection, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
+    rows = conn.execute(ATTEMPT_NOTES, (prompt_id,)).fetchall()
+    return [(attempt, json.loads(data)) for attempt, data in rows]
+
+
+def _backends(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT spec FROM backends ORDER BY created_at, name").fetchall()
+    return [json.loads(spec) for (spec,) in rows]
+
+
+def _save_backend(conn: sqlite3.Connection, name: str, spec: dict[str, Any], now: float) -> None:
+    conn.execute(
+        "INSERT INTO backends (name, spec, created_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec",
+        (name, _dumps(spec), now),
+    )
+
+
+def _delete_backend(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("DELETE FROM backends WHERE name = ?", (name,)).rowcount == 1
 
 
 def _requeue_lane(conn: sqlite3.Connection, prefix: str) -> list[str]:

@@ -110,7 +110,9 @@ class Socket:
                     await self._arrived.wait()
         except TimeoutError:
             seen = [f.describe() for f in self.frames[after:]][-40:]
-            raise AssertionError(f"{self.client_id}: no {what} in {timeout} s; got {seen}") from None
+            raise AssertionError(
+                f"{self.client_id}: no {what} in {timeout} s; got {seen}"
+            ) from None
 
     async def wait_until(
         self, condition: Callable[[list[Received]], bool], *, timeout: float = TIMEOUT, what: str
@@ -124,7 +126,9 @@ class Socket:
                     await self._arrived.wait()
         except TimeoutError:
             seen = [f.describe() for f in self.frames][-40:]
-            raise AssertionError(f"{self.client_id}: not {what} in {timeout} s; got {seen}") from None
+            raise AssertionError(
+                f"{self.client_id}: not {what} in {timeout} s; got {seen}"
+            ) from None
 
     async def done(self, prompt_id: str, *, after: int = 0, timeout: float = TIMEOUT) -> int:
         return await self.wait_for(
@@ -137,9 +141,9 @@ class Socket:
     async def progress(self, prompt_id: str, node: str, *, after: int = 0) -> int:
         """The next `progress` frame of one node: the node is running (and still reporting)."""
         return await self.wait_for(
-            lambda f: f.type == "progress"
-            and f.data["prompt_id"] == prompt_id
-            and f.data["node"] == node,
+            lambda f: (
+                f.type == "progress" and f.data["prompt_id"] == prompt_id and f.data["node"] == node
+            ),
             after=after,
             what=f"progress of node {node} of {prompt_id}",
         )
@@ -188,7 +192,9 @@ class Served:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.port}"
 
-    async def connect(self, client_id: str | None = None, *, preview_metadata: bool = False) -> Socket:
+    async def connect(
+        self, client_id: str | None = None, *, preview_metadata: bool = False
+    ) -> Socket:
         """Connect and wait for the greeting `status` (and the feature_flags reply if asked)."""
         client_id = client_id or uuid.uuid4().hex
         ws = await self.session.ws_connect(f"{self.url}/ws?clientId={client_id}")
@@ -230,7 +236,9 @@ class Served:
     async def post(self, path: str, body: Any) -> Reply:
         return await self.request("POST", path, body)
 
-    async def submit(self, prompt: dict[str, Any], client_id: str | None = None, **extra: Any) -> str:
+    async def submit(
+        self, prompt: dict[str, Any], client_id: str | None = None, **extra: Any
+    ) -> str:
         """POST /prompt; asserts it was accepted; returns the prompt_id."""
         body: dict[str, Any] = {"prompt": prompt, **extra}
         if client_id is not None:
@@ -277,7 +285,11 @@ class Served:
 
 
 async def poll(
-    check: Callable[[], Awaitable[bool]], *, timeout: float = TIMEOUT, what: str, every: float = 0.02
+    check: Callable[[], Awaitable[bool]],
+    *,
+    timeout: float = TIMEOUT,
+    what: str,
+    every: float = 0.02,
 ) -> None:
     """Re-check a server-side condition until it holds (for state no frame announces)."""
     deadline = time.monotonic() + timeout

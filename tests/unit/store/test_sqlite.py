@@ -171,8 +171,9 @@ async def test_migrations_run_on_open(tmp_path: Path, monkeypatch: pytest.Monkey
     def add_column(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
 
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(sqlite_module.MIGRATIONS, 2, add_column)
+    target = sqlite_module.SCHEMA_VERSION + 1
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", target)
+    monkeypatch.setitem(sqlite_module.MIGRATIONS, target, add_column)
     store = SQLiteStore(path)
     await store.open()
     try:
@@ -180,9 +181,29 @@ async def test_migrations_run_on_open(tmp_path: Path, monkeypatch: pytest.Monkey
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == target
         columns = [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
     assert "priority" in columns
+
+
+async def test_version_1_file_gains_the_backends_table(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("p1"))
+    await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("DROP TABLE backends")
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        await store.save_backend("gpu0", {"url": "http://127.0.0.1:9", "name": "gpu0"})
+        assert await store.backends() == [{"url": "http://127.0.0.1:9", "name": "gpu0"}]
+        assert await store.get("p1") is not None
+    finally:
+        await store.close()
 
 
 async def test_counter_survives_clean_restart_past_rejected_prompts(tmp_path: Path) -> None:

@@ -679,3 +679,32 @@ async def test_concurrent_finishes_and_reads(store: JobStore) -> None:
     entries: list[HistoryEntry] = await store.history()
     assert len(entries) == 50
     assert all(entry.result.files == _files(entry.job.prompt_id) for entry in entries)
+
+
+async def test_requeue_reasons_are_kept_per_attempt(store: JobStore) -> None:
+    await store.submit(new_job("a"))
+    first = await store.claim("backend:x")
+    assert first is not None
+    assert await store.requeue("a", first.attempt, {"lane": "backend:x", "error": "lost"})
+    second = await store.claim("backend:y")
+    assert second is not None and second.attempt == 2
+    assert await store.requeue("a", second.attempt)  # no reason: nothing noted
+    third = await store.claim("backend:z")
+    assert third is not None
+    assert not await store.requeue("a", 1, {"late": True})  # stale: refused, not noted
+    assert await store.attempt_notes("a") == [(1, {"lane": "backend:x", "error": "lost"})]
+    assert await store.attempt_notes("unknown") == []
+
+
+async def test_backends_are_saved_replaced_and_deleted(store: JobStore) -> None:
+    assert await store.backends() == []
+    await store.save_backend("gpu0", {"name": "gpu0", "url": "http://127.0.0.1:1"})
+    await store.save_backend("gpu1", {"name": "gpu1", "url": "http://127.0.0.1:2"})
+    await store.save_backend("gpu0", {"name": "gpu0", "url": "http://127.0.0.1:3", "slots": 2})
+    assert await store.backends() == [
+        {"name": "gpu0", "url": "http://127.0.0.1:3", "slots": 2},
+        {"name": "gpu1", "url": "http://127.0.0.1:2"},
+    ]
+    assert await store.delete_backend("gpu0")
+    assert not await store.delete_backend("gpu0")
+    assert [b["name"] for b in await store.backends()] == ["gpu1"]

@@ -1,0 +1,121 @@
+"""`comfyfleet emulate-provider`: the local BFL / OpenAI images API stand-in."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from comfyfleet.providers.emulator import build_emulator_app
+from comfyfleet.providers.emulator_state import EmulatorSettings
+from comfyfleet.providers.retry import parse_duration
+
+log = logging.getLogger("comfyfleet.emulator")
+
+_PER = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _seconds(value: str) -> float:
+    seconds = parse_duration(value)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {value!r} (e.g. 2s, 500ms, 1.5)")
+    return seconds
+
+
+def _rate(value: str) -> float:
+    """ "N/s", "N/m", "N/h" or a bare N (per second) to requests per second."""
+    count, _, unit = value.partition("/")
+    try:
+        return float(count) / _PER[unit.strip() or "s"]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a rate: {value!r} (e.g. 5/s, 60/m)") from None
+
+
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"not a rate between 0 and 1: {value!r}")
+    return number
+
+
+def add_emulate_parser(commands: argparse._SubParsersAction) -> None:
+    emulate = commands.add_parser(
+        "emulate-provider",
+        help="run a local stand-in for the BFL and OpenAI image APIs",
+        description="Speaks the BFL (FLUX) and OpenAI images protocols on one port; "
+        "GET /_emulator/stats shows the jobs it accepted.",
+    )
+    emulate.add_argument("--host", default="127.0.0.1")
+    emulate.add_argument("--port", type=int, default=8299)
+    emulate.add_argument("--latency", type=_seconds, default=2.0, help="job duration, e.g. 2s")
+    emulate.add_argument("--jitter", type=_seconds, default=0.5, help="+- spread, e.g. 0.5s")
+    emulate.add_argument("--fail-rate", type=_fraction, default=0.0, help="share answered 500")
+    emulate.add_argument("--rate-limit", type=_rate, help="job requests per key, e.g. 5/s")
+    emulate.add_argument("--max-active", type=int, help="pending BFL jobs per key before 429")
+    emulate.add_argument("--hang-rate", type=_fraction, default=0.0, help="share never answered")
+    emulate.add_argument("--moderation-rate", type=_fraction, default=0.0)
+    emulate.add_argument("--error-rate", type=_fraction, default=0.0, help="BFL jobs ending Error")
+    emulate.add_argument(
+        "--key", action="append", default=[], metavar="KEY", help="accepted key (repeatable)"
+    )
+    emulate.add_argument("--seed", type=int, help="seed the emulator's dice")
+    emulate.add_argument("--log-level", default="INFO")
+
+
+def settings_from(args: argparse.Namespace) -> EmulatorSettings:
+    return EmulatorSettings(
+        latency=args.latency,
+        jitter=args.jitter,
+        fail_rate=args.fail_rate,
+        error_rate=args.error_rate,
+        rate_limit=args.rate_limit,
+        max_active=args.max_active,
+        hang_rate=args.hang_rate,
+        moderation_rate=args.moderation_rate,
+        keys=list(args.key),
+        seed=args.seed,
+    )
+
+
+def emulate_main(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return asyncio.run(_serve(args.host, args.port, settings_from(args)))
+
+
+async def _serve(host: str, port: int, settings: EmulatorSettings) -> int:
+    # No access log: request lines are noise at load-test rates.
+    runner = web.AppRunner(build_emulator_app(settings), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", host, port, exc)
+        await runner.cleanup()
+        return 1
+    log.info(
+        "emulating the BFL and OpenAI image APIs on http://%s:%s (%d key(s) accepted%s)",
+        host,
+        port,
+        len(settings.keys),
+        "" if settings.keys else ", any key",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await runner.cleanup()
+    return 0

@@ -1,0 +1,249 @@
+"""A connection to one ComfyUI backend: HTTP calls and one WebSocket, demultiplexed.
+
+The gateway submits every prompt with this connection's own clientId, so the
+backend sends all of a prompt's frames here; they are handed to whoever
+watches that prompt_id. Frames that carry no prompt_id (type-1 previews,
+text) belong to the prompt the backend is executing, which a ComfyUI
+process does one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
+from comfyfleet.protocol import frames
+
+log = logging.getLogger(__name__)
+
+MIME_FORMAT = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
+
+
+class BackendError(Exception):
+    """The backend could not be reached or answered out of protocol."""
+
+
+class BackendLost(BackendError):
+    """The connection dropped while a prompt was running there."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    url: str
+    name: str
+    slots: int = 1
+    prefetch: int = 0
+    tags: tuple[str, ...] = ()
+    auth_header: str | None = None  # "Name: value", sent on every request
+
+    def headers(self) -> dict[str, str]:
+        if not self.auth_header:
+            return {}
+        name, _, value = self.auth_header.partition(":")
+        return {name.strip(): value.strip()}
+
+
+@dataclass
+class PromptWatch:
+    """The frames of one prompt as they arrive, and when the last one came."""
+
+    prompt_id: str
+    queue: asyncio.Queue[EngineEvent | BackendLost] = field(default_factory=asyncio.Queue)
+    last_frame: float = field(default_factory=time.monotonic)
+    started: bool = False
+
+
+class BackendClient:
+    def __init__(self, spec: BackendSpec, session: aiohttp.ClientSession) -> None:
+        self.spec = spec
+        self.session = session
+        self.client_id = f"comfyfleet-{uuid.uuid4().hex}"
+        self.connected = asyncio.Event()
+        self._watches: dict[str, PromptWatch] = {}
+        self._current: tuple[str, str] | None = None  # (prompt_id, node) executing now
+        self._reader: asyncio.Task[None] | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+
+    @property
+    def base(self) -> str:
+        return self.spec.url.rstrip("/")
+
+    # -- HTTP ----------------------------------------------------------------
+
+    async def request(self, method: str, path: str, *, timeout: float = 30.0, **kwargs: Any) -> Any:
+        """JSON of a 2xx answer (None when empty); BackendError otherwise."""
+        try:
+            async with self.session.request(
+                method,
+                self.base + path,
+                headers=self.spec.headers(),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                **kwargs,
+            ) as response:
+                body = await response.read()
+                if response.status >= 400:
+                    raise BackendError(f"{method} {path}: HTTP {response.status}: {body[:300]!r}")
+                return json.loads(body) if body.strip() else None
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+            raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+
+    async def read_bytes(self, path: str, params: dict[str, str], timeout: float = 60.0) -> bytes:
+        try:
+            async with self.session.get(
+                self.base + path,
+                params=params,
+                headers=self.spec.headers(),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                if response.status != 200:
+                    raise BackendError(f"GET {path}: HTTP {response.status}")
+                return await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
+    async def submit(self, body: dict[str, Any]) -> tuple[int, Any]:
+        """POST /prompt as this connection's client; (status, JSON body) — 400s included."""
+        body = {**body, "client_id": self.client_id}
+        try:
+            async with self.session.post(
+                self.base + "/prompt",
+                json=body,
+                headers=self.spec.headers(),
+                timeout=aiohttp.ClientTimeout(total=30.0),
+            ) as response:
+                text = await response.text()
+                return response.status, json.loads(text) if text.strip() else None
+        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+            raise BackendError(f"POST /prompt: {type(exc).__name__}: {exc}") from exc
+
+    async def history(self, prompt_id: str) -> dict[str, Any] | None:
+        found = await self.request("GET", f"/history/{prompt_id}")
+        return found.get(prompt_id) if isinstance(found, dict) else None
+
+    async def queue_ids(self) -> tuple[set[str], set[str]]:
+        """(running, pending) prompt ids on the backend."""
+        queue = await self.request("GET", "/queue") or {}
+        running = {item[1] for item in queue.get("queue_running", []) if len(item) > 1}
+        pending = {item[1] for item in queue.get("queue_pending", []) if len(item) > 1}
+        return running, pending
+
+    async def interrupt(self, prompt_id: str) -> None:
+        await self.request("POST", "/interrupt", json={"prompt_id": prompt_id})
+
+    async def delete_pending(self, prompt_id: str) -> None:
+        await self.request("POST", "/queue", json={"delete": [prompt_id]})
+
+    # -- WebSocket -------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the WebSocket (announcing preview metadata, so previews carry prompt ids)."""
+        if self.connected.is_set():
+            return
+        try:
+            ws = await self.session.ws_connect(
+                f"{self.base}/ws?clientId={self.client_id}",
+                headers=self.spec.headers(),
+                heartbeat=20.0,
+                max_msg_size=0,
+                timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BackendError(f"websocket: {type(exc).__name__}: {exc}") from exc
+        await ws.send_str(
+            json.dumps({"type": "feature_flags", "data": {"supports_preview_metadata": True}})
+        )
+        self._ws = ws
+        self.connected.set()
+        self._reader = asyncio.create_task(self._read(ws), name=f"backend-{self.spec.name}-ws")
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self._ws is not None:
+            await self._ws.close()
+        self._lost("closed")
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        try:
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    self._on_text(message.data)
+                elif message.type == aiohttp.WSMsgType.BINARY:
+                    self._on_binary(message.data)
+                elif message.type == aiohttp.WSMsgType.ERROR:
+                    break
+        finally:
+            self._lost("websocket closed")
+
+    def _lost(self, why: str) -> None:
+        if self.connected.is_set():
+            log.warning("backend %s lost: %s", self.spec.name, why)
+        self.connected.clear()
+        self._ws = None
+        self._current = None
+        for watch in self._watches.values():
+            watch.queue.put_nowait(BackendLost(f"backend {self.spec.name}: {why}"))
+
+    # -- demultiplexing ----------------------------------------------------------
+
+    def watch(self, prompt_id: str) -> PromptWatch:
+        watch = self._watches[prompt_id] = PromptWatch(prompt_id)
+        return watch
+
+    def unwatch(self, prompt_id: str) -> None:
+        self._watches.pop(prompt_id, None)
+
+    def _deliver(self, prompt_id: str | None, event: EngineEvent) -> None:
+        watch = self._watches.get(prompt_id) if prompt_id else None
+        if watch is not None:
+            watch.last_frame = time.monotonic()
+            watch.queue.put_nowait(event)
+
+    def _on_text(self, text: str) -> None:
+        try:
+            frame = json.loads(text)
+        except json.JSONDecodeError:
+            return
+        kind, data = frame.get("type"), frame.get("data")
+        if not isinstance(data, dict) or kind in ("status", "feature_flags"):
+            return
+        prompt_id = data.get("prompt_id")
+        if kind == "executing":
+            node = data.get("node")
+            self._current = (str(prompt_id), str(node)) if node is not None else None
+        if kind == "execution_start" and prompt_id in self._watches:
+            self._watches[prompt_id].started = True
+        self._deliver(prompt_id, Message(kind, data))
+
+    def _on_binary(self, payload: bytes) -> None:
+        try:
+            frame = frames.decode(payload)
+        except (ValueError, json.JSONDecodeError):
+            return
+        current_prompt, current_node = self._current or (None, "")
+        if frame.event_code == frames.PREVIEW_IMAGE_WITH_METADATA:
+            meta = frame.header["metadata"]
+            fmt = MIME_FORMAT.get(meta.get("image_type", ""), "PNG")
+            prompt_id = meta.get("prompt_id") or current_prompt
+            event: EngineEvent = PreviewImage(
+                prompt_id or "", meta.get("node_id", current_node), fmt, frame.payload
+            )
+            self._deliver(prompt_id, event)
+        elif frame.event_code == frames.PREVIEW_IMAGE:
+            fmt = "PNG" if frame.header.get("image_type") == 2 else "JPEG"
+            self._deliver(
+                current_prompt, PreviewImage(current_prompt or "", current_node, fmt, frame.payload)
+            )
+        elif frame.event_code == frames.TEXT:
+            node_id = frame.header["node_id"]
+            text = frame.payload.decode("utf-8", "replace")
+            self._deliver(current_prompt, ProgressText(current_prompt or "", node_id, text))

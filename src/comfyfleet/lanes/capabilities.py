@@ -1,0 +1,74 @@
+"""What a ComfyUI backend can run, read from its `/object_info`.
+
+A prompt can run on a backend when the backend has every `class_type` in it
+and every constant value given to a combo input (checkpoint names, LoRAs, ...)
+is among the values that backend offers. Combos of upload inputs
+(`image_upload`) are left out: the gateway pushes those files first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from comfyfleet.protocol.prompt import is_link, unwrap_value
+
+UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
+
+
+def _combo_options(spec: Any) -> list[Any] | None:
+    if not isinstance(spec, list) or not spec:
+        return None
+    kind = spec[0]
+    options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    if any(options.get(flag) for flag in UPLOAD_FLAGS):
+        return None
+    if isinstance(kind, list):
+        return kind
+    if kind == "COMBO" and isinstance(options.get("options"), list):
+        return list(options["options"])
+    return None
+
+
+@dataclass
+class Capabilities:
+    """One backend's node classes and the combo values each input accepts."""
+
+    object_info: dict[str, Any] = field(default_factory=dict)
+    _combos: dict[tuple[str, str], frozenset[Any]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_object_info(cls, object_info: dict[str, Any]) -> Capabilities:
+        combos: dict[tuple[str, str], frozenset[Any]] = {}
+        for class_type, info in object_info.items():
+            inputs = info.get("input", {}) if isinstance(info, dict) else {}
+            for section in ("required", "optional"):
+                for name, spec in (inputs.get(section) or {}).items():
+                    options = _combo_options(spec)
+                    if options is not None:
+                        combos[(class_type, name)] = frozenset(_hashable(o) for o in options)
+        return cls(object_info, combos)
+
+    def missing_for(self, prompt: dict[str, Any]) -> list[str]:
+        """Why this backend cannot run `prompt` (empty when it can)."""
+        missing: list[str] = []
+        for node_id, node in prompt.items():
+            class_type = node.get("class_type")
+            if class_type not in self.object_info:
+                missing.append(f"node #{node_id}: class {class_type} is not installed")
+                continue
+            for name, value in (node.get("inputs") or {}).items():
+                allowed = self._combos.get((class_type, name))
+                if allowed is None or is_link(value):
+                    continue
+                value = unwrap_value(value)
+                if _hashable(value) not in allowed:
+                    missing.append(f"node #{node_id}: {name} {value!r} is not available")
+        return missing
+
+    def can_run(self, prompt: dict[str, Any]) -> bool:
+        return not self.missing_for(prompt)
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | type(None)) else repr(value)

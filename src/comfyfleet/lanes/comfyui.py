@@ -1,0 +1,223 @@
+"""A ComfyUI lane: jobs run on one ComfyUI backend (a real ComfyUI or another comfyfleet)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from comfyfleet.engine.events import EngineEvent, EventSink, Message
+from comfyfleet.engine.run import RunHandle
+from comfyfleet.folders import Folders
+from comfyfleet.lanes.backend import BackendClient, BackendError, BackendLost, PromptWatch
+from comfyfleet.lanes.capabilities import Capabilities
+from comfyfleet.lanes.outputs import OutputCopier, output_files
+from comfyfleet.lanes.uploads import InputPusher
+from comfyfleet.store.records import Job, JobResult, JobStatus
+
+log = logging.getLogger(__name__)
+
+
+class BackendHung(BackendError):
+    """No frame for a running prompt within the hang timeout."""
+
+
+@dataclass(frozen=True)
+class LaneSettings:
+    hang_timeout: float = 300.0  # seconds without a frame while a prompt runs there
+    copy_outputs: bool = True
+    probe_interval: float = 5.0  # health check of a connected backend
+    refresh_interval: float = 60.0  # re-read object_info (new nodes, new model files)
+    max_backoff: float = 30.0  # longest wait between reconnect attempts
+
+
+class ComfyUILane:
+    """Runs jobs on a backend; `slots` = the backend's slots plus its prefetch depth."""
+
+    in_process = False
+    retry_node_errors = True
+
+    def __init__(self, client: BackendClient, folders: Folders, settings: LaneSettings) -> None:
+        self.client = client
+        self.folders = folders
+        self.settings = settings
+        self.name = f"backend:{client.spec.name}"
+        self.slots = client.spec.slots + client.spec.prefetch
+        self.capabilities = Capabilities()
+        self.suspect = False
+        self.draining = False
+        self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
+        self._maintainer: asyncio.Task[None] | None = None
+        # Called when capabilities change, so the fleet can rebuild its node union.
+        self.on_change: Callable[[], None] = lambda: None
+
+    def can_run(self, job: Job) -> bool:
+        # Runs in the store's writer thread: reads one reference, changes nothing.
+        return (
+            self.client.connected.is_set()
+            and not self.draining
+            and self.capabilities.can_run(job.prompt)
+        )
+
+    async def wait_ready(self) -> None:
+        await self.client.connected.wait()
+
+    async def run(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult:
+        if not self.client.connected.is_set():
+            raise BackendError(f"backend {self.client.spec.name} is down")
+        watch = self.client.watch(job.prompt_id)
+        try:
+            await self._pusher.push_for(job.prompt)
+            await self._submit(job)
+            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
+            return await self._follow(job, watch, sink)
+        finally:
+            self.client.unwatch(job.prompt_id)
+
+    async def resume(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult | None:
+        """A job this lane ran before a gateway restart: its result, or None if unknown there."""
+        await asyncio.wait_for(self.client.connected.wait(), timeout=30.0)
+        watch = self.client.watch(job.prompt_id)
+        try:
+            entry = await self.client.history(job.prompt_id)
+            if entry is not None:
+                return await self._result(job, entry, OutputCopier(self.folders, self._fetch))
+            running, pending = await self.client.queue_ids()
+            if job.prompt_id not in running | pending:
+                return None
+            watch.started = job.prompt_id in running
+            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
+            return await self._follow(job, watch, sink)
+        finally:
+            self.client.unwatch(job.prompt_id)
+
+    async def start(self) -> None:
+        self._maintainer = asyncio.create_task(self._maintain(), name=f"{self.name}-health")
+
+    async def close(self) -> None:
+        if self._maintainer is not None:
+            self._maintainer.cancel()
+            await asyncio.gather(self._maintainer, return_exceptions=True)
+        await self.client.close()
+
+    async def _maintain(self) -> None:
+        """Connect, keep capabilities fresh, and reconnect with backoff when it goes down."""
+        backoff = 0.5
+        while True:
+            try:
+                await self._connect_and_refresh()
+                backoff = 0.5
+                await self._watch_health()
+            except BackendError as exc:
+                log.info("backend %s unavailable: %s", self.client.spec.name, exc)
+            await self.client.close()
+            await asyncio.sleep(backoff)
+            backoff = min(self.settings.max_backoff, backoff * 2)
+
+    async def _connect_and_refresh(self) -> None:
+        object_info = await self.client.request("GET", "/object_info", timeout=60.0)
+        if not isinstance(object_info, dict):
+            raise BackendError("object_info is not a JSON object")
+        self.capabilities = Capabilities.from_object_info(object_info)
+        await self.client.connect()
+        self.on_change()
+        log.info("backend %s up: %d node classes", self.client.spec.name, len(object_info))
+
+    async def _watch_health(self) -> None:
+        """Return when the backend stops answering (HTTP or WebSocket)."""
+        refreshed = time.monotonic()
+        while self.client.connected.is_set():
+            await asyncio.sleep(self.settings.probe_interval)
+            await self.client.request("GET", "/prompt", timeout=10.0)
+            if time.monotonic() - refreshed > self.settings.refresh_interval:
+                info = await self.client.request("GET", "/object_info", timeout=60.0)
+                if isinstance(info, dict):
+                    self.capabilities = Capabilities.from_object_info(info)
+                    self.on_change()
+                refreshed = time.monotonic()
+        raise BackendError("websocket closed")
+
+    async def _submit(self, job: Job) -> None:
+        extra = {k: v for k, v in job.extra_data.items() if k != "client_id"}
+        body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
+        if job.outputs:
+            body["partial_execution_targets"] = job.outputs
+        status, answer = await self.client.submit(body)
+        if status != 200:
+            raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
+
+    def _interrupt_soon(self, prompt_id: str) -> None:
+        async def interrupt() -> None:
+            with contextlib.suppress(BackendError):
+                await self.client.delete_pending(prompt_id)
+                await self.client.interrupt(prompt_id)
+
+        asyncio.get_running_loop().create_task(interrupt())
+
+    async def _follow(self, job: Job, watch: PromptWatch, sink: EventSink) -> JobResult:
+        """Relay the prompt's frames until its done signal, then read its history."""
+        copier = OutputCopier(self.folders, self._fetch)
+        while True:
+            event = await self._next(job, watch)
+            if isinstance(event, Message):
+                if event.type == "executing" and event.data.get("node") is None:
+                    break
+                if event.type == "executed" and self.settings.copy_outputs:
+                    output = await copier.localize(event.data.get("output"))
+                    event = Message("executed", {**event.data, "output": output})
+            sink(event)
+        entry = await self._history_after_done(job.prompt_id)
+        return await self._result(job, entry, copier)
+
+    async def _next(self, job: Job, watch: PromptWatch) -> EngineEvent:
+        while True:
+            try:
+                event = await asyncio.wait_for(watch.queue.get(), timeout=1.0)
+            except TimeoutError:
+                idle = time.monotonic() - watch.last_frame
+                if watch.started and idle > self.settings.hang_timeout:
+                    self.suspect = True
+                    self._interrupt_soon(job.prompt_id)
+                    raise BackendHung(
+                        f"no frame from {self.client.spec.name} for {idle:.0f} s"
+                    ) from None
+                if not self.client.connected.is_set():
+                    raise BackendLost(f"backend {self.client.spec.name} went away") from None
+                continue
+            if isinstance(event, BackendLost):
+                raise event
+            return event
+
+    async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
+        for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
+            await asyncio.sleep(delay)
+            entry = await self.client.history(prompt_id)
+            if entry is not None:
+                return entry
+        raise BackendError(f"backend {self.client.spec.name} has no history for {prompt_id}")
+
+    async def _fetch(self, filename: str, subfolder: str, kind: str) -> bytes:
+        params = {"filename": filename, "subfolder": subfolder, "type": kind}
+        return await self.client.read_bytes("/view", params)
+
+    async def _result(self, job: Job, entry: dict[str, Any], copier: OutputCopier) -> JobResult:
+        status = entry.get("status") or {}
+        messages = status.get("messages") or []
+        outputs = entry.get("outputs") or {}
+        if self.settings.copy_outputs:
+            outputs = {node: await copier.localize(ui) for node, ui in outputs.items()}
+        last_event, last_data = messages[-1] if messages else ("", {})
+        error: dict[str, Any] | None = last_data if isinstance(last_data, dict) else None
+        if status.get("completed") or status.get("status_str") == "success":
+            state, error = JobStatus.SUCCESS, None
+        elif last_event == "execution_interrupted":
+            state = JobStatus.INTERRUPTED
+        else:
+            state = JobStatus.ERROR
+        return JobResult(
+            state, outputs, entry.get("meta") or {}, messages, error, output_files(outputs)
+        )

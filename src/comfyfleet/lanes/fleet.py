@@ -1,0 +1,139 @@
+"""The fleet: the local lane plus every ComfyUI backend, and what they can run together."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import aiohttp
+
+from comfyfleet.engine.executor import Engine
+from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.folders import Folders, using_folders
+from comfyfleet.lanes.backend import BackendClient, BackendSpec
+from comfyfleet.lanes.base import Lane
+from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings
+from comfyfleet.lanes.local import LocalLane
+from comfyfleet.lanes.remote_nodes import union_registry
+
+log = logging.getLogger(__name__)
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class FleetError(ValueError):
+    """A backend definition or change that cannot be applied; the message says why."""
+
+
+def parse_spec(raw: Any) -> BackendSpec:
+    """A backend from config or the admin API.
+
+    `{url, name?, slots?, prefetch?, tags?, auth_header?}`, or just the url."""
+    if isinstance(raw, str):
+        raw = {"url": raw}
+    if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+        raise FleetError("a backend needs a url")
+    url = raw["url"].rstrip("/")
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+        raise FleetError(f"not an http(s) url: {url!r}")
+    name = raw.get("name") or re.sub(r"[^A-Za-z0-9._-]", "-", url.split("://", 1)[1])
+    if not isinstance(name, str) or not NAME.match(name):
+        raise FleetError(f"bad backend name {name!r}: letters, digits, . _ - (max 64)")
+    slots, prefetch = raw.get("slots", 1), raw.get("prefetch", 0)
+    if not (isinstance(slots, int) and slots >= 1 and isinstance(prefetch, int) and prefetch >= 0):
+        raise FleetError("slots must be an integer >= 1 and prefetch >= 0")
+    tags = raw.get("tags", [])
+    auth = raw.get("auth_header")
+    if not isinstance(tags, list) or (auth is not None and ":" not in str(auth)):
+        raise FleetError("tags must be a list; auth_header must read 'Name: value'")
+    return BackendSpec(url, name, slots, prefetch, tuple(str(t) for t in tags), auth)
+
+
+def spec_json(spec: BackendSpec, *, secrets: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "url": spec.url,
+        "name": spec.name,
+        "slots": spec.slots,
+        "prefetch": spec.prefetch,
+        "tags": list(spec.tags),
+    }
+    if spec.auth_header:
+        header = spec.auth_header.partition(":")[0]
+        data["auth_header"] = spec.auth_header if secrets else f"{header}: ***"
+    return data
+
+
+class Fleet:
+    def __init__(self, engine: Engine, folders: Folders, local_slots: int, settings: LaneSettings):
+        self.engine = engine
+        self.folders = folders
+        self.settings = settings
+        self.local = LocalLane(engine, local_slots) if local_slots else None
+        self.backends: dict[str, ComfyUILane] = {}
+        self.registry: NodeRegistry = engine.registry
+        self._session: aiohttp.ClientSession | None = None
+
+    def lanes(self) -> list[Lane]:
+        lanes: list[Lane] = [self.local] if self.local else []
+        return lanes + list(self.backends.values())
+
+    def _client_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=64)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    def backend_lane(self, spec: BackendSpec) -> ComfyUILane:
+        """A lane for `spec`, known to the fleet (the scheduler starts it)."""
+        if spec.name in self.backends:
+            raise FleetError(f"backend {spec.name} already exists")
+        lane = ComfyUILane(BackendClient(spec, self._client_session()), self.folders, self.settings)
+        lane.on_change = self.rebuild
+        self.backends[spec.name] = lane
+        return lane
+
+    def forget(self, name: str) -> None:
+        self.backends.pop(name, None)
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """The node union: local nodes plus stand-ins for what only backends have."""
+        remote = [lane.capabilities.object_info for lane in self.backends.values()]
+        self.registry = (
+            union_registry(self.engine.registry, remote) if remote else self.engine.registry
+        )
+
+    def unrunnable(self, prompt: dict[str, Any]) -> dict[str, list[str]] | None:
+        """None when some lane can run `prompt`; else, per lane, what it lacks."""
+        reasons: dict[str, list[str]] = {}
+        if self.local is not None:
+            missing = [
+                f"node #{node_id}: class {node.get('class_type')} is not installed"
+                for node_id, node in prompt.items()
+                if node.get("class_type") not in self.engine.registry
+            ]
+            if not missing:
+                return None
+            reasons[self.local.name] = missing
+        for lane in self.backends.values():
+            missing = lane.capabilities.missing_for(prompt)
+            if not missing and not lane.draining:
+                return None
+            if not lane.client.connected.is_set():
+                missing = [f"backend {lane.client.spec.name} is down", *missing]
+            reasons[lane.name] = missing or ["draining"]
+        return reasons
+
+    def object_info(self, class_type: str | None = None) -> dict[str, Any]:
+        """`/object_info` over the whole fleet."""
+        with using_folders(self.folders):
+            if class_type is None:
+                return self.registry.object_info()
+            node = self.registry.get(class_type)
+            return {class_type: node.object_info()} if node else {}
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,81 @@
+"""Pushing the gateway's uploaded input files to a backend before a prompt runs there."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from comfyfleet.folders import Folders
+from comfyfleet.lanes.backend import BackendClient, BackendError
+from comfyfleet.protocol.prompt import is_link
+
+UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
+
+
+def _upload_inputs(info: dict[str, Any]) -> set[str]:
+    names = set()
+    for section in ("required", "optional"):
+        for name, spec in ((info.get("input") or {}).get(section) or {}).items():
+            options = spec[1] if isinstance(spec, list) and len(spec) > 1 else {}
+            if isinstance(options, dict) and any(options.get(f) for f in UPLOAD_FLAGS):
+                names.add(name)
+    return names
+
+
+def _split_annotation(value: str) -> tuple[str, str]:
+    """`"sub/name.png [input]"` -> ("sub/name.png", "input")."""
+    for kind in ("input", "output", "temp"):
+        suffix = f" [{kind}]"
+        if value.endswith(suffix):
+            return value[: -len(suffix)], kind
+    return value, "input"
+
+
+class InputPusher:
+    def __init__(
+        self, client: BackendClient, folders: Folders, object_info: Callable[[], dict[str, Any]]
+    ) -> None:
+        self.client = client
+        self.folders = folders
+        self.object_info = object_info
+        self._pushed: set[tuple[str, str]] = set()  # (relative path, sha256) already there
+
+    def files_for(self, prompt: dict[str, Any]) -> list[tuple[str, str, Path]]:
+        """(relative name, folder type, local path) of every gateway file the prompt names."""
+        found = []
+        info = self.object_info()
+        for node in prompt.values():
+            uploads = _upload_inputs(info.get(node.get("class_type"), {}))
+            for name, value in (node.get("inputs") or {}).items():
+                if name not in uploads or not isinstance(value, str) or is_link(value):
+                    continue
+                relative, kind = _split_annotation(value)
+                root = self.folders.of_type(kind)
+                if root is None:
+                    continue
+                path = (root / relative).resolve()
+                if path.is_relative_to(root.resolve()) and path.is_file():
+                    found.append((relative, kind, path))
+        return found
+
+    async def push_for(self, prompt: dict[str, Any]) -> None:
+        for relative, kind, path in self.files_for(prompt):
+            data = await asyncio.to_thread(path.read_bytes)
+            key = (f"{kind}/{relative}", hashlib.sha256(data).hexdigest())
+            if key in self._pushed:
+                continue
+            subfolder, _, filename = relative.rpartition("/")
+            form = aiohttp.FormData()
+            form.add_field("image", data, filename=filename)
+            form.add_field("subfolder", subfolder)
+            form.add_field("type", kind)
+            form.add_field("overwrite", "true")
+            answer = await self.client.request("POST", "/upload/image", data=form, timeout=120.0)
+            if not isinstance(answer, dict) or answer.get("name") != filename:
+                raise BackendError(f"backend stored {relative} as {answer}, not under its name")
+            self._pushed.add(key)

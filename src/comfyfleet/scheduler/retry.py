@@ -1,0 +1,82 @@
+"""When a job goes back to the queue, and when it has failed for good.
+
+- A lane failure (backend lost, hung, unknown after a restart) re-queues the
+  job, up to `max_attempts` attempts in all.
+- A node error on a lane that may be at fault (a ComfyUI backend) is retried
+  once elsewhere; the same error on a second lane is the prompt's fault and
+  ends it as an error, not retried again.
+- Anything else is the job's end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from comfyfleet.lanes.base import Lane
+from comfyfleet.protocol import events
+from comfyfleet.store.base import JobStore
+from comfyfleet.store.records import Job, JobResult, JobStatus
+
+
+@dataclass(frozen=True)
+class Decision:
+    requeue: bool
+    reason: dict[str, Any] | None = None
+    result: JobResult | None = None
+
+
+def error_signature(error: dict[str, Any] | None) -> list[Any]:
+    """What makes two node errors "the same": node, class, exception type and message."""
+    error = error or {}
+    return [
+        error.get("node_id"),
+        error.get("node_type"),
+        error.get("exception_type"),
+        error.get("exception_message"),
+    ]
+
+
+class RetryPolicy:
+    def __init__(self, store: JobStore, max_attempts: int) -> None:
+        self.store = store
+        self.max_attempts = max_attempts
+
+    async def decide(
+        self, job: Job, lane: Lane, result: JobResult | None, failure: dict[str, Any] | None
+    ) -> Decision:
+        if result is None:
+            if job.attempt < self.max_attempts:
+                return Decision(True, {"kind": "lane", **(failure or {"lane": lane.name})})
+            return Decision(False, result=lane_failure(job, failure))
+        if result.status != JobStatus.ERROR or not lane.retry_node_errors:
+            return Decision(False, result=result)
+        signature = error_signature(result.error)
+        notes = await self.store.attempt_notes(job.prompt_id)
+        seen_elsewhere = any(
+            note.get("kind") == "node_error"
+            and note.get("signature") == signature
+            and note.get("lane") != lane.name
+            for _, note in notes
+        )
+        if seen_elsewhere or job.attempt >= self.max_attempts:
+            return Decision(False, result=result)
+        return Decision(True, {"kind": "node_error", "lane": lane.name, "signature": signature})
+
+
+def lane_failure(job: Job, failure: dict[str, Any] | None) -> JobResult:
+    """The end of a job whose lanes failed on every attempt."""
+    detail = (failure or {}).get("error", "lane failure")
+    error: dict[str, Any] = {
+        "prompt_id": job.prompt_id,
+        "node_id": None,
+        "node_type": None,
+        "executed": [],
+        "exception_message": f"the job failed on its lane {job.attempt} times; last: {detail}\n",
+        "exception_type": "comfyfleet.LaneFailure",
+        "traceback": [],
+        "current_inputs": {},
+        "current_outputs": [],
+        "timestamp": events.timestamp_ms(),
+    }
+    return JobResult(JobStatus.ERROR, {}, {}, [["execution_error", error]], error, [])

@@ -1,0 +1,176 @@
+"""Queue management and the jobs API: what gets deleted or cancelled, and how jobs are listed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.integration.gateway.wire import Served, Socket, save_prompt, serve, sleep_prompt
+
+
+async def running_and_pending(served: Served, sock: Socket) -> tuple[str, str]:
+    """On one slot: a 30 s Sleep running (seen reporting progress) and a prompt behind it."""
+    running = await served.submit(sleep_prompt(30, 1), sock.client_id)
+    await sock.progress(running, "2")
+    pending = await served.submit(save_prompt(2, "behind"), sock.client_id)
+    return running, pending
+
+
+async def test_queue_delete_removes_pending_prompts_only(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        running = await served.submit(sleep_prompt(1.0, 1), sock.client_id)
+        await sock.progress(running, "2")
+        pending = await served.submit(save_prompt(2, "deleted"), sock.client_id)
+
+        reply = await served.post("/queue", {"delete": [running, pending]})
+        assert (reply.status, reply.content_type, reply.text) == (200, None, "")
+        queue = await served.get("/queue")
+        assert [item[1] for item in queue["queue_running"]] == [running]
+        assert queue["queue_pending"] == []
+
+        await sock.done(running)
+        assert "execution_success" in sock.json_types(running)
+        later = await served.submit(save_prompt(3, "later"), sock.client_id)
+        await sock.done(later)  # the queue moved past the deleted prompt: it never ran
+        assert sock.of_prompt(pending) == []
+        assert await served.history_entry(pending) == {}
+        assert (await served.job(pending))["status"] == "cancelled"
+        assert not list(served.gateway.folders.output.glob("deleted_*"))
+
+
+async def test_queue_clear_cancels_every_pending_prompt(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        running, pending = await running_and_pending(served, sock)
+        other = await served.submit(save_prompt(3, "other"), sock.client_id)
+        assert (await served.post("/queue", {"clear": True})).status == 200
+        assert (await served.get("/queue"))["queue_pending"] == []
+        assert [(await served.job(p))["status"] for p in (running, pending, other)] == [
+            "in_progress",
+            "cancelled",
+            "cancelled",
+        ]
+
+
+async def test_cancel_ends_pending_and_running_jobs_without_history(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        running, pending = await running_and_pending(served, sock)
+
+        reply = await served.post(f"/api/jobs/{pending}/cancel", None)
+        assert (reply.status, reply.json) == (200, {"cancelled": [pending]})
+        reply = await served.post(f"/api/jobs/{running}/cancel", None)
+        assert (reply.status, reply.json) == (200, {"cancelled": [running]})
+        await sock.done(running)  # the 30 s prompt ends now, with its done signal
+
+        for prompt_id in (running, pending):
+            job = await served.job(prompt_id)
+            assert job["status"] == "cancelled", prompt_id
+            assert job["outputs"] == {} and job["messages"] == []
+            assert await served.history_entry(prompt_id) == {}
+        assert sock.of_prompt(pending) == []
+        assert (await served.get("/prompt"))["exec_info"]["queue_remaining"] == 0
+
+        # Finished jobs are not cancelled again; unknown ones are 404.
+        reply = await served.post(f"/api/jobs/{running}/cancel", None)
+        assert (reply.status, reply.json) == (200, {"cancelled": []})
+        reply = await served.post("/api/jobs/no-such-job/cancel", None)
+        assert reply.status == 404
+
+
+async def test_cancel_many_by_id(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        running, pending = await running_and_pending(served, sock)
+        reply = await served.post("/api/jobs/cancel", {"job_ids": [pending, "unknown", running]})
+        assert reply.status == 200
+        assert sorted(reply.json["cancelled"]) == sorted([pending, running])
+        await sock.done(running)
+        reply = await served.post("/api/jobs/cancel", {"job_ids": "not a list"})
+        assert reply.status == 400
+
+
+async def jobs(served: Served, query: str) -> dict[str, Any]:
+    body: dict[str, Any] = await served.get(f"/api/jobs{query}")
+    return body
+
+
+async def test_jobs_api_filters_sorts_and_pages(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        completed = []
+        for color in range(3):
+            prompt_id = await served.submit(save_prompt(color, f"job{color}"), sock.client_id)
+            await sock.done(prompt_id)
+            completed.append(prompt_id)
+        failing = {
+            "1": {"class_type": "Fail", "inputs": {"message": "on purpose"}},
+            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+        }
+        failed = await served.submit(failing, sock.client_id)
+        await sock.done(failed)
+        running, pending = await running_and_pending(served, sock)
+        created = [*completed, failed, running, pending]
+
+        everything = await jobs(served, "")
+        assert [j["id"] for j in everything["jobs"]] == created[::-1]  # newest first
+        assert everything["pagination"] == {
+            "offset": 0,
+            "limit": 100,
+            "total": 6,
+            "has_more": False,
+        }
+        oldest_first = await jobs(served, "?sort_order=asc")
+        assert [j["id"] for j in oldest_first["jobs"]] == created
+
+        by_status = {
+            "completed": completed,
+            "failed": [failed],
+            "in_progress": [running],
+            "pending": [pending],
+            "pending,in_progress": [running, pending],
+        }
+        for status, expected in by_status.items():
+            page = await jobs(served, f"?status={status}&sort_order=asc")
+            assert [j["id"] for j in page["jobs"]] == expected, status
+            assert page["pagination"]["total"] == len(expected), status
+        assert (await jobs(served, "?status=failed"))["jobs"][0]["execution_error"][
+            "exception_message"
+        ] == "on purpose\n"
+
+        page = await jobs(served, "?limit=2&offset=1")
+        assert [j["id"] for j in page["jobs"]] == created[::-1][1:3]
+        assert page["pagination"] == {"offset": 1, "limit": 2, "total": 6, "has_more": True}
+        page = await jobs(served, "?limit=2&offset=5")
+        assert [j["id"] for j in page["jobs"]] == created[:1]
+        assert page["pagination"] == {"offset": 5, "limit": 2, "total": 6, "has_more": False}
+        page = await jobs(served, "?status=completed&limit=1&offset=1&sort_order=asc")
+        assert [j["id"] for j in page["jobs"]] == completed[1:2]
+        assert page["pagination"]["has_more"] is True
+
+        summary = everything["jobs"][-1]
+        assert summary["status"] == "completed" and summary["attempt"] == 1
+        assert summary["client_id"] == sock.client_id and summary["lane"] == "local"
+        for bad in ("?status=bogus", "?sort_order=sideways", "?limit=0", "?offset=-1", "?limit=x"):
+            reply = await served.request("GET", f"/api/jobs{bad}")
+            assert reply.status == 400, bad
+            assert set(reply.json["error"]) >= {"type", "message"}, bad
+
+
+async def test_job_details_and_unknown_jobs(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        prompt = save_prompt(7, "detail")
+        prompt_id = await served.submit(prompt, sock.client_id)
+        await sock.done(prompt_id)
+        job = await served.job(prompt_id)
+        history = await served.history_entry(prompt_id)
+        assert job["prompt"] == prompt and job["outputs"] == history["outputs"]
+        assert job["messages"] == history["status"]["messages"]
+        assert job["outputs_to_execute"] == ["2"]
+        assert job["create_time"] <= job["execution_start_time"] <= job["execution_end_time"]
+
+        reply = await served.request("GET", "/api/jobs/no-such-job")
+        assert (reply.status, reply.content_type) == (404, "application/json; charset=utf-8")
+        assert reply.json["error"]["type"] == "not_found"

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+
+from comfyfleet.providers.retry import (
+    Backoff,
+    Cooldown,
+    parse_duration,
+    parse_retry_after,
+    ratelimit_reset,
+    retry_after_from,
+    shared_cooldown,
+)
+
+
+def test_backoff_is_full_jitter_under_a_growing_ceiling() -> None:
+    backoff = Backoff(base=0.5, cap=4.0, rng=random.Random(7))
+    for attempt, ceiling in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 4.0), (10, 4.0), (5000, 4.0)]:
+        delays = [backoff.delay(attempt) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > ceiling * 0.8  # spread over the whole window
+
+
+def test_backoff_is_reproducible_with_a_seeded_rng() -> None:
+    first = [Backoff(rng=random.Random(3)).delay(2) for _ in range(3)]
+    second = [Backoff(rng=random.Random(3)).delay(2) for _ in range(3)]
+    assert first == second
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+async def test_cooldown_starts_after_a_burst_within_the_window() -> None:
+    fake = FakeTime()
+    cooldown = Cooldown(burst=3, window=10.0, pause=5.0, clock=fake.clock, sleep=fake.sleep)
+    cooldown.rate_limited()
+    fake.now += 20.0  # outside the window: forgotten
+    cooldown.rate_limited()
+    cooldown.rate_limited()
+    assert cooldown.remaining() == 0
+    cooldown.rate_limited()
+    assert cooldown.remaining() == pytest.approx(5.0)
+    assert await cooldown.wait() == pytest.approx(5.0)
+    assert cooldown.remaining() == 0
+
+
+async def test_retry_after_sets_the_cooldown_and_never_shortens_it() -> None:
+    fake = FakeTime()
+    cooldown = Cooldown(burst=10, clock=fake.clock, sleep=fake.sleep)
+    cooldown.rate_limited(retry_after=3.0)
+    cooldown.rate_limited(retry_after=1.0)
+    assert cooldown.remaining() == pytest.approx(3.0)
+    assert await cooldown.wait() == pytest.approx(3.0)
+
+
+def test_parse_retry_after_seconds_and_dates() -> None:
+    now = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(" 1.5 ") == 1.5
+    assert parse_retry_after("-3") == 0.0
+    http_date = format_datetime(now + timedelta(seconds=30), usegmt=True)
+    assert parse_retry_after(http_date, now=now) == pytest.approx(30.0)
+    assert parse_retry_after(format_datetime(now - timedelta(seconds=5), usegmt=True), now=now) == 0
+    for junk in (None, "", "soon", "nan", "inf"):
+        assert parse_retry_after(junk) is None
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("1s") == 1.0
+    assert parse_duration("250ms") == 0.25
+    assert parse_duration("6m0s") == 360.0
+    assert parse_duration("1h2m3.5s") == pytest.approx(3723.5)
+    assert parse_duration("2") == 2.0
+    assert parse_duration("2 fortnights") is None
+
+
+def test_ratelimit_reset_prefers_the_exhausted_budget() -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "2s",
+        "x-ratelimit-remaining-tokens": "900",
+        "x-ratelimit-reset-tokens": "1m",
+    }
+    assert ratelimit_reset(headers) == 2.0
+    del headers["x-ratelimit-remaining-requests"]
+    assert ratelimit_reset(headers) == 60.0  # nothing says which: the longest
+    assert ratelimit_reset({}) is None
+
+
+def test_retry_after_from_headers_in_order_and_capped() -> None:
+    assert retry_after_from({"Retry-After": "3", "x-ratelimit-reset-requests": "9s"}) == 3.0
+    assert retry_after_from({"retry-after-ms": "1500", "Retry-After": "3"}) == 1.5
+    assert retry_after_from({"x-ratelimit-reset-requests": "9s"}) == 9.0
+    assert retry_after_from({"Retry-After": "86400"}, limit=60.0) == 60.0
+    assert retry_after_from({}) is None
+
+
+def test_shared_cooldown_is_one_object_per_name() -> None:
+    first = shared_cooldown("test-bfl-a", burst=2)
+    assert shared_cooldown("test-bfl-a") is first and first.burst == 2
+    assert shared_cooldown("test-bfl-b") is not first
