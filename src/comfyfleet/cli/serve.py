@@ -30,6 +30,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--local-slots", type=int, help="prompts run at once by the built-in engine")
     serve.add_argument("--custom-nodes", action="append", type=Path, metavar="DIR")
     serve.add_argument("--testing-nodes", action="store_true", default=None)
+    serve.add_argument(
+        "--backend",
+        action="append",
+        dest="backends",
+        metavar="URL",
+        help="a ComfyUI backend to feed (repeatable); see [[backends]] in the config file",
+    )
+    serve.add_argument("--hang-timeout", type=float, help="seconds without a frame from a backend")
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
@@ -56,6 +64,8 @@ def serve_main(args: argparse.Namespace) -> int:
             "history_max_entries",
             "history_max_age",
             "shutdown_grace",
+            "backends",
+            "hang_timeout",
         )
     }
     try:

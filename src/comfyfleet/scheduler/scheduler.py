@@ -219,6 +219,10 @@ class Scheduler:
                 cancelled.append(prompt_id)
         return cancelled
 
+    def wake(self) -> None:
+        """Idle slots look at the queue again (a lane became able to run more)."""
+        self._work.set()
+
     def _forget_pending(self, count: int) -> None:
         if count:
             self.pending -= count

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from comfyfleet import __version__
 from comfyfleet.server.files import file_routes
+from comfyfleet.server.fleet_api import fleet_routes
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
 from comfyfleet.server.middleware import json_errors, origin_check
@@ -21,7 +22,7 @@ def build_app(gateway: Gateway) -> web.Application:
         client_max_size=config.max_upload_bytes, middlewares=[json_errors, origin_check]
     )
     app[GATEWAY] = gateway
-    install(app, prompt_routes() + job_routes() + ws_routes())
+    install(app, prompt_routes() + job_routes() + fleet_routes() + ws_routes())
     install(app, file_routes(gateway.folders, max_upload_bytes=config.max_upload_bytes))
     install(
         app,

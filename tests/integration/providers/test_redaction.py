@@ -46,8 +46,8 @@ async def relay() -> AsyncIterator[str]:
     app.router.add_route("*", "/{tail:.*}", echo_headers)
     # Its own access log is the remote side's business (and would show its polling
     # URL, key included); what is checked here is what the clients say.
-    server = TestServer(app, host="127.0.0.1", access_log=None)
-    await server.start_server()
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server(access_log=None)
     yield str(server.make_url("")).rstrip("/")
     await server.close()
 

@@ -1,0 +1,102 @@
+"""The fleet admin API: list, add, drain, resume and remove ComfyUI backends at run time."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from comfyfleet.lanes.comfyui import ComfyUILane
+from comfyfleet.lanes.fleet import FleetError, parse_spec, spec_json
+from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.prompts import read_json
+from comfyfleet.server.routing import Route
+
+
+def _error(status: int, type_: str, message: str) -> web.Response:
+    body = {"error": {"type": type_, "message": message, "details": "", "extra_info": {}}}
+    return web.json_response(body, status=status)
+
+
+def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
+    state = "up" if lane.client.connected.is_set() else "down"
+    return {
+        **spec_json(lane.client.spec),
+        "lane": lane.name,
+        "state": "draining" if lane.draining else state,
+        "suspect": lane.suspect,
+        "node_classes": len(lane.capabilities.object_info),
+        "running": sorted(p for p, r in gw.scheduler.running.items() if r.lane is lane),
+    }
+
+
+def _lane(gw: Gateway, request: web.Request) -> ComfyUILane:
+    lane = gw.fleet.backends.get(request.match_info["name"])
+    if lane is None:
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": {"type": "not_found", "message": "No such backend"}}),
+            content_type="application/json",
+        )
+    return lane
+
+
+async def list_backends(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    return web.json_response(
+        {"backends": [backend_json(gw, b) for b in gw.fleet.backends.values()]}
+    )
+
+
+async def add_backend(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    try:
+        spec = parse_spec(await read_json(request))
+    except FleetError as exc:
+        return _error(400, "invalid_backend", str(exc))
+    if spec.name in gw.fleet.backends:
+        return _error(409, "backend_exists", f"backend {spec.name} already exists")
+    await gw.store.save_backend(spec.name, spec_json(spec, secrets=True))
+    lane = gw.fleet.backend_lane(spec)
+    await gw.scheduler.add_lane(lane)
+    return web.json_response(backend_json(gw, lane), status=201)
+
+
+async def remove_backend(request: web.Request) -> web.Response:
+    """Drain, then remove: running jobs get `timeout` seconds (default 30), then move."""
+    gw = request.app[GATEWAY]
+    lane = _lane(gw, request)
+    try:
+        timeout = float(request.query.get("timeout", 30))
+    except ValueError:
+        return _error(400, "invalid_query", "timeout must be a number of seconds")
+    lane.draining = True
+    await gw.scheduler.remove_lane(lane.name, timeout)
+    gw.fleet.forget(lane.client.spec.name)
+    await gw.store.delete_backend(lane.client.spec.name)
+    return web.json_response({"removed": lane.client.spec.name})
+
+
+async def drain_backend(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    lane = _lane(gw, request)
+    lane.draining = True
+    return web.json_response(backend_json(gw, lane))
+
+
+async def resume_backend(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    lane = _lane(gw, request)
+    lane.draining = False
+    gw.scheduler.wake()
+    return web.json_response(backend_json(gw, lane))
+
+
+def fleet_routes() -> list[Route]:
+    return [
+        Route("GET", "/api/fleet/backends", list_backends),
+        Route("POST", "/api/fleet/backends", add_backend),
+        Route("DELETE", "/api/fleet/backends/{name}", remove_backend),
+        Route("POST", "/api/fleet/backends/{name}/drain", drain_backend),
+        Route("POST", "/api/fleet/backends/{name}/resume", resume_backend),
+    ]
