@@ -50,9 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--input-dir", type=Path, default=Path("input"))
     _engine_args(validate)
 
+    from comfyfleet.cli.emulate import add_emulate_parser
     from comfyfleet.cli.serve import add_serve_parser
 
     add_serve_parser(commands)
+    add_emulate_parser(commands)
 
     nodes = commands.add_parser("nodes", help="list the loaded nodes and packs that failed")
     nodes.add_argument("--json", action="store_true", help="print object_info and failures as JSON")
@@ -66,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         from comfyfleet.cli.serve import serve_main
 
         return serve_main(args)
+    if args.command == "emulate-provider":
+        from comfyfleet.cli.emulate import emulate_main
+
+        return emulate_main(args)
     if args.command == "nodes":
         from comfyfleet.cli.nodes import list_nodes
 
