@@ -10,6 +10,7 @@ from comfyfleet.engine.cache import OutputCache
 from comfyfleet.engine.events import EventSink, discard
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, PromptRun, RunHandle
+from comfyfleet.engine.services import using_services
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.folders import Folders, using_folders
 
@@ -29,8 +30,11 @@ class Engine:
         *,
         cache_entries: int = 1024,
         worker_threads: int = 16,
+        services: dict[str, Any] | None = None,
     ) -> None:
         self.registry = registry
+        # Named process services node code can reach (see engine.services).
+        self.services: dict[str, Any] = dict(services or {})
         self.folders = folders
         self._folders_ready = False
         self.cache = OutputCache(cache_entries)
@@ -39,7 +43,7 @@ class Engine:
     async def validate(
         self, prompt: Any, partial_targets: list[str] | None = None
     ) -> ValidationResult:
-        with using_folders(self.folders):
+        with using_folders(self.folders), using_services(self.services):
             return await validate_prompt(self.registry, prompt, partial_targets)
 
     async def execute(
@@ -51,7 +55,7 @@ class Engine:
         if not self._folders_ready:  # created on first run: validating writes nothing
             self.folders.ensure()
             self._folders_ready = True
-        with using_folders(self.folders):
+        with using_folders(self.folders), using_services(self.services):
             run = PromptRun(
                 self.registry, self.cache, self._executor, request, sink, handle or RunHandle()
             )
