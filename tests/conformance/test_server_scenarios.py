@@ -10,12 +10,16 @@ The gateway differs from ComfyUI on purpose in a few ways (README, "Differences 
 ComfyUI"); each difference is applied to the expectation by one small function below:
 
 - `routed_to`: per-prompt events go to the prompt's own client only. ComfyUI broadcasts
-  TEXT frames, and for a prompt without client_id broadcasts progress, previews, TEXT
-  and execution_interrupted; the gateway sends those to no one.
+  TEXT frames, and for a prompt without client_id broadcasts progress, progress_state,
+  previews, TEXT and execution_interrupted; the gateway sends those to no one.
 - `fifo_front`: prompts queued with `front` run first-in first-out (ComfyUI: LIFO).
 - `dispatch_order`: GET /queue lists pending prompts in run order (ComfyUI: heap order).
 - `scrub`: node instances live for one execution, so PreviewImage temp names restart
-  their counter; the testing pack is built in, so `python_module` names its module.
+  their counter; the testing pack is built in, so `python_module` names its module;
+  tracebacks show each server's own code.
+
+And one that is not a difference but ComfyUI's own randomness: it runs a prompt's output
+branches in string-set order, so `in_recorded_output_order` lists them as recorded.
 """
 
 from __future__ import annotations

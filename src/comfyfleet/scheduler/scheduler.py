@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.engine.run import RunHandle
+from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.store.base import JobStore
@@ -58,6 +59,11 @@ class _LaneSlots:
     lane: Lane
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     retiring: bool = False
+    busy: int = 0  # jobs running there now
+    warmth: Warmth = field(default_factory=Warmth)  # what it ran last
+
+    def free_for(self, job: Job) -> bool:
+        return not self.retiring and self.busy < self.lane.slots and self.lane.can_run(job)
 
 
 class Scheduler:
@@ -81,6 +87,7 @@ class Scheduler:
         self._lane_snapshot: tuple[_LaneSlots, ...] = tuple(self._lanes.values())
         # Lanes a re-queued job should leave to others while another lane can run it.
         self._avoid: dict[str, frozenset[str]] = {}
+        self._deferred = False
         self._work = asyncio.Event()
         self._stopping = False
         self._resumes: set[asyncio.Task[None]] = set()
@@ -244,7 +251,10 @@ class Scheduler:
         lane = entry.lane
         await lane.wait_ready()
         self._work.clear()
+        self._deferred = False
         job = await self.store.claim(lane.name, lambda job: self._eligible(entry, job))
+        if self._deferred:
+            self._work.set()  # a warmer free lane should take what this one left
         if job is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._work.wait(), timeout=1.0)
@@ -258,17 +268,27 @@ class Scheduler:
         if entry.retiring or not entry.lane.can_run(job):
             return False
         avoid = self._avoid.get(job.prompt_id)
-        if not avoid or entry.lane.name not in avoid:
-            return True
-        return not any(
-            other.lane.can_run(job)
+        if avoid and entry.lane.name in avoid:
+            others = [o for o in self._lane_snapshot if o.lane.name not in avoid]
+            if any(not o.retiring and o.lane.can_run(job) for o in others):
+                return False
+        # Affinity: leave the job to another lane that is free right now and warmer.
+        mine = entry.warmth.score(job.prompt)
+        if any(
+            other is not entry and other.free_for(job) and other.warmth.score(job.prompt) > mine
             for other in self._lane_snapshot
-            if other.lane.name not in avoid and not other.retiring
-        )
+        ):
+            self._deferred = True  # wake the others once this claim returns
+            return False
+        return True
 
     async def _run(self, lane: Lane, job: Job, *, resume: bool = False) -> None:
         entry = Running(job, lane)
         self.running[job.prompt_id] = entry
+        slots = self._lanes.get(lane.name)
+        if slots is not None:
+            slots.busy += 1
+            slots.warmth = Warmth.of(job.prompt)
         self._queue_changed()
         finished: JobStatus | None = None
         try:
@@ -287,6 +307,8 @@ class Scheduler:
             finished = await self._settle(entry, result, failure)
         finally:
             del self.running[job.prompt_id]
+            if slots is not None:
+                slots.busy -= 1
             self._queue_changed()
         if finished is not None:
             self.router.job_finished(job, finished)

@@ -1,0 +1,174 @@
+"""Scale-out over N ComfyUI backends: throughput against the ideal, and idle gaps.
+
+Each backend is a real `comfyfleet serve --local-slots 1` process (one prompt
+at a time, like ComfyUI). For N = 1, 2, 4, 8, 16 the gateway (`--local-slots
+0 --backend ...`) gets 4 x N prompts of `Sleep(1)` at once. Figures:
+
+- efficiency: ideal wall time (4 s) / measured wall time (target >= 0.97);
+- idle gap per backend between one prompt's end and the next one's start,
+  from the backends' own history timestamps (target p50 under 5 ms).
+
+Baseline in the same run: a naive client that round-robins the same prompts
+straight onto the backends' own queues.
+
+    .venv/bin/python bench/bench_fleet.py [--sizes 1,2,4,8,16] [--per-backend 4] [--prefetch 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+BIN = str(Path(sys.executable).parent / "comfyfleet")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def call(url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        raw = response.read()
+        return json.loads(raw) if raw else None
+
+
+def serve(data: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    command = [BIN, "serve", "--port", str(port), "--data-dir", str(data), "--testing-nodes",
+               "--log-level", "WARNING", *extra]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_up(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            call(url + "/prompt")
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(url)
+
+
+def sleep_prompt(color: int) -> dict[str, Any]:
+    return {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color}},
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 1.0}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+
+
+def wait_done(url: str, ids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        history = call(url + "/history")
+        if all(i in history for i in ids):
+            return
+        time.sleep(0.02)
+    raise TimeoutError("prompts did not finish")
+
+
+def gaps(backend_urls: list[str], ids: set[str]) -> list[float]:
+    """Per backend: next start - previous end (ms), from its own history timestamps."""
+    found: list[float] = []
+    for url in backend_urls:
+        spans = []
+        for prompt_id, entry in call(url + "/history").items():
+            if prompt_id not in ids:
+                continue
+            stamps = {event: data["timestamp"] for event, data in entry["status"]["messages"]}
+            spans.append((stamps["execution_start"], stamps["execution_success"]))
+        spans.sort()
+        found += [nxt[0] - prev[1] for prev, nxt in zip(spans, spans[1:])]
+    return found
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values) or [float("nan")]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_size(n: int, per_backend: int, prefetch: int, root: Path) -> dict[str, float]:
+    ports = [free_port() for _ in range(n + 1)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports[1:]]
+    procs = [serve(root / f"b{p}", p, "--local-slots", "1") for p in ports[1:]]
+    backends = [item for url in urls for item in ("--backend", url)]
+    try:
+        for url in urls:
+            wait_up(url)
+        gateway_url = f"http://127.0.0.1:{ports[0]}"
+        config = root / "gateway.toml"
+        config.write_text("".join(
+            f'[[backends]]\nurl = "{url}"\nprefetch = {prefetch}\n' for url in urls
+        ))
+        procs.append(serve(root / "gw", ports[0], "--local-slots", "0", "--config", str(config)))
+        wait_up(gateway_url)
+        deadline = time.monotonic() + 30
+        while sum(b["state"] == "up" for b in call(gateway_url + "/api/fleet/backends")["backends"]) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError("backends did not come up")
+            time.sleep(0.05)
+        count = per_backend * n
+        start = time.monotonic()
+        ids = [call(gateway_url + "/prompt", {"prompt": sleep_prompt(i)})["prompt_id"] for i in range(count)]
+        wait_done(gateway_url, ids, timeout=per_backend * 10 + 30)
+        wall = time.monotonic() - start
+        fleet_gaps = gaps(urls, set(ids))
+        naive_wall, naive_gaps = naive(urls, count)
+        del backends
+        return {"wall": wall, "gap50": percentile(fleet_gaps, 0.5), "gap99": percentile(fleet_gaps, 0.99),
+                "naive_wall": naive_wall, "naive_gap50": percentile(naive_gaps, 0.5)}
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def naive(urls: list[str], count: int) -> tuple[float, list[float]]:
+    """The same prompts round-robined straight onto the backends' queues."""
+    start = time.monotonic()
+    placed: dict[str, list[str]] = {url: [] for url in urls}
+    for i in range(count):
+        url = urls[i % len(urls)]
+        body = {"prompt": sleep_prompt(10_000 + i), "prompt_id": str(uuid.uuid4())}
+        placed[url].append(call(url + "/prompt", body)["prompt_id"])
+    for url, ids in placed.items():
+        wait_done(url, ids, timeout=count * 10 + 30)
+    wall = time.monotonic() - start
+    return wall, gaps(urls, {i for ids in placed.values() for i in ids})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="1,2,4,8,16")
+    parser.add_argument("--per-backend", type=int, default=4)
+    parser.add_argument("--prefetch", type=int, default=0)
+    options = parser.parse_args()
+    ideal = float(options.per_backend)
+    print(f"Sleep(1) prompts, {options.per_backend} per backend, prefetch {options.prefetch}")
+    print("   N   wall s  efficiency  gap p50 ms  gap p99 ms | naive wall s  naive eff.  naive gap p50")
+    for n in (int(s) for s in options.sizes.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            fig = run_size(n, options.per_backend, options.prefetch, Path(tmp))
+        print(
+            f"{n:4d}  {fig['wall']:7.2f}  {ideal / fig['wall']:10.3f}  {fig['gap50']:10.1f}  "
+            f"{fig['gap99']:10.1f} | {fig['naive_wall']:12.2f}  {ideal / fig['naive_wall']:10.3f}  "
+            f"{fig['naive_gap50']:13.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Affinity: which free backend should take a job.
+
+A backend that already loaded a prompt's model files (checkpoints, LoRAs, ...)
+starts it without a model load; among those, one that ran a prompt with the
+same leading nodes may still hold their outputs in its cache. The scheduler
+only uses this to choose between lanes that are free at the same moment; it
+never leaves a lane idle while a job it can run waits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from comfyfleet.protocol.prompt import is_link
+
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
+
+
+def model_files(prompt: dict[str, Any]) -> frozenset[str]:
+    """Constant inputs that name model files."""
+    return frozenset(
+        value
+        for node in prompt.values()
+        for value in (node.get("inputs") or {}).values()
+        if isinstance(value, str) and value.lower().endswith(MODEL_SUFFIXES)
+    )
+
+
+def root_nodes(prompt: dict[str, Any]) -> frozenset[str]:
+    """Fingerprints of nodes with no links: where a shared graph prefix begins."""
+    prints = set()
+    for node in prompt.values():
+        inputs = node.get("inputs") or {}
+        if any(is_link(v) for v in inputs.values()):
+            continue
+        text = json.dumps([node.get("class_type"), inputs], sort_keys=True, default=str)
+        prints.add(hashlib.sha1(text.encode()).hexdigest()[:16])
+    return frozenset(prints)
+
+
+@dataclass(frozen=True)
+class Warmth:
+    """What a lane ran last: its model files and root-node fingerprints."""
+
+    models: frozenset[str] = frozenset()
+    roots: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, prompt: dict[str, Any]) -> Warmth:
+        return cls(model_files(prompt), root_nodes(prompt))
+
+    def score(self, prompt: dict[str, Any]) -> tuple[int, int]:
+        """(shared model files, shared root nodes): higher is better, compared in order."""
+        return len(self.models & model_files(prompt)), len(self.roots & root_nodes(prompt))
