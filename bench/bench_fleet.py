@@ -17,6 +17,7 @@ straight onto the backends' own queues.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import socket
 import subprocess
@@ -46,8 +47,18 @@ def call(url: str, body: Any = None) -> Any:
 
 
 def serve(data: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    command = [BIN, "serve", "--port", str(port), "--data-dir", str(data), "--testing-nodes",
-               "--log-level", "WARNING", *extra]
+    command = [
+        BIN,
+        "serve",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data),
+        "--testing-nodes",
+        "--log-level",
+        "WARNING",
+        *extra,
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -64,10 +75,22 @@ def wait_up(url: str, timeout: float = 60.0) -> None:
 
 def sleep_prompt(color: int) -> dict[str, Any]:
     return {
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color}},
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color},
+        },
         "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 1.0}},
         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
     }
+
+
+def up_count(url: str) -> int:
+    return sum(b["state"] == "up" for b in call(url + "/api/fleet/backends")["backends"])
+
+
+def submit(url: str, prompt: dict[str, Any]) -> str:
+    prompt_id: str = call(url + "/prompt", {"prompt": prompt})["prompt_id"]
+    return prompt_id
 
 
 def wait_done(url: str, ids: list[str], timeout: float) -> None:
@@ -91,7 +114,7 @@ def gaps(backend_urls: list[str], ids: set[str]) -> list[float]:
             stamps = {event: data["timestamp"] for event, data in entry["status"]["messages"]}
             spans.append((stamps["execution_start"], stamps["execution_success"]))
         spans.sort()
-        found += [nxt[0] - prev[1] for prev, nxt in zip(spans, spans[1:])]
+        found += [nxt[0] - prev[1] for prev, nxt in itertools.pairwise(spans)]
     return found
 
 
@@ -104,32 +127,35 @@ def run_size(n: int, per_backend: int, prefetch: int, root: Path) -> dict[str, f
     ports = [free_port() for _ in range(n + 1)]
     urls = [f"http://127.0.0.1:{p}" for p in ports[1:]]
     procs = [serve(root / f"b{p}", p, "--local-slots", "1") for p in ports[1:]]
-    backends = [item for url in urls for item in ("--backend", url)]
     try:
         for url in urls:
             wait_up(url)
         gateway_url = f"http://127.0.0.1:{ports[0]}"
         config = root / "gateway.toml"
-        config.write_text("".join(
-            f'[[backends]]\nurl = "{url}"\nprefetch = {prefetch}\n' for url in urls
-        ))
+        config.write_text(
+            "".join(f'[[backends]]\nurl = "{url}"\nprefetch = {prefetch}\n' for url in urls)
+        )
         procs.append(serve(root / "gw", ports[0], "--local-slots", "0", "--config", str(config)))
         wait_up(gateway_url)
         deadline = time.monotonic() + 30
-        while sum(b["state"] == "up" for b in call(gateway_url + "/api/fleet/backends")["backends"]) < n:
+        while up_count(gateway_url) < n:
             if time.monotonic() > deadline:
                 raise TimeoutError("backends did not come up")
             time.sleep(0.05)
         count = per_backend * n
         start = time.monotonic()
-        ids = [call(gateway_url + "/prompt", {"prompt": sleep_prompt(i)})["prompt_id"] for i in range(count)]
+        ids = [submit(gateway_url, sleep_prompt(i)) for i in range(count)]
         wait_done(gateway_url, ids, timeout=per_backend * 10 + 30)
         wall = time.monotonic() - start
         fleet_gaps = gaps(urls, set(ids))
         naive_wall, naive_gaps = naive(urls, count)
-        del backends
-        return {"wall": wall, "gap50": percentile(fleet_gaps, 0.5), "gap99": percentile(fleet_gaps, 0.99),
-                "naive_wall": naive_wall, "naive_gap50": percentile(naive_gaps, 0.5)}
+        return {
+            "wall": wall,
+            "gap50": percentile(fleet_gaps, 0.5),
+            "gap99": percentile(fleet_gaps, 0.99),
+            "naive_wall": naive_wall,
+            "naive_gap50": percentile(naive_gaps, 0.5),
+        }
     finally:
         for proc in procs:
             proc.terminate()
@@ -159,7 +185,8 @@ def main() -> None:
     options = parser.parse_args()
     ideal = float(options.per_backend)
     print(f"Sleep(1) prompts, {options.per_backend} per backend, prefetch {options.prefetch}")
-    print("   N   wall s  efficiency  gap p50 ms  gap p99 ms | naive wall s  naive eff.  naive gap p50")
+    print("   N   wall s  efficiency  gap p50 ms  gap p99 ms |", end="")
+    print(" naive wall s  naive eff.  naive gap p50")
     for n in (int(s) for s in options.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             fig = run_size(n, options.per_backend, options.prefetch, Path(tmp))
