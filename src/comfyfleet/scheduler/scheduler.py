@@ -315,13 +315,14 @@ class Scheduler:
 
     def _sink_for(self, job: Job) -> Any:
         def sink(event: EngineEvent) -> None:
-            # The done signal waits until the end is recorded (job_finished sends it).
-            if (
-                isinstance(event, Message)
-                and event.type == "executing"
-                and event.data["node"] is None
-            ):
-                return
+            if isinstance(event, Message):
+                # The done signal waits until the end is recorded (job_finished sends it).
+                if event.type == "executing" and event.data["node"] is None:
+                    return
+                # A job being handed back at shutdown is not over: it runs again later.
+                entry = self.running.get(job.prompt_id)
+                if event.type == "execution_interrupted" and entry and entry.requeue:
+                    return
             self.router.job_event(job, event)
 
         return sink
