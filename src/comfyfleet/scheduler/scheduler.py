@@ -91,6 +91,8 @@ class Scheduler:
         self._work = asyncio.Event()
         self._stopping = False
         self._resumes: set[asyncio.Task[None]] = set()
+        self._settling: set[asyncio.Task[None]] = set()
+        self._claimed = 0  # claimed by a slot that is still finishing its previous job
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -121,9 +123,7 @@ class Scheduler:
                 log.info("re-queued %d jobs that were running on %s", len(requeued), lane.name)
             return
         for job in jobs:
-            task = asyncio.create_task(
-                self._run(lane, job, resume=True), name=f"resume-{job.prompt_id}"
-            )
+            task = asyncio.create_task(self._resume(lane, job), name=f"resume-{job.prompt_id}")
             self._resumes.add(task)
             task.add_done_callback(self._resumes.discard)
 
@@ -174,10 +174,13 @@ class Scheduler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # Ends already reached are still written down before the store closes.
+        if self._settling:
+            await asyncio.wait(list(self._settling), timeout=30.0)
 
     @property
     def queue_remaining(self) -> int:
-        return max(0, self.pending) + len(self.running)
+        return max(0, self.pending) + self._claimed + len(self.running)
 
     def _queue_changed(self) -> None:
         self.router.queue_changed(self.queue_remaining)
@@ -238,16 +241,20 @@ class Scheduler:
     # -- dispatch -------------------------------------------------------------
 
     async def _slot_loop(self, entry: _LaneSlots) -> None:
+        recording: list[asyncio.Task[None]] = []  # the previous job's end, being written
         while not (self._stopping or entry.retiring):
             try:
-                await self._take_one(entry)
+                await self._take_one(entry, recording)
             except Exception:
                 # A store failure must not cost the lane a slot; the job, if any, stays
                 # running in the store and is recovered at the next start.
                 log.exception("slot of lane %s failed; retrying", entry.lane.name)
                 await asyncio.sleep(1.0)
 
-    async def _take_one(self, entry: _LaneSlots) -> None:
+    async def _take_one(self, entry: _LaneSlots, recording: list[asyncio.Task[None]]) -> None:
+        """Claim the next job (while the previous one's end is still being written),
+        then run it once that write is done: a slot's clients see one prompt's done
+        signal before the next prompt's first event, as from ComfyUI."""
         lane = entry.lane
         await lane.wait_ready()
         self._work.clear()
@@ -261,7 +268,18 @@ class Scheduler:
             return
         # Not clamped: a claim can land before its submit's increment, and they net out.
         self.pending -= 1
-        await self._run(lane, job)
+        self._claimed += 1  # still counted as queued while the previous end is written
+        try:
+            if recording:
+                await asyncio.wait(recording)
+                recording.clear()
+        except asyncio.CancelledError:
+            # Stopped before it started: hand it straight back rather than strand it.
+            await asyncio.shield(self._give_back(job, None))
+            raise
+        finally:
+            self._claimed -= 1
+        recording.extend(await self._run(lane, job))
 
     def _eligible(self, entry: _LaneSlots, job: Job) -> bool:
         """Whether this lane should take the job (runs in the store's writer thread)."""
@@ -272,17 +290,23 @@ class Scheduler:
             others = [o for o in self._lane_snapshot if o.lane.name not in avoid]
             if any(not o.retiring and o.lane.can_run(job) for o in others):
                 return False
-        # Affinity: leave the job to another lane that is free right now and warmer.
+        # Affinity: leave the job to another lane that is free right now and warmer, but
+        # not to one the job avoids (it would leave the job too, and no lane would take it).
         mine = entry.warmth.score(job.prompt)
         if any(
-            other is not entry and other.free_for(job) and other.warmth.score(job.prompt) > mine
+            other is not entry
+            and not (avoid and other.lane.name in avoid)
+            and other.free_for(job)
+            and other.warmth.score(job.prompt) > mine
             for other in self._lane_snapshot
         ):
             self._deferred = True  # wake the others once this claim returns
             return False
         return True
 
-    async def _run(self, lane: Lane, job: Job, *, resume: bool = False) -> None:
+    async def _run(self, lane: Lane, job: Job, *, resume: bool = False) -> list[asyncio.Task[None]]:
+        """Run one attempt; its end is recorded in the background (the task returned),
+        so the slot can claim the next job while the store writes this one's history."""
         entry = Running(job, lane)
         self.running[job.prompt_id] = entry
         slots = self._lanes.get(lane.name)
@@ -290,25 +314,53 @@ class Scheduler:
             slots.busy += 1
             slots.warmth = Warmth.of(job.prompt)
         self._queue_changed()
-        finished: JobStatus | None = None
         try:
-            sink = self._sink_for(job)
-            try:
-                if resume:
-                    result = await lane.resume(job, sink, entry.handle)
-                    failure: dict[str, Any] | None = (
-                        None if result else {"lane": lane.name, "error": "unknown after restart"}
-                    )
-                else:
-                    result, failure = await lane.run(job, sink, entry.handle), None
-            except Exception as exc:
-                log.warning("lane %s failed running %s: %s", lane.name, job.prompt_id, exc)
-                result, failure = None, {"lane": lane.name, "error": f"{type(exc).__name__}: {exc}"}
-            finished = await self._settle(entry, result, failure)
+            result, failure = await self._attempt(lane, job, entry, resume)
+        except BaseException:
+            self.running.pop(job.prompt_id, None)
+            self._queue_changed()
+            raise
         finally:
-            del self.running[job.prompt_id]
             if slots is not None:
                 slots.busy -= 1
+        task = asyncio.create_task(
+            self._record(entry, result, failure), name=f"settle-{job.prompt_id}"
+        )
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        return [task]
+
+    async def _resume(self, lane: Lane, job: Job) -> None:
+        await asyncio.wait(await self._run(lane, job, resume=True))
+
+    async def _attempt(
+        self, lane: Lane, job: Job, entry: Running, resume: bool
+    ) -> tuple[JobResult | None, dict[str, Any] | None]:
+        """The lane's result, or None and why the lane failed."""
+        sink = self._sink_for(job)
+        try:
+            if resume:
+                result = await lane.resume(job, sink, entry.handle)
+                if result is None:
+                    return None, {"lane": lane.name, "error": "unknown after restart"}
+                return result, None
+            return await lane.run(job, sink, entry.handle), None
+        except Exception as exc:
+            log.warning("lane %s failed running %s: %s", lane.name, job.prompt_id, exc)
+            return None, {"lane": lane.name, "error": f"{type(exc).__name__}: {exc}"}
+
+    async def _record(
+        self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
+    ) -> None:
+        job = entry.job
+        finished: JobStatus | None = None
+        try:
+            finished = await self._settle(entry, result, failure)
+        except Exception:
+            # The job stays running in the store and is recovered at the next start.
+            log.exception("could not record the end of %s", job.prompt_id)
+        finally:
+            self.running.pop(job.prompt_id, None)
             self._queue_changed()
         if finished is not None:
             self.router.job_finished(job, finished)
