@@ -38,6 +38,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="a ComfyUI backend to feed (repeatable); see [[backends]] in the config file",
     )
     serve.add_argument("--hang-timeout", type=float, help="seconds without a frame from a backend")
+    serve.add_argument("--max-attempts", type=int, help="attempts per prompt when lanes fail")
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
@@ -66,6 +67,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "shutdown_grace",
             "backends",
             "hang_timeout",
+            "max_attempts",
         )
     }
     try:

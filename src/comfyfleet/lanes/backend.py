@@ -62,10 +62,15 @@ class PromptWatch:
 
 
 class BackendClient:
-    def __init__(self, spec: BackendSpec, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, spec: BackendSpec, session: aiohttp.ClientSession, client_id: str | None = None
+    ) -> None:
         self.spec = spec
         self.session = session
-        self.client_id = f"comfyfleet-{uuid.uuid4().hex}"
+        # Pass one that is stable across gateway restarts: the backend sends a prompt's
+        # frames to the clientId it was submitted with, so a re-attached prompt's frames
+        # only reach the new socket when it connects under the same id.
+        self.client_id = client_id or f"comfyfleet-{uuid.uuid4().hex}"
         self.connected = asyncio.Event()
         self._watches: dict[str, PromptWatch] = {}
         self._current: tuple[str, str] | None = None  # (prompt_id, node) executing now

@@ -31,6 +31,7 @@ class LaneSettings:
     hang_timeout: float = 300.0  # seconds without a frame while a prompt runs there
     copy_outputs: bool = True
     probe_interval: float = 5.0  # health check of a connected backend
+    suspect_for: float = 60.0  # after a hang, no new work for this long
     refresh_interval: float = 60.0  # re-read object_info (new nodes, new model files)
     max_backoff: float = 30.0  # longest wait between reconnect attempts
 
@@ -48,18 +49,23 @@ class ComfyUILane:
         self.name = f"backend:{client.spec.name}"
         self.slots = client.spec.slots + client.spec.prefetch
         self.capabilities = Capabilities()
-        self.suspect = False
+        self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.draining = False
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], None] = lambda: None
 
+    @property
+    def suspect(self) -> bool:
+        return time.monotonic() < self._suspect_until
+
     def can_run(self, job: Job) -> bool:
-        # Runs in the store's writer thread: reads one reference, changes nothing.
+        # Runs in the store's writer thread: reads a few fields, changes nothing.
         return (
             self.client.connected.is_set()
             and not self.draining
+            and not self.suspect
             and self.capabilities.can_run(job.prompt)
         )
 
@@ -88,7 +94,11 @@ class ComfyUILane:
                 return await self._result(job, entry, OutputCopier(self.folders, self._fetch))
             running, pending = await self.client.queue_ids()
             if job.prompt_id not in running | pending:
-                return None
+                # It may have ended between the two questions.
+                entry = await self.client.history(job.prompt_id)
+                if entry is None:
+                    return None
+                return await self._result(job, entry, OutputCopier(self.folders, self._fetch))
             watch.started = job.prompt_id in running
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
             return await self._follow(job, watch, sink)
@@ -180,7 +190,7 @@ class ComfyUILane:
             except TimeoutError:
                 idle = time.monotonic() - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout:
-                    self.suspect = True
+                    self._suspect_until = time.monotonic() + self.settings.suspect_for
                     self._interrupt_soon(job.prompt_id)
                     raise BackendHung(
                         f"no frame from {self.client.spec.name} for {idle:.0f} s"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+import socket
 from typing import Any
 
 import aiohttp
@@ -88,10 +90,16 @@ class Fleet:
         """A lane for `spec`, known to the fleet (the scheduler starts it)."""
         if spec.name in self.backends:
             raise FleetError(f"backend {spec.name} already exists")
-        lane = ComfyUILane(BackendClient(spec, self._client_session()), self.folders, self.settings)
+        client = BackendClient(spec, self._client_session(), self._client_id(spec))
+        lane = ComfyUILane(client, self.folders, self.settings)
         lane.on_change = self.rebuild
         self.backends[spec.name] = lane
         return lane
+
+    def _client_id(self, spec: BackendSpec) -> str:
+        """The same for this gateway (host, data folders) and backend after every restart."""
+        key = f"{socket.gethostname()}\0{self.folders.output}\0{spec.name}"
+        return f"comfyfleet-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
     def forget(self, name: str) -> None:
         self.backends.pop(name, None)

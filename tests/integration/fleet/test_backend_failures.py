@@ -1,0 +1,108 @@
+"""Backends that die, hang, or fail a prompt: the job moves on, once, and ends once."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.integration.fleet.conftest import MakeFleet
+from tests.integration.fleet.harness import (
+    Fleet,
+    backend_history,
+    call,
+    fail_prompt,
+    last_message,
+    poll,
+    sleep_prompt,
+)
+from tests.integration.gateway.processes import Frames
+
+
+def run_on(fleet: Fleet, name: str, prompt: dict[str, Any], client_id: str | None = None) -> str:
+    """Submit with every other backend drained, so `name` takes it; resume them after."""
+    others = [other for other in fleet.backends if other != name]
+    for other in others:
+        assert call(fleet.gateway.url, "POST", f"/api/fleet/backends/{other}/drain")[0] == 200
+    prompt_id = fleet.submit(prompt, client_id)
+    assert fleet.wait_running_on_backend(prompt_id) == name
+    for other in others:
+        assert call(fleet.gateway.url, "POST", f"/api/fleet/backends/{other}/resume")[0] == 200
+    return prompt_id
+
+
+def assert_one_success_entry(fleet: Fleet, prompt_id: str) -> None:
+    history = fleet.history()  # fails on a repeated key
+    assert prompt_id in history
+    assert history[prompt_id]["status"]["status_str"] == "success"
+    assert last_message(history[prompt_id]) == "execution_success"
+
+
+def test_backend_killed_mid_prompt_job_completes_elsewhere(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=1, dedicated=[()])
+    prompt_id = run_on(fleet, "d0", sleep_prompt(1.5))
+    time.sleep(0.2)  # well into the Sleep node
+    fleet.backends["d0"].kill()
+
+    fleet.wait_states({"d0": "down"}, timeout=5)
+    job = fleet.wait_job(prompt_id, "completed", timeout=20)
+    assert (job["attempt"], job["lane"]) == (2, "backend:s0")
+    assert_one_success_entry(fleet, prompt_id)
+    entry = backend_history(fleet.backends["s0"], prompt_id)
+    assert entry is not None and entry["status"]["status_str"] == "success"
+
+    # Started again on its port, the backend is picked up again without being asked.
+    fleet.restart_backend("d0")
+    fleet.wait_states({"d0": "up", "s0": "up"}, timeout=30)
+    again = run_on(fleet, "d0", sleep_prompt(0.1, 1))
+    assert fleet.wait_job(again, "completed")["lane"] == "backend:d0"
+
+
+def test_hung_backend_job_is_requeued_and_backend_marked_suspect(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=1, dedicated=[()], gateway_args=("--hang-timeout", "1.5"))
+    frames = Frames(fleet.gateway)
+    try:
+        prompt_id = run_on(fleet, "d0", sleep_prompt(3.0), frames.client_id)
+        frames.progress(prompt_id)  # the gateway is receiving the prompt's frames
+        fleet.stop("d0")
+        stopped = time.monotonic()
+
+        poll(lambda: fleet.lane_of(prompt_id) == "s0", what="the job to move to s0", timeout=10)
+        moved_after = time.monotonic() - stopped
+        assert 1.5 <= moved_after < 4.0, moved_after
+        states = fleet.backend_states()
+        assert states["d0"]["suspect"] is True
+        assert states["s0"]["suspect"] is False
+
+        job = fleet.wait_job(prompt_id, "completed", timeout=20)
+        assert (job["attempt"], job["lane"]) == (2, "backend:s0")
+        frames.done(prompt_id)
+        assert_one_success_entry(fleet, prompt_id)
+    finally:
+        frames.close()
+        fleet.resume("d0")
+    assert fleet.backends["d0"].get("/prompt")  # it answers again
+
+
+def test_same_node_error_on_two_backends_is_the_prompts_fault(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=2)
+    prompt_id = fleet.submit(fail_prompt("boom on purpose"))
+    job = fleet.wait_job(prompt_id, "failed", "completed", timeout=20)
+    assert job["status"] == "failed"
+    assert job["attempt"] == 2
+    assert job["execution_error"]["exception_message"].strip() == "boom on purpose"
+    assert job["execution_error"]["node_type"] == "Fail"
+
+    history = fleet.history()
+    assert history[prompt_id]["status"]["status_str"] == "error"
+    assert last_message(history[prompt_id]) == "execution_error"
+    # Each backend ran it once and failed the same way.
+    entries = [backend_history(b, prompt_id) for b in fleet.backends.values()]
+    assert all(e is not None for e in entries), entries
+    assert {last_message(e) for e in entries if e} == {"execution_error"}
+
+    # Not a third time (the attempt cap is 3): it stays failed, on attempt 2.
+    time.sleep(0.5)
+    job = fleet.job(prompt_id)
+    assert (job["status"], job["attempt"]) == ("failed", 2)
+    for backend in fleet.backends.values():
+        assert backend.get("/prompt")["exec_info"]["queue_remaining"] == 0
