@@ -64,13 +64,13 @@ class Gateway:
         for lane in self.fleet.lanes():
             self.scheduler.include(lane)
         await self.scheduler.start()
+        if self.config.history_max_entries or self.config.history_max_age:
+            self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
     async def validate(self, prompt: Any, targets: list[str] | None) -> ValidationResult:
         """ComfyUI's validation against every node the fleet knows."""
         with using_folders(self.folders):
             return await validate_prompt(self.fleet.registry, prompt, targets)
-        if self.config.history_max_entries or self.config.history_max_age:
-            self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
     async def drain(self) -> None:
         """Stop taking work: running prompts get the grace period, sockets close."""
