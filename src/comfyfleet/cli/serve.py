@@ -39,6 +39,9 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--hang-timeout", type=float, help="seconds without a frame from a backend")
     serve.add_argument("--max-attempts", type=int, help="attempts per prompt when lanes fail")
+    serve.add_argument(
+        "--output-mode", choices=("copy", "reference"), help="backend outputs: copy or reference"
+    )
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
@@ -68,6 +71,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "backends",
             "hang_timeout",
             "max_attempts",
+            "output_mode",
         )
     }
     try:

@@ -114,6 +114,19 @@ class BackendClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 
+    async def read_file(self, path: str, params: dict[str, str]) -> tuple[int, bytes, str]:
+        """(status, body, content type) of a GET, for passing a backend's answer on."""
+        try:
+            async with self.session.get(
+                self.base + path,
+                params=params,
+                headers=self.spec.headers(),
+                timeout=aiohttp.ClientTimeout(total=120.0),
+            ) as response:
+                return response.status, await response.read(), response.content_type
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
     async def submit(self, body: dict[str, Any]) -> tuple[int, Any]:
         """POST /prompt as this connection's client; (status, JSON body) — 400s included."""
         body = {**body, "client_id": self.client_id}

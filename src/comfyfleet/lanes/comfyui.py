@@ -15,7 +15,7 @@ from comfyfleet.engine.run import RunHandle
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendLost, PromptWatch
 from comfyfleet.lanes.capabilities import Capabilities
-from comfyfleet.lanes.outputs import OutputCopier, output_files
+from comfyfleet.lanes.outputs import OutputCopier, OutputReferencer, output_files
 from comfyfleet.lanes.uploads import InputPusher
 from comfyfleet.store.records import Job, JobResult, JobStatus
 
@@ -91,14 +91,14 @@ class ComfyUILane:
         try:
             entry = await self.client.history(job.prompt_id)
             if entry is not None:
-                return await self._result(job, entry, OutputCopier(self.folders, self._fetch))
+                return await self._result(job, entry, self._outputs())
             running, pending = await self.client.queue_ids()
             if job.prompt_id not in running | pending:
                 # It may have ended between the two questions.
                 entry = await self.client.history(job.prompt_id)
                 if entry is None:
                     return None
-                return await self._result(job, entry, OutputCopier(self.folders, self._fetch))
+                return await self._result(job, entry, self._outputs())
             watch.started = job.prompt_id in running
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
             return await self._follow(job, watch, sink)
@@ -170,13 +170,13 @@ class ComfyUILane:
 
     async def _follow(self, job: Job, watch: PromptWatch, sink: EventSink) -> JobResult:
         """Relay the prompt's frames until its done signal, then read its history."""
-        copier = OutputCopier(self.folders, self._fetch)
+        copier = self._outputs()
         while True:
             event = await self._next(job, watch)
             if isinstance(event, Message):
                 if event.type == "executing" and event.data.get("node") is None:
                     break
-                if event.type == "executed" and self.settings.copy_outputs:
+                if event.type == "executed":
                     output = await copier.localize(event.data.get("output"))
                     event = Message("executed", {**event.data, "output": output})
             sink(event)
@@ -210,16 +210,22 @@ class ComfyUILane:
                 return entry
         raise BackendError(f"backend {self.client.spec.name} has no history for {prompt_id}")
 
+    def _outputs(self) -> OutputCopier | OutputReferencer:
+        if self.settings.copy_outputs:
+            return OutputCopier(self.folders, self._fetch)
+        return OutputReferencer(self.client.spec.name)
+
     async def _fetch(self, filename: str, subfolder: str, kind: str) -> bytes:
         params = {"filename": filename, "subfolder": subfolder, "type": kind}
         return await self.client.read_bytes("/view", params)
 
-    async def _result(self, job: Job, entry: dict[str, Any], copier: OutputCopier) -> JobResult:
+    async def _result(
+        self, job: Job, entry: dict[str, Any], copier: OutputCopier | OutputReferencer
+    ) -> JobResult:
         status = entry.get("status") or {}
         messages = status.get("messages") or []
         outputs = entry.get("outputs") or {}
-        if self.settings.copy_outputs:
-            outputs = {node: await copier.localize(ui) for node, ui in outputs.items()}
+        outputs = {node: await copier.localize(ui) for node, ui in outputs.items()}
         last_event, last_data = messages[-1] if messages else ("", {})
         error: dict[str, Any] | None = last_data if isinstance(last_data, dict) else None
         if status.get("completed") or status.get("status_str") == "success":

@@ -6,14 +6,16 @@ import hashlib
 import logging
 import re
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, using_folders
-from comfyfleet.lanes.backend import BackendClient, BackendSpec
+from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec
 from comfyfleet.lanes.base import Lane
 from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings
 from comfyfleet.lanes.local import LocalLane
@@ -21,6 +23,7 @@ from comfyfleet.lanes.remote_nodes import union_registry
 
 log = logging.getLogger(__name__)
 
+VIEW_PARAMS = ("filename", "subfolder", "type", "preview", "channel")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -140,6 +143,22 @@ class Fleet:
                 return self.registry.object_info()
             node = self.registry.get(class_type)
             return {class_type: node.object_info()} if node else {}
+
+    async def remote_view(
+        self, backend: str, query: Mapping[str, str]
+    ) -> web.StreamResponse | None:
+        """`/view` of a file kept on a backend (reference mode); None when it is unknown."""
+        lane = self.backends.get(backend)
+        if lane is None:
+            return None
+        params = {k: v for k, v in query.items() if k in VIEW_PARAMS}
+        try:
+            status, body, content_type = await lane.client.read_file("/view", params)
+        except BackendError:
+            return web.Response(status=502)
+        if status != 200:
+            return web.Response(status=status)
+        return web.Response(body=body, content_type=content_type)
 
     async def close(self) -> None:
         if self._session is not None:

@@ -75,6 +75,43 @@ class OutputCopier:
         return self._copied[key]
 
 
+class OutputReferencer:
+    """Reference mode: files stay on the backend; the gateway's `/view` fetches them there.
+
+    Items get the subfolder `@<backend>/<subfolder>`, which the gateway's `/view`
+    recognises; clients pass filename and subfolder back unchanged, as always.
+    """
+
+    PREFIX = "@"
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+
+    async def localize(self, ui: Any) -> Any:
+        if not isinstance(ui, dict):
+            return ui
+        return {
+            key: [self._item(item) for item in items] if isinstance(items, list) else items
+            for key, items in ui.items()
+        }
+
+    def _item(self, item: Any) -> Any:
+        if not (isinstance(item, dict) and isinstance(item.get("filename"), str)):
+            return item
+        if item.get("type", "output") not in COPIED_TYPES:
+            return item
+        sub = str(item.get("subfolder", ""))
+        return {**item, "subfolder": f"{self.PREFIX}{self.backend}" + (f"/{sub}" if sub else "")}
+
+
+def split_reference(subfolder: str) -> tuple[str, str] | None:
+    """`@gpu0/a/b` -> ("gpu0", "a/b"); None for an ordinary subfolder."""
+    if not subfolder.startswith(OutputReferencer.PREFIX):
+        return None
+    backend, _, rest = subfolder[len(OutputReferencer.PREFIX) :].partition("/")
+    return backend, rest
+
+
 def output_files(outputs: dict[str, Any]) -> list[OutputFile]:
     """The files a prompt's UI outputs name (images, gifs, videos, ...)."""
     files = []
@@ -84,6 +121,8 @@ def output_files(outputs: dict[str, Any]) -> list[OutputFile]:
         for items in ui.values():
             for item in items if isinstance(items, list) else ():
                 if isinstance(item, dict) and isinstance(item.get("filename"), str):
+                    if split_reference(str(item.get("subfolder", ""))):
+                        continue  # kept on its backend: nothing here to prune
                     files.append(
                         OutputFile(
                             item["filename"], item.get("subfolder", ""), item.get("type", "output")

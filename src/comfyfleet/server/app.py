@@ -23,7 +23,14 @@ def build_app(gateway: Gateway) -> web.Application:
     )
     app[GATEWAY] = gateway
     install(app, prompt_routes() + job_routes() + fleet_routes() + ws_routes())
-    install(app, file_routes(gateway.folders, max_upload_bytes=config.max_upload_bytes))
+    install(
+        app,
+        file_routes(
+            gateway.folders,
+            max_upload_bytes=config.max_upload_bytes,
+            remote=gateway.fleet.remote_view,
+        ),
+    )
     install(
         app,
         system_routes(

@@ -37,6 +37,8 @@ class ServerConfig:
     backends: tuple[Any, ...] = ()
     hang_timeout: float = 300.0  # seconds without a frame from a backend's running prompt
     max_attempts: int = 3  # attempts per job before a lane failure is final
+    # Backend output files: "copy" them into the data dir, or "reference" them there.
+    output_mode: str = "copy"
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -113,6 +115,8 @@ def load_config(
     config = replace(ServerConfig(), **{k: _coerce(k, v) for k, v in values.items()}, extra=extra)
     if config.local_slots < 0:
         raise ConfigError("local_slots must be >= 0")
+    if config.output_mode not in ("copy", "reference"):
+        raise ConfigError(f"output_mode must be copy or reference, not {config.output_mode!r}")
     if not 0 < config.port < 65536:
         raise ConfigError(f"port out of range: {config.port}")
     return config

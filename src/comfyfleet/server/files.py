@@ -17,7 +17,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +28,7 @@ from PIL import Image
 
 from comfyfleet import imaging
 from comfyfleet.folders import Folders
+from comfyfleet.lanes.outputs import split_reference
 from comfyfleet.server.routing import Route
 
 _ANNOTATIONS = ("output", "input", "temp")
@@ -52,8 +53,19 @@ class _Reject(Exception):
         self.status = status
 
 
-def file_routes(folders: Folders, *, max_upload_bytes: int) -> list[Route]:
+#: Fetches a file kept on a backend (reference mode): (backend, query) -> response or None.
+RemoteView = Callable[[str, Mapping[str, str]], Awaitable[web.StreamResponse | None]]
+
+
+def file_routes(
+    folders: Folders, *, max_upload_bytes: int, remote: RemoteView | None = None
+) -> list[Route]:
     async def view(request: web.Request) -> web.StreamResponse:
+        reference = split_reference(request.rel_url.query.get("subfolder", ""))
+        if reference is not None and remote is not None:
+            backend, subfolder = reference
+            query = {**request.rel_url.query, "subfolder": subfolder}
+            return await remote(backend, query) or web.Response(status=404)
         return await _view(folders, request)
 
     async def upload_image(request: web.Request) -> web.StreamResponse:

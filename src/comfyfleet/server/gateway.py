@@ -48,7 +48,9 @@ class Gateway:
         store = SQLiteStore(config.database, synchronous=config.sqlite_synchronous)
         hub = Hub()
         router = ClientRouter(hub, StatusBroadcaster(hub))
-        settings = LaneSettings(hang_timeout=config.hang_timeout)
+        settings = LaneSettings(
+            hang_timeout=config.hang_timeout, copy_outputs=config.output_mode == "copy"
+        )
         fleet = Fleet(engine, folders, config.local_slots, settings)
         for raw in config.backends:
             fleet.backend_lane(parse_spec(raw))

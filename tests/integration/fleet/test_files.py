@@ -68,3 +68,39 @@ async def test_upload_pushed_and_output_copied(make_fleet: MakeFleet) -> None:
         with Image.open(io.BytesIO(served)) as got, Image.open(io.BytesIO(data)) as sent:
             assert got.size == (16, 12)
             assert np.array_equal(np.asarray(got.convert("RGB")), np.asarray(sent))
+
+
+async def test_reference_mode_serves_outputs_from_the_backend(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=1, gateway_args=("--output-mode", "reference"))
+    prompt = {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 24, "height": 10, "batch_size": 1, "color": 0x00FF00},
+        },
+        "2": {
+            "class_type": "SaveImage",
+            "inputs": {"images": ["1", 0], "filename_prefix": "ref/x"},
+        },
+    }
+    prompt_id = fleet.submit(prompt)
+    job = fleet.wait_job(prompt_id, "completed", "failed")
+    assert job["status"] == "completed", job
+    (saved,) = fleet.history()[prompt_id]["outputs"]["2"]["images"]
+    assert saved["subfolder"] == "@s0/ref"
+    # Not copied: the gateway's own output folder has no such file.
+    assert not list((fleet.gateway.data_dir / "output").rglob(saved["filename"]))
+    params = {k: saved[k] for k in ("filename", "subfolder", "type")}
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{fleet.gateway.url}/view", params=params) as response:
+            assert response.status == 200
+            assert response.content_type == "image/png"
+            body = await response.read()
+        missing = {**params, "filename": "nope.png"}
+        async with session.get(f"{fleet.gateway.url}/view", params=missing) as response:
+            assert response.status == 404
+        unknown = {**params, "subfolder": "@nobody/ref"}
+        async with session.get(f"{fleet.gateway.url}/view", params=unknown) as response:
+            assert response.status == 404
+    with Image.open(io.BytesIO(body)) as got:
+        assert got.size == (24, 10)
+        assert got.convert("RGB").getpixel((3, 3)) == (0, 255, 0)
