@@ -292,14 +292,17 @@ class Scheduler:
                 return False
         # Affinity: leave the job to another lane that is free right now and warmer, but
         # not to one the job avoids (it would leave the job too, and no lane would take it).
-        mine = entry.warmth.score(job.prompt)
-        if any(
-            other is not entry
+        rivals = [
+            other
+            for other in self._lane_snapshot
+            if other is not entry
             and not (avoid and other.lane.name in avoid)
             and other.free_for(job)
-            and other.warmth.score(job.prompt) > mine
-            for other in self._lane_snapshot
-        ):
+        ]
+        if not rivals:
+            return True  # the common case (one lane, or the others busy): no scoring
+        mine = entry.warmth.score(job.prompt)
+        if any(other.warmth.score(job.prompt) > mine for other in rivals):
             self._deferred = True  # wake the others once this claim returns
             return False
         return True
