@@ -216,3 +216,25 @@ def masked_png(original: Image.Image, mask: Image.Image) -> bytes:
     out = original.convert("RGBA")
     out.putalpha(mask.convert("RGBA").getchannel("A"))
     return encode_png(out, text, compress_level=4)
+
+
+def decode(data: bytes) -> tuple[ImageArray, MaskArray]:
+    """Encoded picture bytes (PNG, JPEG, WEBP, ...) to an IMAGE batch and its MASK."""
+    with Image.open(io.BytesIO(data)) as picture:
+        picture.load()
+        return frames_from_pil(picture)
+
+
+def frame_png(images: NDArray[Any], index: int = 0) -> bytes:
+    """One frame of an IMAGE batch as PNG bytes (what an API receives as an input image)."""
+    return encode_png(to_pil(np.asarray(images)[index]), compress_level=1)
+
+
+def blank_clip(width: int, height: int, frames: int = 8, fps: float = 8.0) -> bytes:
+    """A short all-black animated GIF: a visibly empty stand-in for a video."""
+    first = Image.new("RGB", (width, height))
+    rest = [Image.new("RGB", (width, height)) for _ in range(max(0, frames - 1))]
+    buf = io.BytesIO()
+    duration = max(1, round(1000 / fps))
+    first.save(buf, format="GIF", save_all=True, append_images=rest, duration=duration, loop=0)
+    return buf.getvalue()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.run import ExecutionResult, RunHandle
+from comfyfleet.fanout import SERVICE, FanoutService, FanoutSettings, MemoryJournal, SecretVault
+from comfyfleet.fanout.secrets import SERVICE as SECRETS
 from comfyfleet.folders import Folders
 from comfyfleet.protocol.errors import prompt_error_body
 
@@ -26,7 +29,16 @@ def _engine(args: argparse.Namespace, output_dir: Path | None = None) -> Engine:
         err.print(f"[yellow]node pack {failure.pack} skipped:[/yellow] {failure.error}")
     output = (output_dir or Path("output")).resolve()
     folders = Folders(output=output, input=args.input_dir.resolve(), temp=output / ".temp")
-    return Engine(registry, folders)
+    return Engine(registry, folders, services=_fanout().services())
+
+
+def _fanout() -> FanoutService:
+    """Paid API jobs for one run: pools sized by COMFYFLEET_* variables, a journal in
+    memory (no request is sent twice within the run), keys from the environment or
+    the file named by COMFYFLEET_SECRETS_FILE."""
+    secrets_file = os.environ.get("COMFYFLEET_SECRETS_FILE") or None
+    vault = SecretVault(Path(secrets_file) if secrets_file else None)
+    return FanoutService(MemoryJournal(), vault, FanoutSettings.from_env(os.environ))
 
 
 async def validate_workflow(args: argparse.Namespace, prompt: dict[str, Any]) -> int:
@@ -75,8 +87,12 @@ async def run_workflow(args: argparse.Namespace, prompt: dict[str, Any], handle:
             TextColumn("{task.description}"), BarColumn(), console=console, disable=args.quiet
         ) as progress:
             view = _ProgressView(progress, prompt)
+            # As the server does: a key typed into the workflow never reaches its outputs.
+            vault = engine.services[SECRETS]
+            prompt, _ = vault.scrub(prompt, {}, engine.registry)
             checked, result = await engine.run_prompt(prompt, sink=view, handle=handle)
     finally:
+        await engine.services[SERVICE].close()
         engine.close()
     if result is None:
         print(json.dumps(prompt_error_body(checked.error or {}, checked.node_errors), indent=2))

@@ -122,12 +122,15 @@ class NodeRegistry:
 def build_registry(
     *, testing: bool = False, custom_nodes: Iterable[Path | str] = ()
 ) -> NodeRegistry:
-    """The built-in packs (plus `testing` on request), then each custom-nodes folder."""
+    """The built-in packs (plus `testing` on request), then each custom-nodes folder,
+    then the Concurrent Submit twins of every image and video node they define."""
     from comfyfleet.nodes import builtin_packs
+    from comfyfleet.nodes.fanout import add_submit_twins
 
     registry = NodeRegistry()
     for module in builtin_packs(testing=testing):
         registry.add_module(module, pack=module.__name__.rsplit(".", 1)[-1], builtin=True)
     for directory in custom_nodes:
         registry.load_custom_nodes(directory)
+    add_submit_twins(registry)
     return registry

@@ -39,6 +39,13 @@ class ServerConfig:
     max_attempts: int = 3  # attempts per job before a lane failure is final
     # Backend output files: "copy" them into the data dir, or "reference" them there.
     output_mode: str = "copy"
+    # Fan-out pools, shared by every prompt (COMFYFLEET_IMAGE_CONCURRENCY and so on).
+    image_concurrency: int = 30
+    image_pending: int = 30
+    video_concurrency: int = 10
+    video_pending: int = 10
+    # A TOML file of `name = "key"` entries that API settings nodes name as secret:NAME.
+    secrets_file: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -79,6 +86,8 @@ def _coerce(name: str, value: Any) -> Any:
             return tuple(Path(p) for p in items if str(p))
         if name == "data_dir":
             return Path(value)
+        if name == "secrets_file":
+            return None if value in (None, "") else Path(value)
         if name == "testing_nodes":
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
         if "int" in kind:

@@ -13,6 +13,7 @@ from aiohttp import web
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
+from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet, parse_spec
@@ -44,8 +45,12 @@ class Gateway:
         registry = build_registry(testing=config.testing_nodes, custom_nodes=config.custom_nodes)
         for failure in registry.failures:
             log.warning("node pack %s skipped: %s", failure.pack, failure.error)
-        engine = Engine(registry, folders, cache_entries=config.cache_entries)
         store = SQLiteStore(config.database, synchronous=config.sqlite_synchronous)
+        # Paid API jobs: shared pools, the store's journal, keys (fan-out and provider nodes).
+        fanout = FanoutService(store, SecretVault(config.secrets_file), fanout_settings(config))
+        engine = Engine(
+            registry, folders, cache_entries=config.cache_entries, services=fanout.services()
+        )
         hub = Hub()
         router = ClientRouter(hub, StatusBroadcaster(hub))
         settings = LaneSettings(
@@ -119,6 +124,13 @@ class Gateway:
             except Exception:
                 log.exception("history retention failed")
             await asyncio.sleep(60)
+
+
+def fanout_settings(config: ServerConfig) -> FanoutSettings:
+    return FanoutSettings(
+        image=PoolSize(config.image_concurrency, config.image_pending),
+        video=PoolSize(config.video_concurrency, config.video_pending),
+    )
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.scheduler.scheduler import QueueFull
@@ -71,6 +72,7 @@ async def post_prompt(request: web.Request) -> web.Response:
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
+    new = scrub_new_job(gw.engine, new)  # keys typed into the workflow stay out of storage
     try:
         await gw.scheduler.submit(new)
     except DuplicateJob:

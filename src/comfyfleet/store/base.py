@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from comfyfleet.store.records import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.store.records import (
+    HistoryEntry,
+    Job,
+    JobResult,
+    JobStatus,
+    NewJob,
+    NewRemoteJob,
+    OutputFile,
+    RemoteJob,
+    RemoteJobState,
+)
 
 
 class StoreError(Exception):
@@ -16,7 +26,53 @@ class DuplicateJob(StoreError):
     """A job with this prompt_id already exists."""
 
 
-class JobStore(Protocol):
+class RemoteJobJournal(Protocol):
+    """Where paid remote jobs are recorded, so none is lost or paid for twice.
+
+    A job is recorded before its job-creating request is sent, gets the
+    provider's id right after, and ends once: a final state is never changed.
+    """
+
+    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+        """Durably record a job as `submitting`; raises StoreError if the id exists."""
+
+    async def remote_job_submitted(
+        self, job_id: str, remote_id: str, resume: dict[str, Any]
+    ) -> bool:
+        """The provider's id for the job, which is now `running`; `resume` replaces the
+        stored one. False, and nothing written, when the job is unknown or final."""
+
+    async def finish_remote_job(
+        self,
+        job_id: str,
+        state: RemoteJobState,
+        *,
+        result: bytes | None = None,
+        result_type: str | None = None,
+        error: dict[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """Record how a job ended (`state` must be final; a result goes with SUCCEEDED).
+        False, and nothing written, when the job is unknown or already final."""
+
+    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
+        """Note which collector slot each job (by id) feeds; unknown ids are ignored."""
+
+    async def remote_job(self, job_id: str) -> RemoteJob | None:
+        """One job, with its result."""
+
+    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
+        """For a request about to be sent: the newest succeeded job with this hash (with
+        its result), else the newest job with this hash in any state, else None."""
+
+    async def live_remote_jobs(self) -> list[RemoteJob]:
+        """Every job not final yet, oldest first, without results (to re-attach them)."""
+
+    async def prune_remote_jobs(self, finished_before: float) -> int:
+        """Delete final jobs that finished before this time; returns how many went."""
+
+
+class JobStore(RemoteJobJournal, Protocol):
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
 

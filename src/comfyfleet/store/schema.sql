@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 2 (PRAGMA user_version).
+-- comfyfleet job store, schema version 3 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -78,3 +78,32 @@ CREATE TABLE backends (
     spec       TEXT NOT NULL,
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- The journal of paid remote jobs (fan-out and provider nodes). A row is written
+-- before the job-creating request, gets the provider's id right after, and keeps
+-- the downloaded result, so a restart re-attaches instead of paying again. Not
+-- tied to jobs: a result stays reusable after its prompt is pruned.
+CREATE TABLE remote_jobs (
+    id           TEXT PRIMARY KEY,
+    request_hash TEXT NOT NULL,
+    provider     TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    prompt_id    TEXT,
+    node_id      TEXT,
+    slot         INTEGER,
+    state        TEXT NOT NULL,
+    remote_id    TEXT,
+    resume       TEXT NOT NULL,  -- how to find the job again: endpoint, key reference (never a key)
+    error        TEXT,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    result       BLOB,
+    result_type  TEXT,
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL,
+    finished_at  REAL
+);
+
+CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at);
+CREATE INDEX remote_jobs_live ON remote_jobs (created_at)
+    WHERE state IN ('submitting', 'running');
+CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.store.records import (
     HISTORIC,
@@ -28,14 +29,17 @@ from comfyfleet.store.records import (
     JobResult,
     JobStatus,
     NewJob,
+    NewRemoteJob,
     OutputFile,
+    RemoteJob,
+    RemoteJobState,
 )
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -52,7 +56,10 @@ def _add_backends(conn: sqlite3.Connection) -> None:
     conn.execute(BACKENDS_TABLE)
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: _add_backends}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    2: _add_backends,
+    3: journal.migrate,  # the remote-job journal
+}
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
@@ -360,6 +367,68 @@ class SQLiteStore:
 
     async def delete_backend(self, name: str) -> bool:
         return await self._write(functools.partial(_delete_backend, name=name))
+
+    # -- remote-job journal -------------------------------------------------------------
+
+    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+        """Record a paid job as `submitting`, before its job-creating request."""
+        op = functools.partial(
+            journal.record, job=job, resume=journal.encode(job.resume), now=self._clock()
+        )
+        return await self._write(op)
+
+    async def remote_job_submitted(
+        self, job_id: str, remote_id: str, resume: dict[str, Any]
+    ) -> bool:
+        """The provider's id for a live job; False if the job is unknown or final."""
+        op = functools.partial(
+            journal.submitted,
+            job_id=job_id,
+            remote_id=remote_id,
+            resume=journal.encode(resume),
+            now=self._clock(),
+        )
+        return await self._write(op)
+
+    async def finish_remote_job(
+        self,
+        job_id: str,
+        state: RemoteJobState,
+        *,
+        result: bytes | None = None,
+        result_type: str | None = None,
+        error: dict[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """How a live job ended; False if it is unknown or already final."""
+        op = functools.partial(
+            journal.finish,
+            job_id=job_id,
+            state=state,
+            result=result,
+            result_type=result_type,
+            error=journal.encode_finish(state, result, error),
+            attempts=attempts,
+            now=self._clock(),
+        )
+        return await self._write(op)
+
+    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
+        if slots:
+            await self._write(functools.partial(journal.assign_slots, slots=list(slots)))
+
+    async def remote_job(self, job_id: str) -> RemoteJob | None:
+        return await self._read(functools.partial(journal.one, job_id=job_id))
+
+    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
+        """The newest succeeded job for this request (with result), else its newest job."""
+        return await self._read(functools.partial(journal.reusable, request_hash=request_hash))
+
+    async def live_remote_jobs(self) -> list[RemoteJob]:
+        return await self._read(journal.live)
+
+    async def prune_remote_jobs(self, finished_before: float) -> int:
+        return await self._write(functools.partial(journal.prune, before=finished_before))
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""

@@ -1,0 +1,111 @@
+"""The remote-job journal for a process without a store (`comfyfleet run`): in memory.
+
+It keeps the store's journal contract (see `store.base.RemoteJobJournal`), so a
+run never sends one request twice either; it just forgets when the process ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from comfyfleet.store.base import StoreError
+from comfyfleet.store.records import REMOTE_FINAL, NewRemoteJob, RemoteJob, RemoteJobState
+
+_LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
+
+
+class MemoryJournal:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._jobs: dict[str, RemoteJob] = {}  # insertion order is creation order
+        self._clock = clock
+
+    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+        if job.id in self._jobs:
+            raise StoreError(f"remote job {job.id!r} already exists")
+        now = self._clock()
+        fields = dataclasses.asdict(job)
+        record = RemoteJob(
+            **fields,
+            slot=None,
+            state=RemoteJobState.SUBMITTING,
+            remote_id=None,
+            error=None,
+            attempts=0,
+            created_at=now,
+            updated_at=now,
+        )
+        self._jobs[job.id] = record
+        return record
+
+    async def remote_job_submitted(
+        self, job_id: str, remote_id: str, resume: dict[str, Any]
+    ) -> bool:
+        return self._update(
+            job_id, state=RemoteJobState.RUNNING, remote_id=remote_id, resume=dict(resume)
+        )
+
+    async def finish_remote_job(
+        self,
+        job_id: str,
+        state: RemoteJobState,
+        *,
+        result: bytes | None = None,
+        result_type: str | None = None,
+        error: dict[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        if state not in REMOTE_FINAL:
+            raise ValueError(f"a finished remote job needs a final state, not {state}")
+        if result is not None and state != RemoteJobState.SUCCEEDED:
+            raise ValueError("only a succeeded remote job has a result")
+        changes: dict[str, Any] = {
+            "state": state,
+            "result": result,
+            "result_type": result_type,
+            "error": error,
+            "finished_at": self._clock(),
+        }
+        if attempts is not None:
+            changes["attempts"] = attempts
+        return self._update(job_id, **changes)
+
+    def _update(self, job_id: str, **changes: Any) -> bool:
+        record = self._jobs.get(job_id)
+        if record is None or record.state not in _LIVE:
+            return False
+        self._jobs[job_id] = dataclasses.replace(record, updated_at=self._clock(), **changes)
+        return True
+
+    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
+        for job_id, slot in slots:
+            if job_id in self._jobs:
+                self._jobs[job_id] = dataclasses.replace(self._jobs[job_id], slot=slot)
+
+    async def remote_job(self, job_id: str) -> RemoteJob | None:
+        return self._jobs.get(job_id)
+
+    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
+        matching = [job for job in self._jobs.values() if job.request_hash == request_hash]
+        succeeded = [job for job in matching if job.state == RemoteJobState.SUCCEEDED]
+        found = succeeded or matching
+        return found[-1] if found else None
+
+    async def live_remote_jobs(self) -> list[RemoteJob]:
+        return [
+            dataclasses.replace(job, result=None)
+            for job in self._jobs.values()
+            if job.state in _LIVE
+        ]
+
+    async def prune_remote_jobs(self, finished_before: float) -> int:
+        gone = [
+            job.id
+            for job in self._jobs.values()
+            if job.state in REMOTE_FINAL and (job.finished_at or 0.0) < finished_before
+        ]
+        for job_id in gone:
+            del self._jobs[job_id]
+        return len(gone)

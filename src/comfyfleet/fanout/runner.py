@@ -1,0 +1,259 @@
+"""Running one paid job in its pool slot, with the journal kept at every step.
+
+The journal is written before the job-creating request and gets the provider's
+id right after, so a restart can re-attach; the downloaded result is kept there,
+so a re-queue can reuse it. A cancelled job is cancelled at the provider too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from comfyfleet import imaging
+from comfyfleet.fanout.drivers import Connection, Driver, Submitted
+from comfyfleet.fanout.limits import Throttle
+from comfyfleet.fanout.pool import Place
+from comfyfleet.fanout.request import ApiConfig, RemoteRequest
+from comfyfleet.fanout.secrets import SecretVault
+from comfyfleet.fanout.session import SessionLease
+from comfyfleet.fanout.task import Task, TaskState
+from comfyfleet.providers.errors import ProviderError
+from comfyfleet.providers.retry import Cooldown
+from comfyfleet.store.base import RemoteJobJournal
+from comfyfleet.store.records import NewRemoteJob, RemoteJob, RemoteJobState
+
+log = logging.getLogger(__name__)
+
+#: How long a cancelled job may take to tell the provider (a submit in flight, the cancel).
+CANCEL_GRACE = 30.0
+#: What a failed job's node gets when its `skip_error` is on.
+SKIP_ERROR_SIZE = 512
+
+
+@dataclass
+class Job:
+    """One job as the runner sees it: new (a request) or re-attached (a journal record)."""
+
+    task: Task
+    driver: Driver
+    api: ApiConfig
+    request: RemoteRequest | None = None
+    record: RemoteJob | None = None
+
+    @property
+    def fresh(self) -> bool:
+        """A new job (it needs a job-creating request), not one re-attached from the journal."""
+        return self.request is not None
+
+    @property
+    def skip_error(self) -> bool:
+        return self.request is not None and self.request.skip_error
+
+    @property
+    def resume(self) -> dict[str, Any]:
+        return dict(self.record.resume) if self.record is not None else {}
+
+
+class JobRunner:
+    def __init__(
+        self,
+        journal: RemoteJobJournal,
+        vault: SecretVault,
+        sessions: SessionLease,
+        throttle_for: Callable[[str, ApiConfig], Throttle],
+        cooldown_for: Callable[[str, ApiConfig], Cooldown],
+        on_unusable: Callable[[Task], None],
+    ) -> None:
+        self.journal = journal
+        self.vault = vault
+        self.sessions = sessions
+        self._throttle_for = throttle_for
+        self._cooldown_for = cooldown_for
+        self._on_unusable = on_unusable
+
+    async def run(self, job: Job, place: Place) -> None:
+        """The job's whole life in the pool; never raises (the task records the outcome)."""
+        task = job.task
+        try:
+            await place.wait_running()
+            throttle = self._throttle_for(job.driver.name, job.api)
+            async with throttle.slot():
+                task.start()  # a wait for the endpoint's own limit still counts as queued
+                if job.fresh:
+                    await throttle.pace()
+                data = await self._execute(job)
+            await self._succeeded(job, data)
+        except asyncio.CancelledError:
+            await self._ended(job, RemoteJobState.CANCELLED, None)
+        except Exception as exc:
+            await self._ended(job, RemoteJobState.FAILED, exc)
+        finally:
+            place.leave()
+
+    async def _execute(self, job: Job) -> bytes:
+        key = self.vault.resolve(job.api.key_ref)
+        if job.fresh:
+            await self._record(job)
+        async with self.sessions.lease() as session:
+            conn = Connection(
+                session,
+                job.api,
+                key,
+                self.vault.redactor(),
+                self._cooldown_for(job.driver.name, job.api),
+            )
+            try:
+                return await self._exchange(job, conn)
+            except asyncio.CancelledError:
+                await _quietly(self._cancel_remote(job, conn))
+                raise
+            finally:
+                job.task.info.attempts = conn.tries.attempts
+
+    async def _exchange(self, job: Job, conn: Connection) -> bytes:
+        resume = job.resume
+        if job.request is not None:
+            submitted = await self._submit(job, conn, job.request)
+            if submitted.data is not None:
+                return submitted.data
+            resume.update(submitted.resume)
+        remote_id = job.task.info.remote_id
+        if remote_id is None:
+            raise ProviderError(job.driver.name, "the provider gave no job id", retryable=False)
+        return await job.driver.result(conn, remote_id, resume)
+
+    async def _record(self, job: Job) -> None:
+        assert job.request is not None
+        task = job.task
+        resume = {**job.api.resume_fields(), "operation": job.request.operation}
+        new = NewRemoteJob(
+            id=uuid.uuid4().hex,
+            request_hash=job.request.request_hash,
+            provider=job.driver.name,
+            kind=task.kind,
+            prompt_id=task.info.prompt_id,
+            node_id=task.info.node_id,
+            resume=resume,
+        )
+        # Known before the write, and the write shielded: a cancel arriving now still
+        # finds the row and closes it, instead of leaving it looking sent.
+        task.info.journal_id = new.id
+        job.record = await asyncio.shield(self.journal.record_remote_job(new))
+
+    async def _submit(self, job: Job, conn: Connection, request: RemoteRequest) -> Submitted:
+        sending = asyncio.ensure_future(job.driver.submit(conn, request))
+        if not job.driver.shield_submit:
+            return await sending
+        try:
+            submitted = await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            # The request may be on the wire: let it answer, so the job it created is
+            # known and can be cancelled (the caller does that) rather than left billing.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._submitted(job, await asyncio.wait_for(sending, CANCEL_GRACE))
+            raise
+        await self._submitted(job, submitted)
+        return submitted
+
+    async def _submitted(self, job: Job, submitted: Submitted) -> None:
+        if submitted.remote_id is None or job.record is None:
+            return
+        job.task.info.remote_id = submitted.remote_id
+        resume = {**job.record.resume, **submitted.resume}
+        job.record = dataclasses.replace(
+            job.record, state=RemoteJobState.RUNNING, remote_id=submitted.remote_id, resume=resume
+        )
+        await self.journal.remote_job_submitted(job.record.id, submitted.remote_id, resume)
+
+    async def _cancel_remote(self, job: Job, conn: Connection) -> None:
+        remote_id = job.task.info.remote_id
+        if remote_id is None:
+            return
+        resume = {**job.resume}
+        cancelled = await job.driver.cancel(conn, remote_id, resume)
+        log.info(
+            "cancelled remote job %s at %s: %s",
+            remote_id,
+            job.driver.name,
+            "done" if cancelled else "not supported there",
+        )
+
+    async def _succeeded(self, job: Job, data: bytes) -> None:
+        value = await asyncio.to_thread(lambda: imaging.decode(data)[0])
+        if job.task.info.journal_id is not None:
+            await self.journal.finish_remote_job(
+                job.task.info.journal_id,
+                RemoteJobState.SUCCEEDED,
+                result=data,
+                result_type=media_type(data),
+                attempts=job.task.info.attempts,
+            )
+        job.task.settle(TaskState.SUCCESS, value)
+
+    async def _ended(self, job: Job, state: RemoteJobState, exc: Exception | None) -> None:
+        """A failed or cancelled job: journal it, then settle the task."""
+        task = job.task
+        redactor = self.vault.redactor()
+        if exc is not None:
+            describe(task, exc, redactor.text)
+            log.warning("remote job for node %s failed: %s", task.info.node_id, task.info.error)
+        if task.info.journal_id is not None:
+            error = None if exc is None else error_record(task)
+            finish = self.journal.finish_remote_job(
+                task.info.journal_id, state, error=error, attempts=task.info.attempts
+            )
+            await _quietly(finish)
+        if state == RemoteJobState.CANCELLED:
+            task.settle(TaskState.CANCELLED)
+        elif job.skip_error:
+            task.settle(TaskState.SKIPPED_ERROR, white_image(), exc)
+        else:
+            task.settle(TaskState.FAILED, None, exc)
+        self._on_unusable(task)
+
+
+def describe(task: Task, exc: BaseException, redact: Callable[[str], str]) -> None:
+    """Copy an error's class, redacted message and HTTP status into the task's info."""
+    task.info.error_class = type(exc).__name__
+    task.info.error = redact(str(exc)) or type(exc).__name__
+    if isinstance(exc, ProviderError):
+        task.info.http_status = exc.status
+        task.info.remote_id = task.info.remote_id or exc.task_id
+
+
+def error_record(task: Task) -> dict[str, Any]:
+    info = task.info
+    return {"class": info.error_class, "message": info.error, "status": info.http_status}
+
+
+def white_image() -> imaging.ImageArray:
+    return imaging.blank(1, SKIP_ERROR_SIZE, SKIP_ERROR_SIZE, 0xFFFFFF)
+
+
+def media_type(data: bytes) -> str:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+async def _quietly(work: Any) -> None:
+    """Finish cleanup work even while the task is being cancelled again, within a bound."""
+    future = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait_for(asyncio.shield(future), CANCEL_GRACE)
+    except asyncio.CancelledError:
+        # Cancelled once more: the cleanup still runs to its end on its own.
+        raise
+    except Exception:
+        log.warning("cleanup after a remote job failed", exc_info=True)

@@ -1,0 +1,311 @@
+"""The fan-out service: shared pools, the journal, and every task of the process.
+
+Nodes reach it as the engine service "fanout". Asking for a job first looks for
+the same request running here, then in the journal (a finished result is
+reused, a job left running by an earlier process is re-attached), and only then
+sends a new one. Jobs run in pool slots owned by the service, never in the
+prompt's own node tasks, so a collector can wait for them from anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from comfyfleet import imaging
+from comfyfleet.engine.context import NodeContext
+from comfyfleet.fanout import secrets
+from comfyfleet.fanout.drivers import DRIVERS, Driver
+from comfyfleet.fanout.limits import Throttle
+from comfyfleet.fanout.pool import Pool
+from comfyfleet.fanout.request import ApiConfig, RemoteRequest
+from comfyfleet.fanout.runner import Job, JobRunner, describe
+from comfyfleet.fanout.secrets import SecretVault
+from comfyfleet.fanout.session import SessionLease
+from comfyfleet.fanout.settings import FanoutSettings
+from comfyfleet.fanout.task import UNUSABLE, Task, TaskInfo, TaskState
+from comfyfleet.fanout.watch import PromptWatch
+from comfyfleet.providers.errors import AmbiguousSubmit
+from comfyfleet.providers.retry import Cooldown
+from comfyfleet.store.base import RemoteJobJournal
+from comfyfleet.store.records import RemoteJob, RemoteJobState
+
+log = logging.getLogger(__name__)
+
+SERVICE = "fanout"
+IMAGE, VIDEO = "image", "video"
+
+_LOST_IN_FLIGHT = (
+    "the server stopped while this job's request was being sent, so it may have been "
+    "created (and billed) without its id being recorded; it is not sent again "
+    "automatically. Queue the prompt again to send a new job"
+)
+
+
+class FanoutService:
+    def __init__(
+        self,
+        journal: RemoteJobJournal,
+        vault: SecretVault | None = None,
+        settings: FanoutSettings | None = None,
+        drivers: Mapping[str, Driver] | None = None,
+    ) -> None:
+        settings = settings or FanoutSettings()
+        self.journal = journal
+        self.vault = vault or SecretVault()
+        self.drivers = dict(drivers or DRIVERS)
+        self.pools = {IMAGE: Pool(IMAGE, settings.image), VIDEO: Pool(VIDEO, settings.video)}
+        #: Bumped whenever a job fails or is cancelled: nodes put it in IS_CHANGED, so a
+        #: cached failure is never replayed and re-queuing retries exactly what failed.
+        self.failure_epoch = 0
+        self.sessions = SessionLease()
+        self.watch = PromptWatch(self.cancel)
+        self._live: dict[str, Task] = {}  # request hash -> the task running it here
+        self._lookups: dict[str, asyncio.Future[None]] = {}
+        self._throttles: dict[tuple[str, str, str], Throttle] = {}
+        self._cooldowns: dict[tuple[str, str, str], Cooldown] = {}
+        self._runners: set[asyncio.Task[None]] = set()
+        self._resumed: asyncio.Future[None] | None = None
+        self.runner = JobRunner(
+            journal, self.vault, self.sessions, self._throttle, self._cooldown, self._unusable
+        )
+
+    def services(self) -> dict[str, Any]:
+        """The engine services this provides: itself and its key vault."""
+        return {SERVICE: self, secrets.SERVICE: self.vault}
+
+    # -- asking for jobs ---------------------------------------------------------
+
+    async def submit(self, request: RemoteRequest, node: NodeContext | None) -> Task:
+        """The task for `request`: one running here, a journaled result, or a new job."""
+        if request.provider not in self.drivers:
+            raise ValueError(f"no driver for provider {request.provider!r}")
+        await self._resume_once()
+        task = await self._single_flight(request, node)
+        self.hold([task], node)
+        return task
+
+    async def _single_flight(self, request: RemoteRequest, node: NodeContext | None) -> Task:
+        """Equal requests asked for at the same moment share one lookup (and one job)."""
+        key = request.request_hash
+        while True:
+            live = self._live.get(key)
+            if live is not None and live.state not in UNUSABLE:
+                return live
+            busy = self._lookups.get(key)
+            if busy is None:
+                break
+            await asyncio.wait([busy])  # then look again: it may have failed or been cancelled
+        done = self._lookups[key] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._find_or_send(request, node)
+        finally:
+            del self._lookups[key]
+            done.set_result(None)
+
+    async def _find_or_send(self, request: RemoteRequest, node: NodeContext | None) -> Task:
+        found = await self.journal.reusable_remote_job(request.request_hash)
+        if found is not None:
+            if found.state == RemoteJobState.SUCCEEDED and found.result is not None:
+                return await self._reused(found, request, node)
+            if found.state == RemoteJobState.RUNNING and found.remote_id:
+                return self._attach(found)  # left running by another process
+            if _lost_in_flight(found) and node is not None and found.prompt_id == node.prompt_id:
+                # The same prompt, run again after a restart: never send it twice by itself.
+                return self._failed_now(
+                    request, node, AmbiguousSubmit(found.provider, _LOST_IN_FLIGHT)
+                )
+        place = await self.pools[request.kind].join(_waiting_text(node))
+        task = Task(request.kind, _info(request, node, self.drivers), request.request_hash)
+        self._live[request.request_hash] = task
+        driver = self.drivers[request.provider]
+        self._start(task, self.runner.run(Job(task, driver, request.api, request), place))
+        return task
+
+    async def _reused(
+        self, found: RemoteJob, request: RemoteRequest, node: NodeContext | None
+    ) -> Task:
+        assert found.result is not None
+        data = found.result
+        value = await asyncio.to_thread(lambda: imaging.decode(data)[0])
+        info = _info(request, node, self.drivers)
+        info.reused = True
+        info.journal_id, info.remote_id, info.attempts = found.id, found.remote_id, found.attempts
+        task = Task(found.kind, info, found.request_hash)
+        task.settle(TaskState.SUCCESS, value)
+        return task
+
+    def _failed_now(
+        self, request: RemoteRequest, node: NodeContext | None, error: Exception
+    ) -> Task:
+        task = Task(request.kind, _info(request, node, self.drivers), request.request_hash)
+        describe(task, error, self.vault.redactor().text)
+        task.settle(TaskState.FAILED, None, error)
+        self._unusable(task)
+        return task
+
+    async def submit_local(
+        self, kind: str, call: Callable[[], Awaitable[Any]], node: NodeContext | None
+    ) -> Task:
+        """A task for a node without a remote job: its own function, run in the pool."""
+        place = await self.pools[kind].join(_waiting_text(node))
+        info = TaskInfo("local", node.node_id if node else None, node.prompt_id if node else None)
+        task = Task(kind, info)
+
+        async def run() -> None:
+            try:
+                await place.wait_running()
+                task.start()
+                task.settle(TaskState.SUCCESS, await call())
+            except asyncio.CancelledError:
+                task.settle(TaskState.CANCELLED)
+                self._unusable(task)
+            except Exception as exc:
+                describe(task, exc, self.vault.redactor().text)
+                task.settle(TaskState.FAILED, None, exc)
+                self._unusable(task)
+            finally:
+                place.leave()
+
+        self._start(task, run())
+        self.hold([task], node)
+        return task
+
+    def _start(self, task: Task, work: Awaitable[None]) -> None:
+        # A clean context: the job outlives the node that asked for it.
+        runner = asyncio.create_task(_coroutine(work), context=contextvars.Context())
+        task.runner = runner
+        self._runners.add(runner)
+        runner.add_done_callback(self._runners.discard)
+        task.finished.add_done_callback(lambda _f: self._forget(task))
+
+    def _forget(self, task: Task) -> None:
+        # Finished results live in the journal and the engine's cache, not here.
+        if task.request_hash is not None and self._live.get(task.request_hash) is task:
+            del self._live[task.request_hash]
+
+    def _unusable(self, task: Task) -> None:
+        self.failure_epoch += 1
+
+    # -- after a restart -----------------------------------------------------------
+
+    async def _resume_once(self) -> None:
+        if self._resumed is None:
+            self._resumed = asyncio.ensure_future(self._resume_live())
+        await asyncio.shield(self._resumed)
+
+    async def _resume_live(self) -> None:
+        """Re-attach every job an earlier process left running (first use, not start-up:
+        the store opens after the service is made)."""
+        try:
+            records = await self.journal.live_remote_jobs()
+        except Exception:
+            log.exception("cannot read the remote-job journal; nothing re-attached")
+            return
+        for record in records:
+            if _lost_in_flight(record):
+                error = {"class": "AmbiguousSubmit", "message": _LOST_IN_FLIGHT, "status": None}
+                await self.journal.finish_remote_job(record.id, RemoteJobState.FAILED, error=error)
+            elif record.request_hash not in self._live:
+                self._attach(record)
+        if records:
+            log.info("re-attached %d remote job(s) left running", len(records))
+
+    def _attach(self, record: RemoteJob) -> Task:
+        """Follow a journaled job that has a remote id: poll it, no new request."""
+        api = ApiConfig.from_resume(record.resume)
+        driver = self.drivers[record.provider]
+        info = TaskInfo(record.provider, record.node_id, record.prompt_id)
+        info.journal_id, info.remote_id = record.id, record.remote_id
+        info.endpoint = api.base_url
+        task = Task(record.kind, info, record.request_hash)
+        self._live[record.request_hash] = task
+
+        async def run() -> None:
+            place = await self.pools[record.kind].join()
+            await self.runner.run(Job(task, driver, api, record=record), place)
+
+        self._start(task, run())
+        return task
+
+    # -- waiting and cancelling -----------------------------------------------------------
+
+    def hold(self, tasks: Iterable[Task], node: NodeContext | None) -> None:
+        """The node's prompt waits for these tasks (an interrupt of it may cancel them)."""
+        if node is None:
+            return
+        for task in tasks:
+            self.watch.hold(task, node.prompt_id, node.control)
+
+    async def abandon(self, tasks: Iterable[Task], node: NodeContext | None) -> None:
+        """A waiting node is being cancelled. If its prompt was interrupted, cancel what
+        only that prompt held, at the provider too, before the node ends; if the prompt
+        failed elsewhere, leave the jobs to finish into the journal for a re-queue."""
+        if node is None or not node.interrupted:
+            return
+        cleanup = asyncio.ensure_future(self.cancel(self.watch.release(node.prompt_id, tasks)))
+        while not cleanup.done():
+            try:
+                await asyncio.shield(cleanup)
+            except asyncio.CancelledError:
+                # The engine cancels a node once more while it winds down; the provider
+                # cancels still go out first (each is bounded by the runner's grace).
+                continue
+
+    async def cancel(self, tasks: Iterable[Task]) -> None:
+        """Cancel queued and running tasks (at the provider too) and wait until they end."""
+        runners = [t.runner for t in tasks if not t.done and t.runner is not None]
+        for runner in runners:
+            runner.cancel()
+        if runners:
+            await asyncio.gather(*runners, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel whatever still runs (for `comfyfleet run` and tests)."""
+        await self.watch.close()
+        for runner in list(self._runners):
+            runner.cancel()
+        await asyncio.gather(*self._runners, return_exceptions=True)
+
+    # -- per-provider state -----------------------------------------------------------
+
+    def _throttle(self, provider: str, api: ApiConfig) -> Throttle:
+        key = (provider, api.base_url.rstrip("/"), api.key_ref)
+        if key not in self._throttles:
+            self._throttles[key] = Throttle(api.max_concurrency, api.requests_per_second)
+        return self._throttles[key]
+
+    def _cooldown(self, provider: str, api: ApiConfig) -> Cooldown:
+        # Rate limits belong to the account: one cooldown per endpoint and key.
+        key = (provider, api.base_url.rstrip("/"), api.key_ref)
+        return self._cooldowns.setdefault(key, Cooldown())
+
+
+def _lost_in_flight(record: RemoteJob) -> bool:
+    if record.state == RemoteJobState.SUBMITTING:
+        return True
+    error = record.error or {}
+    return record.state == RemoteJobState.FAILED and error.get("class") == "AmbiguousSubmit"
+
+
+def _info(
+    request: RemoteRequest, node: NodeContext | None, drivers: Mapping[str, Driver]
+) -> TaskInfo:
+    info = TaskInfo(
+        request.provider, node.node_id if node else None, node.prompt_id if node else None
+    )
+    info.endpoint = drivers[request.provider].endpoint(request)
+    return info
+
+
+def _waiting_text(node: NodeContext | None) -> Callable[[int], None] | None:
+    if node is None:
+        return None
+    return lambda ahead: node.send_text(f"waiting for a slot, {ahead} ahead")
+
+
+async def _coroutine(work: Awaitable[None]) -> None:
+    await work

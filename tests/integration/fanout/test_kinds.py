@@ -1,0 +1,173 @@
+"""Every kind of job through the pools: OpenAI-compatible, local nodes, video, a 5xx storm."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from comfyfleet.engine.registry import build_registry
+from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, Rig
+from tests.integration.fanout.test_concurrency import run, status_of
+
+
+def openai_inputs(graph: Graph, text: str, seed: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "prompt": text,
+        "model": "gpt-image-1",
+        "size": "512x512",
+        "quality": "auto",
+        "response_format": "auto",
+        "seed": seed,
+        "api_config": [graph.settings, 0],
+        **extra,
+    }
+
+
+async def test_openai_generations_and_edits_in_one_batch(rig: Rig, emulator: Emulator) -> None:
+    graph = Graph(emulator.url)
+    graph.prompt["img"] = {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 16, "height": 16, "batch_size": 1, "color": 0x336699},
+    }
+    submit = "Concurrent Submit | OpenAIImage"
+    graph.prompt["gen"] = {"class_type": submit, "inputs": openai_inputs(graph, "sky", 1)}
+    graph.prompt["url"] = {
+        "class_type": submit,
+        "inputs": openai_inputs(graph, "sea", 2, response_format="url"),
+    }
+    edit = openai_inputs(graph, "paint it", 3, image=["img", 0])
+    graph.prompt["edit"] = {"class_type": submit, "inputs": edit}
+    graph.prompt["serial"] = {"class_type": "OpenAIImage", "inputs": openai_inputs(graph, "x", 4)}
+    graph.save("saved", "serial", 0)
+    graph.collect("c", ["gen", "url", "edit"])
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    assert status_of(result, "c")["counts"] == {"success": 3, "not_connected": 27}
+    endpoints = [s["endpoint"] for s in status_of(result, "c")["slots"][:3]]
+    assert [e.rsplit("/", 1)[1] for e in endpoints] == ["generations", "generations", "edits"]
+    stats = emulator.stats()
+    assert stats["jobs"] == 4 and stats["downloads"] == 1  # the url answer was downloaded
+
+
+async def test_any_image_node_fans_out_through_its_twin(rig: Rig, emulator: Emulator) -> None:
+    graph = Graph(emulator.url)
+    twins = []
+    for n in range(3):
+        graph.prompt[f"e{n}"] = {
+            "class_type": "Concurrent Submit | EmptyImage",
+            "inputs": {"width": 4, "height": 4, "batch_size": 1, "color": 0x110000 * (n + 1)},
+        }
+        twins.append(f"e{n}")
+    graph.collect("c", twins)
+    graph.save("saved", "c", 2)
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    slots = status_of(result, "c")["slots"][:3]
+    assert [(s["state"], s["provider"]) for s in slots] == [("success", "local")] * 3
+    assert emulator.stats()["jobs"] == 0
+
+
+VIDEO_PACK = """
+from comfyfleet.fanout.video import VideoFile
+from comfyfleet.folders import current_folders
+
+
+class MakeClip:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"name": ("STRING", {"default": "clip"}), "fail": ("BOOLEAN", {})}}
+
+    RETURN_TYPES = ("VIDEO",)
+    FUNCTION = "make"
+
+    async def make(self, name, fail):
+        if fail:
+            raise RuntimeError("the encoder gave up")
+        path = current_folders().temp / f"{name}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"frames")
+        return (VideoFile(path, "bin", 8, 8, 24.0, 1),)
+
+
+class ShowClip:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"video": ("VIDEO",)}}
+
+    RETURN_TYPES = ()
+    FUNCTION = "show"
+    OUTPUT_NODE = True
+
+    def show(self, video):
+        magic = video.path.read_bytes()[:3].decode("latin-1")
+        shown = [type(video).__name__, video.path.name, video.placeholder, magic]
+        return {"ui": {"text": shown}}
+
+
+NODE_CLASS_MAPPINGS = {"MakeClip": MakeClip, "ShowClip": ShowClip}
+"""
+
+
+async def test_video_tasks_pass_through_and_failed_slots_get_a_blank_clip(
+    make_rig: MakeRig, tmp_path: Path
+) -> None:
+    pack = tmp_path / "custom_nodes"
+    pack.mkdir()
+    (pack / "clips.py").write_text(textwrap.dedent(VIDEO_PACK))
+    rig = await make_rig(registry=build_registry(custom_nodes=[pack]))
+    submit = "Concurrent Submit | MakeClip"
+    prompt: dict[str, Any] = {
+        "ok": {"class_type": submit, "inputs": {"name": "good", "fail": False}},
+        "bad": {"class_type": submit, "inputs": {"name": "bad", "fail": True}},
+        "c": {
+            "class_type": "Concurrent Collect Videos (10)",
+            "inputs": {"task_1": ["ok", 0], "task_2": ["bad", 0], "failure_mode": "placeholder"},
+        },
+    }
+    prompt["show1"] = {"class_type": "ShowClip", "inputs": {"video": ["c", 0]}}
+    prompt["show2"] = {"class_type": "ShowClip", "inputs": {"video": ["c", 1]}}
+    result = await run(rig, prompt)
+    assert result.status == "success", result.error
+    report = json.loads(result.outputs["c"]["text"][0])
+    assert report["slots"][0]["error"] is None, report["slots"][0]
+    assert [s["state"] for s in report["slots"][:3]] == ["success", "failed", "not_connected"]
+    assert report["slots"][1]["error"] == "the encoder gave up"
+    # The good clip passes through unchanged; the failed slot gets a blank GIF placeholder.
+    assert result.outputs["show1"]["text"] == ["VideoFile", "good.bin", False, "fra"]
+    name, placeholder, magic = result.outputs["show2"]["text"][1:]
+    assert name.startswith("placeholder-") and placeholder is True and magic == "GIF"
+
+
+async def test_a_storm_of_5xx_and_429_sends_no_job_twice(rig: Rig, emulator: Emulator) -> None:
+    emulator.settings.latency = 0.2
+    emulator.settings.fail_rate = 0.25
+    emulator.settings.rate_limit = 20.0
+    emulator.settings.retry_after = 0.2
+    graph = Graph(emulator.url)
+    graph.collect("c", [graph.submit(f"s{n}", "storm", seed=n) for n in range(12)])
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    stats = emulator.stats()
+    assert stats["jobs"] == 12 and stats["duplicates"] == 0
+    assert stats["failed"] + stats["rate_limited"] > 0  # there was a storm
+    attempts = [s["attempts"] for s in status_of(result, "c")["slots"][:12]]
+    assert sum(attempts) > 12 and np.all(np.array(attempts) >= 1)
+
+
+async def test_an_endpoint_limit_keeps_jobs_under_the_accounts_cap(
+    rig: Rig, emulator: Emulator
+) -> None:
+    emulator.settings.max_active = 2  # the account refuses a third active job with a 429
+    graph = Graph(emulator.url)
+    graph.prompt[graph.settings]["inputs"]["max_concurrency"] = 2
+    graph.collect("c", [graph.submit(f"s{n}", "capped", seed=n) for n in range(6)])
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    stats = emulator.stats()
+    assert (stats["jobs"], stats["rate_limited"]) == (6, 0)
+    slots = status_of(result, "c")["slots"][:6]
+    assert max(s["queued_seconds"] for s in slots) >= 0.5  # three waves of 0.3 s, not one
