@@ -77,6 +77,10 @@ class JobRunner:
         self._throttle_for = throttle_for
         self._cooldown_for = cooldown_for
         self._on_unusable = on_unusable
+        # Set when the process is going away: a job cut off then is not the user's cancel.
+        # It stays "running" in the journal, not cancelled at the provider, and the next
+        # process re-attaches to it (no second paid job).
+        self.detached = False
 
     async def run(self, job: Job, place: Place) -> None:
         """The job's whole life in the pool; never raises (the task records the outcome)."""
@@ -91,7 +95,8 @@ class JobRunner:
                 data = await self._execute(job)
             await self._succeeded(job, data)
         except asyncio.CancelledError:
-            await self._ended(job, RemoteJobState.CANCELLED, None)
+            if not self.detached:
+                await self._ended(job, RemoteJobState.CANCELLED, None)
         except Exception as exc:
             await self._ended(job, RemoteJobState.FAILED, exc)
         finally:
@@ -112,7 +117,8 @@ class JobRunner:
             try:
                 return await self._exchange(job, conn)
             except asyncio.CancelledError:
-                await _quietly(self._cancel_remote(job, conn))
+                if not self.detached:
+                    await _quietly(self._cancel_remote(job, conn))
                 raise
             finally:
                 job.task.info.attempts = conn.tries.attempts

@@ -192,6 +192,10 @@ class FanoutService:
 
     # -- after a restart -----------------------------------------------------------
 
+    async def resume(self) -> None:
+        """Re-attach the remote jobs an earlier process left running (at start-up)."""
+        await self._resume_once()
+
     async def _resume_once(self) -> None:
         if self._resumed is None:
             self._resumed = asyncio.ensure_future(self._resume_live())
@@ -262,6 +266,16 @@ class FanoutService:
             runner.cancel()
         if runners:
             await asyncio.gather(*runners, return_exceptions=True)
+
+    def detach_soon(self) -> None:
+        """From now on, a job cut off is left running at the provider (shutdown)."""
+        self.runner.detached = True
+
+    async def detach(self) -> None:
+        """Stop following remote jobs without cancelling them (the process is going away):
+        their journal entries stay running and the next process re-attaches to them."""
+        self.runner.detached = True
+        await self.close()
 
     async def close(self) -> None:
         """Cancel whatever still runs (for `comfyfleet run` and tests)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -151,21 +151,28 @@ class Scheduler:
         self._lane_snapshot = tuple(self._lanes.values())
         await entry.lane.close()
 
-    async def stop(self, grace: float) -> None:
-        """Stop claiming; let running jobs finish for `grace` seconds, then re-queue them."""
+    async def stop(self, grace: float, before_requeue: Callable[[], None] | None = None) -> None:
+        """Stop claiming; let running jobs finish for `grace` seconds, then re-queue them
+        (`before_requeue` is called first: what they started must outlive the process)."""
         self._stopping = True
         tasks = [t for entry in self._lanes.values() for t in entry.tasks] + list(self._resumes)
-        await self._wind_down(tasks, grace, lambda _r: True)
+        await self._wind_down(tasks, grace, lambda _r: True, before_requeue)
         for entry in self._lanes.values():
             await entry.lane.close()
 
     async def _wind_down(
-        self, tasks: list[asyncio.Task[None]], timeout: float | None, which: Any
+        self,
+        tasks: list[asyncio.Task[None]],
+        timeout: float | None,
+        which: Any,
+        before_requeue: Callable[[], None] | None = None,
     ) -> None:
         self._work.set()
         live = [t for t in tasks if not t.done()]
         _, late = await asyncio.wait(live, timeout=timeout) if live else (set(), set())
         if late:
+            if before_requeue is not None:
+                before_requeue()
             for entry in self.running.values():
                 if which(entry):
                     entry.requeue = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ class Gateway:
     folders: Folders
     engine: Engine
     store: JobStore
+    fanout: FanoutService
     fleet: Fleet
     hub: Hub
     router: ClientRouter
@@ -62,10 +64,11 @@ class Gateway:
         scheduler = Scheduler(
             store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
         )
-        return cls(config, folders, engine, store, fleet, hub, router, scheduler)
+        return cls(config, folders, engine, store, fanout, fleet, hub, router, scheduler)
 
     async def start(self) -> None:
         await self.store.open()
+        await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
         for raw in await self.store.backends():
             self.fleet.backend_lane(parse_spec(raw))
         for lane in self.fleet.lanes():
@@ -81,7 +84,8 @@ class Gateway:
 
     async def drain(self) -> None:
         """Stop taking work: running prompts get the grace period, sockets close."""
-        await self.scheduler.stop(self.config.shutdown_grace)
+        # Prompts re-queued at shutdown leave their paid jobs running for the next process.
+        await self.scheduler.stop(self.config.shutdown_grace, self.fanout.detach_soon)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -89,6 +93,7 @@ class Gateway:
 
     async def close(self) -> None:
         """Release the store and threads, once no request can reach them."""
+        await self.fanout.detach()
         await self.fleet.close()
         await self.store.close()
         self.engine.close()
@@ -103,6 +108,9 @@ class Gateway:
             max_entries=self.config.history_max_entries,
             max_age_seconds=self.config.history_max_age,
         )
+        if self.config.history_max_age:
+            # Journaled paid results older than the history they served go too.
+            await self.store.prune_remote_jobs(time.time() - self.config.history_max_age)
 
         def remove() -> int:
             removed = 0

@@ -171,3 +171,32 @@ async def test_a_typed_key_works_but_is_never_stored_logged_or_shown(
             await asyncio.to_thread(server.terminate)
     assert "redacted-key" in texts[0]  # the prompt is there, with the marker
     grep_everywhere(data, server, texts, KEY, WRONG_TYPED)
+
+
+async def test_a_batch_cut_off_by_sigterm_is_re_attached_not_cancelled_or_resent(
+    tmp_path: Path, slow_emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = tmp_path / "data"
+    graph = batch(slow_emulator.url, 6)
+    async with aiohttp.ClientSession() as session:
+        first = await serve(data, "--shutdown-grace", "0.2")
+        try:
+            prompt_id = (await post(session, first, {"prompt": graph.prompt}))["prompt_id"]
+            await until(lambda: slow_emulator.stats()["jobs"] == 6, "all six jobs sent")
+            await asyncio.sleep(0.3)  # their ids reach the journal
+            # Past the grace period the prompt is re-queued: its paid jobs are left running.
+            assert await asyncio.to_thread(first.terminate) == 0
+        finally:
+            await asyncio.to_thread(first.kill)
+        assert slow_emulator.stats()["cancels"] == 0
+        second = await serve(data)
+        try:
+            entry = await history(session, second, prompt_id)
+            assert entry["status"]["status_str"] == "success", entry["status"]
+            report = json.loads(entry["outputs"]["c"]["text"][0])
+            assert report["counts"]["success"] == 6
+            stats = slow_emulator.stats()
+            assert (stats["jobs"], stats["duplicates"], stats["cancels"]) == (6, 0, 0)
+        finally:
+            await asyncio.to_thread(second.terminate)
