@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from comfyfleet.lanes.affinity import MODEL_SUFFIXES
 from comfyfleet.protocol.prompt import is_link, unwrap_value
 
 UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
@@ -35,10 +36,14 @@ class Capabilities:
     """One backend's node classes and the combo values each input accepts."""
 
     object_info: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, list[str]] = field(default_factory=dict)  # folder -> files
     _combos: dict[tuple[str, str], frozenset[Any]] = field(default_factory=dict, repr=False)
+    _model_files: frozenset[str] = field(default_factory=frozenset, repr=False)
 
     @classmethod
-    def from_object_info(cls, object_info: dict[str, Any]) -> Capabilities:
+    def from_object_info(
+        cls, object_info: dict[str, Any], models: dict[str, list[str]] | None = None
+    ) -> Capabilities:
         combos: dict[tuple[str, str], frozenset[Any]] = {}
         for class_type, info in object_info.items():
             inputs = info.get("input", {}) if isinstance(info, dict) else {}
@@ -47,7 +52,9 @@ class Capabilities:
                     options = _combo_options(spec)
                     if options is not None:
                         combos[(class_type, name)] = frozenset(_hashable(o) for o in options)
-        return cls(object_info, combos)
+        models = models or {}
+        files = frozenset(f for listed in models.values() for f in listed)
+        return cls(object_info, models, combos, files)
 
     def missing_for(self, prompt: dict[str, Any]) -> list[str]:
         """Why this backend cannot run `prompt` (empty when it can)."""
@@ -58,13 +65,25 @@ class Capabilities:
                 missing.append(f"node #{node_id}: class {class_type} is not installed")
                 continue
             for name, value in (node.get("inputs") or {}).items():
-                allowed = self._combos.get((class_type, name))
-                if allowed is None or is_link(value):
+                if is_link(value):
                     continue
                 value = unwrap_value(value)
-                if _hashable(value) not in allowed:
-                    missing.append(f"node #{node_id}: {name} {value!r} is not available")
+                allowed = self._combos.get((class_type, name))
+                if allowed is not None:
+                    if _hashable(value) not in allowed:
+                        missing.append(f"node #{node_id}: {name} {value!r} is not available")
+                elif self._lacks_model_file(value):
+                    missing.append(f"node #{node_id}: model file {value!r} is not there")
         return missing
+
+    def _lacks_model_file(self, value: Any) -> bool:
+        """A free-text input naming a model file the backend's model folders do not hold."""
+        return (
+            bool(self.models)
+            and isinstance(value, str)
+            and value.lower().endswith(MODEL_SUFFIXES)
+            and value not in self._model_files
+        )
 
     def can_run(self, prompt: dict[str, Any]) -> bool:
         return not self.missing_for(prompt)

@@ -129,13 +129,27 @@ class ComfyUILane:
             backoff = min(self.settings.max_backoff, backoff * 2)
 
     async def _connect_and_refresh(self) -> None:
+        await self._refresh()
+        await self.client.connect()
+        self.on_change()
+        info = self.capabilities.object_info
+        log.info("backend %s up: %d node classes", self.client.spec.name, len(info))
+
+    async def _refresh(self) -> None:
+        """Read what the backend can run: its nodes, and the files of its model folders."""
         object_info = await self.client.request("GET", "/object_info", timeout=60.0)
         if not isinstance(object_info, dict):
             raise BackendError("object_info is not a JSON object")
-        self.capabilities = Capabilities.from_object_info(object_info)
-        await self.client.connect()
-        self.on_change()
-        log.info("backend %s up: %d node classes", self.client.spec.name, len(object_info))
+        models: dict[str, list[str]] = {}
+        folders = await self.client.request("GET", "/models", timeout=30.0)
+        for folder in folders if isinstance(folders, list) else []:
+            try:
+                files = await self.client.request("GET", f"/models/{folder}", timeout=30.0)
+            except BackendError:
+                continue  # a folder it lists but cannot read: no files known there
+            if isinstance(files, list):
+                models[str(folder)] = [str(f) for f in files]
+        self.capabilities = Capabilities.from_object_info(object_info, models)
 
     async def _watch_health(self) -> None:
         """Return when the backend stops answering (HTTP or WebSocket)."""
@@ -144,10 +158,8 @@ class ComfyUILane:
             await asyncio.sleep(self.settings.probe_interval)
             await self.client.request("GET", "/prompt", timeout=10.0)
             if time.monotonic() - refreshed > self.settings.refresh_interval:
-                info = await self.client.request("GET", "/object_info", timeout=60.0)
-                if isinstance(info, dict):
-                    self.capabilities = Capabilities.from_object_info(info)
-                    self.on_change()
+                await self._refresh()
+                self.on_change()
                 refreshed = time.monotonic()
         raise BackendError("websocket closed")
 

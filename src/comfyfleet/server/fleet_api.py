@@ -27,6 +27,7 @@ def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
         "state": "draining" if lane.draining else state,
         "suspect": lane.suspect,
         "node_classes": len(lane.capabilities.object_info),
+        "model_files": {k: len(v) for k, v in lane.capabilities.models.items() if v},
         "running": sorted(p for p, r in gw.scheduler.running.items() if r.lane is lane),
     }
 
