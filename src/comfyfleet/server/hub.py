@@ -7,7 +7,7 @@ and one that falls too far behind is closed.
 A prompt makes a dozen small frames in quick succession, so each writer
 sends what has queued up as one batch of complete frames in a single write to
 the connection (compression is off for these sockets), instead of one system
-call per frame.
+call per frame, and at most one write per MIN_FLUSH_GAP.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 MAX_BACKLOG = 10_000
 #: Bytes waiting in the connection's buffer before the writer pauses.
 HIGH_WATER = 1 << 20
+#: A socket writes at most once per this many seconds: under load its frames go out in
+#: fewer, larger writes (each write to a connection costs a system call); while it is
+#: quiet, a frame still goes out at once.
+MIN_FLUSH_GAP = 0.005
 
 
 class ClientSocket:
@@ -55,12 +59,15 @@ class ClientSocket:
         self._queue.put_nowait(None)
 
     async def _write(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = 0.0
         try:
-            while (batch := await self._next_batch()) is not None:
+            while (batch := await self._next_batch(last + MIN_FLUSH_GAP - loop.time())) is not None:
                 transport = self._transport
                 if transport is None or transport.is_closing():
                     break
                 transport.write(b"".join(wsframe.encode(p) for p in batch))
+                last = loop.time()
                 while transport.get_write_buffer_size() > HIGH_WATER:
                     if transport.is_closing():
                         return
@@ -71,11 +78,14 @@ class ClientSocket:
             if not self.ws.closed:
                 await self.ws.close()
 
-    async def _next_batch(self) -> list[str | bytes] | None:
-        """Everything queued so far (at least one payload); None once closed."""
+    async def _next_batch(self, hold: float) -> list[str | bytes] | None:
+        """Everything queued so far (at least one payload), waiting `hold` seconds first
+        when the last batch went out just now; None once closed."""
         first = await self._queue.get()
         if first is None:
             return None
+        if hold > 0:
+            await asyncio.sleep(hold)  # let the frames of this busy moment join one write
         batch = [first]
         while not self._queue.empty():
             payload = self._queue.get_nowait()
