@@ -28,7 +28,7 @@ from comfyfleet.engine.registry import NodeRegistry, PackFailure
 from comfyfleet.fanout.collect import FAIL_FAST, FAILURE_MODES, collect
 from comfyfleet.fanout.service import IMAGE, VIDEO
 from comfyfleet.fanout.task import Task
-from comfyfleet.fanout.video import VideoFile, placeholder_clip
+from comfyfleet.fanout.video import placeholder_clip
 from comfyfleet.nodes.providers.common import build_in_thread, failure_epoch, fanout
 
 SUBMIT_PREFIX = "Concurrent Submit | "
@@ -215,49 +215,53 @@ async def _collect(slots: int, placeholder: Callable[[], Any], inputs: dict[str,
     return {"ui": {"text": [collected.status]}, "result": (*collected.values, collected.status)}
 
 
-class ConcurrentCollectImages:
-    SLOTS = 30
+class _Collector:
+    """A collector output node: `SLOTS` task inputs, one output per slot, then `status`."""
 
-    @classmethod
-    def INPUT_TYPES(cls) -> dict[str, Any]:
-        return _collector_inputs(cls.SLOTS, "IMAGE_FUTURE")
-
-    RETURN_TYPES = (*("IMAGE",) * SLOTS, "STRING")
-    RETURN_NAMES = (*(f"image_{n}" for n in range(1, SLOTS + 1)), "status")
+    SLOTS: int
+    FUTURE: str
+    OUTPUT: str
+    RETURN_TYPES: tuple[str, ...]
+    RETURN_NAMES: tuple[str, ...]
     OUTPUT_NODE = True
     FUNCTION = "collect"
     CATEGORY = "concurrent"
     CONCURRENT_SUBMIT = False  # waits for tasks: a task of it would make no sense
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.RETURN_TYPES = (*(cls.OUTPUT,) * cls.SLOTS, "STRING")
+        name = cls.OUTPUT.lower()
+        cls.RETURN_NAMES = (*(f"{name}_{n}" for n in range(1, cls.SLOTS + 1)), "status")
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return _collector_inputs(cls.SLOTS, cls.FUTURE)
+
+    @staticmethod
+    def placeholder() -> Any:
+        raise NotImplementedError
+
+    async def collect(self, **inputs: Any) -> Any:
+        return await _collect(self.SLOTS, type(self).placeholder, inputs)
+
+
+class ConcurrentCollectImages(_Collector):
+    SLOTS, FUTURE, OUTPUT = 30, "IMAGE_FUTURE", "IMAGE"
     DESCRIPTION = (
         "Waits for image tasks and outputs them by slot (task_7 is always image_7); "
         "status reports every slot as JSON."
     )
-
-    async def collect(self, **inputs: Any) -> Any:
-        return await _collect(self.SLOTS, red_placeholder, inputs)
+    placeholder = staticmethod(red_placeholder)
 
 
-class ConcurrentCollectVideos:
-    SLOTS = 10
-
-    @classmethod
-    def INPUT_TYPES(cls) -> dict[str, Any]:
-        return _collector_inputs(cls.SLOTS, "VIDEO_FUTURE")
-
-    RETURN_TYPES = (*("VIDEO",) * SLOTS, "STRING")
-    RETURN_NAMES = (*(f"video_{n}" for n in range(1, SLOTS + 1)), "status")
-    OUTPUT_NODE = True
-    FUNCTION = "collect"
-    CATEGORY = "concurrent"
-    CONCURRENT_SUBMIT = False  # waits for tasks: a task of it would make no sense
+class ConcurrentCollectVideos(_Collector):
+    SLOTS, FUTURE, OUTPUT = 10, "VIDEO_FUTURE", "VIDEO"
     DESCRIPTION = (
         "Waits for video tasks and passes them through by slot; a failed slot in "
         "placeholder mode gets a short blank clip marked as a placeholder."
     )
-
-    async def collect(self, **inputs: Any) -> Any:
-        placeholder: Callable[[], VideoFile] = placeholder_clip
-        return await _collect(self.SLOTS, placeholder, inputs)
+    placeholder = staticmethod(placeholder_clip)
 
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {
