@@ -83,10 +83,7 @@ class Engine:
     def object_info(self, class_type: str | None = None) -> dict[str, Any]:
         """ComfyUI's `/object_info` (all nodes) or `/object_info/{class}` ({} when unknown)."""
         with using_folders(self.folders):
-            if class_type is None:
-                return self.registry.object_info()
-            node = self.registry.get(class_type)
-            return {class_type: node.object_info()} if node else {}
+            return self.registry.object_info(class_type)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -115,8 +115,12 @@ class NodeRegistry:
             log.warning("node pack %s failed to import: %s", name, detail, extra={"pack": name})
             self.failures.append(PackFailure(name, str(path), detail))
 
-    def object_info(self) -> dict[str, Any]:
-        return {name: node.object_info() for name, node in self.nodes.items()}
+    def object_info(self, class_type: str | None = None) -> dict[str, Any]:
+        """ComfyUI's `/object_info` (all nodes) or `/object_info/{class}` ({} when unknown)."""
+        if class_type is None:
+            return {name: node.object_info() for name, node in self.nodes.items()}
+        node = self.nodes.get(class_type)
+        return {class_type: node.object_info()} if node else {}
 
 
 def build_registry(

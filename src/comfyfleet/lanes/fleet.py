@@ -139,10 +139,7 @@ class Fleet:
     def object_info(self, class_type: str | None = None) -> dict[str, Any]:
         """`/object_info` over the whole fleet."""
         with using_folders(self.folders):
-            if class_type is None:
-                return self.registry.object_info()
-            node = self.registry.get(class_type)
-            return {class_type: node.object_info()} if node else {}
+            return self.registry.object_info(class_type)
 
     async def remote_view(
         self, backend: str, query: Mapping[str, str]
