@@ -35,6 +35,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_store.py
 	$(BIN)/python bench/bench_gateway.py
+	$(BIN)/python bench/bench_fleet.py
+	$(BIN)/python bench/bench_fleet.py --prefetch 1
+	$(BIN)/python bench/bench_fanout.py
 
 run-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/invert.json --output-dir output
