@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,10 +46,20 @@ class BackendSpec:
     auth_header: str | None = None  # "Name: value", sent on every request
 
     def headers(self) -> dict[str, str]:
+        """The auth header to send; a value `env:NAME` is read from that variable."""
         if not self.auth_header:
             return {}
         name, _, value = self.auth_header.partition(":")
-        return {name.strip(): value.strip()}
+        value = value.strip()
+        if value.startswith("env:"):
+            value = os.environ.get(value[4:], "")
+        return {name.strip(): value}
+
+    @property
+    def auth_is_reference(self) -> bool:
+        """Whether the auth header names a variable rather than holding the secret."""
+        value = (self.auth_header or "").partition(":")[2].strip()
+        return value.startswith("env:")
 
 
 @dataclass

@@ -57,10 +57,18 @@ async def add_backend(request: web.Request) -> web.Response:
         return _error(400, "invalid_backend", str(exc))
     if spec.name in gw.fleet.backends:
         return _error(409, "backend_exists", f"backend {spec.name} already exists")
-    await gw.store.save_backend(spec.name, spec_json(spec, secrets=True))
+    # A secret is never written to the store: an auth header is kept only as `env:NAME`;
+    # a literal one works until the next restart.
+    stored = spec_json(spec, secrets=spec.auth_is_reference)
+    if spec.auth_header and not spec.auth_is_reference:
+        stored.pop("auth_header")
+    await gw.store.save_backend(spec.name, stored)
     lane = gw.fleet.backend_lane(spec)
     await gw.scheduler.add_lane(lane)
-    return web.json_response(backend_json(gw, lane), status=201)
+    answer = backend_json(gw, lane)
+    if spec.auth_header and not spec.auth_is_reference:
+        answer["warning"] = "the auth header is kept in memory only; use env:NAME to keep it"
+    return web.json_response(answer, status=201)
 
 
 async def remove_backend(request: web.Request) -> web.Response:
