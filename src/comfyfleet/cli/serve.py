@@ -42,6 +42,13 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--output-mode", choices=("copy", "reference"), help="backend outputs: copy or reference"
     )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        dest="cors_origins",
+        metavar="ORIGIN",
+        help="a browser origin allowed to call the API (repeatable; * for any)",
+    )
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
@@ -72,6 +79,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "hang_timeout",
             "max_attempts",
             "output_mode",
+            "cors_origins",
         )
     }
     try:

@@ -9,7 +9,7 @@ from comfyfleet.server.files import file_routes
 from comfyfleet.server.fleet_api import fleet_routes
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
-from comfyfleet.server.middleware import json_errors, origin_check
+from comfyfleet.server.middleware import cors, json_errors, origin_check
 from comfyfleet.server.prompts import prompt_routes
 from comfyfleet.server.routing import install
 from comfyfleet.server.system import system_routes
@@ -19,7 +19,11 @@ from comfyfleet.server.ws import ws_routes
 def build_app(gateway: Gateway) -> web.Application:
     config = gateway.config
     app = web.Application(
-        client_max_size=config.max_upload_bytes, middlewares=[json_errors, origin_check]
+        client_max_size=config.max_upload_bytes,
+        middlewares=[
+            json_errors,
+            cors(config.cors_origins) if config.cors_origins else origin_check,
+        ],
     )
     app[GATEWAY] = gateway
     install(app, prompt_routes() + job_routes() + fleet_routes() + ws_routes())

@@ -39,6 +39,8 @@ class ServerConfig:
     max_attempts: int = 3  # attempts per job before a lane failure is final
     # Backend output files: "copy" them into the data dir, or "reference" them there.
     output_mode: str = "copy"
+    # Browser origins allowed to call the API across sites ("*" for any); none by default.
+    cors_origins: tuple[str, ...] = ()
     # Fan-out pools, shared by every prompt (COMFYFLEET_IMAGE_CONCURRENCY and so on).
     image_concurrency: int = 30
     image_pending: int = 30
@@ -77,6 +79,9 @@ def _coerce(name: str, value: Any) -> Any:
                     float(value) if isinstance(value, int | float) else parse_duration(str(value))
                 )
             )
+        if name == "cors_origins":
+            items = value if isinstance(value, list | tuple) else str(value).split(",")
+            return tuple(str(v).strip() for v in items if str(v).strip())
         if name == "backends":
             if isinstance(value, str):
                 return tuple(v for v in value.split(",") if v.strip())

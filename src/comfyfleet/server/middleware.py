@@ -7,11 +7,12 @@ import ipaddress
 import logging
 import socket
 import time
+from collections.abc import Iterable
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,32 @@ async def origin_check(request: web.Request, handler: Handler) -> web.StreamResp
     if request.method == hdrs.METH_OPTIONS:
         return web.Response()
     return await handler(request)
+
+
+def cors(allowed_origins: Iterable[str]) -> Middleware:
+    """Let browser pages from `allowed_origins` ("*" for any) call the API (CORS).
+
+    Their requests skip the cross-site guard, preflight OPTIONS requests are answered,
+    and every answer to them names the origin in Access-Control-Allow-Origin.
+    """
+    allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get(hdrs.ORIGIN, "")
+        if not origin or not ("*" in allowed or origin.rstrip("/").lower() in allowed):
+            return await origin_check(request, handler)
+        if request.method == hdrs.METH_OPTIONS:
+            response: web.StreamResponse = web.Response()
+        else:
+            response = await handler(request)
+        response.headers[hdrs.ACCESS_CONTROL_ALLOW_ORIGIN] = origin
+        response.headers[hdrs.ACCESS_CONTROL_ALLOW_METHODS] = "GET, POST, DELETE, OPTIONS"
+        response.headers[hdrs.ACCESS_CONTROL_ALLOW_HEADERS] = "Content-Type, Authorization"
+        response.headers[hdrs.VARY] = "Origin"
+        return response
+
+    return middleware
 
 
 class _Verdict(NamedTuple):
