@@ -30,14 +30,9 @@ test: lint
 	$(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# Every benchmark in bench/, one at a time; rewrites BENCHMARKS.md (notes: bench/notes.md).
 bench: $(STAMP)
-	$(BIN)/python bench/bench_validation.py
-	$(BIN)/python bench/bench_engine.py
-	$(BIN)/python bench/bench_store.py
-	$(BIN)/python bench/bench_gateway.py
-	$(BIN)/python bench/bench_fleet.py
-	$(BIN)/python bench/bench_fleet.py --prefetch 1
-	$(BIN)/python bench/bench_fanout.py
+	$(BIN)/python bench/run_all.py
 
 run-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/invert.json --output-dir output

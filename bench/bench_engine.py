@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +22,9 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.nodes.core import NODE_CLASS_MAPPINGS as CORE
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure
 
 
 def trivial_prompt(color: int) -> dict[str, Any]:
@@ -95,6 +99,10 @@ async def main(count: int) -> None:
     serial = 1 / statistics.mean(base)
     print(f"  engine overhead per prompt       p50 {overhead:7.3f} ms   ratio {e50 / b50:5.2f}x")
     print(f"  engine, 16 in flight             {rate:7.1f} prompts/s  (baseline {serial:.1f}/s)")
+    figure("engine_p50", e50 * 1e3, "ms", b50 * 1e3)
+    figure("engine_p99", e99 * 1e3, "ms", percentile(base, 0.99) * 1e3)
+    figure("engine_overhead_p50", overhead, "ms")
+    figure("engine_16_in_flight", rate, "prompts/s", serial)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +36,9 @@ from comfyfleet.folders import Folders
 from comfyfleet.providers.emulator import build_emulator_app, emulator_state
 from comfyfleet.providers.emulator_state import EmulatorSettings, EmulatorState
 from comfyfleet.store.sqlite import SQLiteStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure
 
 SLOTS = 30
 
@@ -120,6 +124,9 @@ async def throughput(tmp: Path, latency: float, jobs: int, pool: PoolSize) -> No
         f"   serial would be {jobs * latency:7.1f} s   ok {counts.get('success', 0)}"
         f"   jobs at emulator {state.stats()['jobs']}"
     )
+    # Baseline: the ideal wall time (every wave exactly one job's latency).
+    figure(f"jobs{jobs}_wall", elapsed, "s", ideal)
+    figure(f"jobs{jobs}_ok", counts.get("success", 0), "count", jobs)
 
 
 async def storm(tmp: Path, jobs: int) -> None:
@@ -140,6 +147,10 @@ async def storm(tmp: Path, jobs: int) -> None:
         f"429: {stats['rate_limited']})   jobs {stats['jobs']}   ok {counts.get('success', 0)}   "
         f"failed {counts.get('failed', 0)}   duplicates {stats['duplicates']} (target 0)"
     )
+    figure("storm_wall", elapsed, "s")
+    figure("storm_ok", counts.get("success", 0), "count", jobs)
+    figure("storm_failed_cleanly", counts.get("failed", 0), "count")
+    figure("storm_duplicates", stats["duplicates"], "count")
 
 
 async def main(latency: float, storm_jobs: int) -> None:

@@ -31,6 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure
+
 BIN = str(Path(sys.executable).parent / "comfyfleet")
 
 
@@ -213,6 +216,11 @@ def main() -> None:
             f"{fig['gap99']:10.1f} | {fig['naive_wall']:12.2f}  {ideal / fig['naive_wall']:10.3f}  "
             f"{fig['naive_gap50']:13.1f}"
         )
+        # Baseline: the naive round-robin client on the same backends.
+        eff, naive_eff = ideal / fig["wall"], ideal / fig["naive_wall"]
+        figure(f"n{n}_efficiency", eff, "x", naive_eff)
+        figure(f"n{n}_gap_p50", fig["gap50"], "ms", fig["naive_gap50"])
+        figure(f"n{n}_gap_p99", fig["gap99"], "ms")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from bench_engine import trivial_prompt
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
+from figures import figure
 
 COMFYUI_REFERENCE = "one ComfyUI 0.3.64 process: about 200-330 such prompts/s on this machine kind"
 
@@ -153,6 +154,9 @@ async def main(count: int, in_flight: int) -> None:
             f"({figures['rate'] / base:4.2f}x baseline)   submit -> done "
             f"p50 {figures['p50'] * 1e3:6.1f} ms  p99 {figures['p99'] * 1e3:6.1f} ms"
         )
+        figure(f"slots{slots}_throughput", figures["rate"], "prompts/s", base)
+        figure(f"slots{slots}_submit_done_p50", figures["p50"] * 1e3, "ms")
+        figure(f"slots{slots}_submit_done_p99", figures["p99"] * 1e3, "ms")
     print(f"  for scale: {COMFYUI_REFERENCE}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,9 @@ from pathlib import Path
 
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.sqlite import SQLiteStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure
 
 PROMPT = {
     "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "color": 0}},
@@ -104,6 +108,11 @@ async def main() -> None:
         print(f"{label:28}" + "".join(f"{rates[op]:>10.0f}" for op in OPS))
     ratios = [runs[True, 64][op] / runs[False, 64][op] for op in OPS]
     print(f"{'speed-up at 64 callers':28}" + "".join(f"{r:>9.1f}x" for r in ratios))
+    for op in OPS:
+        # Baseline: one transaction per operation, same number of callers.
+        for callers in (1, 64):
+            grouped, single = runs[True, callers][op], runs[False, callers][op]
+            figure(f"{op}_{callers}_callers", grouped, "ops/s", single)
 
 
 if __name__ == "__main__":

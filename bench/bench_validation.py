@@ -18,14 +18,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from comfyfleet.engine.registry import NodeRegistry, build_registry
 from comfyfleet.engine.validation import validate_prompt
 from comfyfleet.folders import Folders, using_folders
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure
 
 Prompt = dict[str, Any]
 
@@ -117,6 +122,7 @@ async def main(runs: int) -> None:
             f"{statistics.median(large) * 1e3:>8.2f} {baseline * 1e3:>13.2f} "
             f"{min(large) / baseline:>6.2f}"
         )
+        figure(f"{name}_1000_nodes_best", min(large) * 1e3, "ms", baseline * 1e3)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,14 @@ VIEW_PARAMS = ("filename", "subfolder", "type", "preview", "channel")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+#: Most slots (and most prefetch) one backend may declare.
+MAX_SLOTS = 1024
+
+
+def _is_header(value: Any) -> bool:
+    return isinstance(value, str) and ":" in value
+
+
 class FleetError(ValueError):
     """A backend definition or change that cannot be applied; the message says why."""
 
@@ -46,11 +54,17 @@ def parse_spec(raw: Any) -> BackendSpec:
     if not isinstance(name, str) or not NAME.match(name):
         raise FleetError(f"bad backend name {name!r}: letters, digits, . _ - (max 64)")
     slots, prefetch = raw.get("slots", 1), raw.get("prefetch", 0)
-    if not (isinstance(slots, int) and slots >= 1 and isinstance(prefetch, int) and prefetch >= 0):
-        raise FleetError("slots must be an integer >= 1 and prefetch >= 0")
+    # Bounded: the scheduler starts one task per slot (slots + prefetch) of a lane.
+    if not (
+        isinstance(slots, int)
+        and 1 <= slots <= MAX_SLOTS
+        and isinstance(prefetch, int)
+        and 0 <= prefetch <= MAX_SLOTS
+    ):
+        raise FleetError(f"slots must be an integer 1..{MAX_SLOTS} and prefetch 0..{MAX_SLOTS}")
     tags = raw.get("tags", [])
     auth = raw.get("auth_header")
-    if not isinstance(tags, list) or (auth is not None and ":" not in str(auth)):
+    if not isinstance(tags, list) or (auth is not None and not _is_header(auth)):
         raise FleetError("tags must be a list; auth_header must read 'Name: value'")
     return BackendSpec(url, name, slots, prefetch, tuple(str(t) for t in tags), auth)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,10 +19,13 @@ from comfyfleet.engine.run import RunHandle
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.retry import RetryPolicy
-from comfyfleet.store.base import JobStore
+from comfyfleet.store.base import JobStore, StoreError
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob
 
 log = logging.getLogger(__name__)
+
+#: Longest wait between attempts to record a job's end while the store refuses.
+RECORD_RETRY_MAX = 2.0
 
 
 class EventRouter(Protocol):
@@ -58,9 +61,21 @@ class Running:
 class _LaneSlots:
     lane: Lane
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    idle: set[asyncio.Task[Any]] = field(default_factory=set)  # slots waiting, holding no job
     retiring: bool = False
     busy: int = 0  # jobs running there now
     warmth: Warmth = field(default_factory=Warmth)  # what it ran last
+
+    @contextlib.asynccontextmanager
+    async def waiting(self) -> AsyncIterator[None]:
+        """While a slot waits holding no job, it may be cancelled at once."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.idle.add(task)
+        try:
+            yield
+        finally:
+            self.idle.discard(task)
 
     def free_for(self, job: Job) -> bool:
         return not self.retiring and self.busy < self.lane.slots and self.lane.can_run(job)
@@ -168,6 +183,10 @@ class Scheduler:
         before_requeue: Callable[[], None] | None = None,
     ) -> None:
         self._work.set()
+        winding = set(tasks)
+        for slots in self._lanes.values():
+            for idle in slots.idle & winding:
+                idle.cancel()  # waiting for work or for its lane: nothing to finish
         live = [t for t in tasks if not t.done()]
         _, late = await asyncio.wait(live, timeout=timeout) if live else (set(), set())
         if late:
@@ -263,15 +282,17 @@ class Scheduler:
         then run it once that write is done: a slot's clients see one prompt's done
         signal before the next prompt's first event, as from ComfyUI."""
         lane = entry.lane
-        await lane.wait_ready()
+        async with entry.waiting():  # holding no job: a retiring lane may cancel it here
+            await lane.wait_ready()
         self._work.clear()
         self._deferred = False
         job = await self.store.claim(lane.name, lambda job: self._eligible(entry, job))
         if self._deferred:
             self._work.set()  # a warmer free lane should take what this one left
         if job is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._work.wait(), timeout=1.0)
+            async with entry.waiting():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._work.wait(), timeout=1.0)
             return
         # Not clamped: a claim can land before its submit's increment, and they net out.
         self.pending -= 1
@@ -365,7 +386,7 @@ class Scheduler:
         job = entry.job
         finished: JobStatus | None = None
         try:
-            finished = await self._settle(entry, result, failure)
+            finished = await self._settle_retrying(entry, result, failure)
         except Exception:
             # The job stays running in the store and is recovered at the next start.
             log.exception("could not record the end of %s", job.prompt_id)
@@ -374,6 +395,25 @@ class Scheduler:
             self._queue_changed()
         if finished is not None:
             self.router.job_finished(job, finished)
+
+    async def _settle_retrying(
+        self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
+    ) -> JobStatus | None:
+        """Record the end, retrying while the store refuses (a full disk, say): the failed
+        write was rolled back and the writes are fenced by attempt, so a retry is safe.
+        Gives up only when the scheduler stops (the next start recovers the job)."""
+        delay = 0.25
+        while True:
+            try:
+                return await self._settle(entry, result, failure)
+            except StoreError as exc:
+                if self._stopping:
+                    raise
+                log.warning(
+                    "could not record the end of %s (%s); retrying", entry.job.prompt_id, exc
+                )
+                await asyncio.sleep(delay)
+                delay = min(RECORD_RETRY_MAX, delay * 2)
 
     def _sink_for(self, job: Job) -> Any:
         def sink(event: EngineEvent) -> None:

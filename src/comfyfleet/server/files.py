@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import mimetypes
@@ -43,6 +44,8 @@ _READ_CHUNK = 256 * 1024
 _FLUSH_BYTES = 1 << 20
 _SPOOL_IN_MEMORY = 1 << 20
 _BINARY = getattr(os, "O_BINARY", 0)
+# What storing an upload raises when the name or subfolder is taken by the other kind.
+_NAME_CLASHES = (IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
 class _Reject(Exception):
@@ -344,6 +347,12 @@ async def _store_form(folders: Folders, form: _Form, *, mask: bool) -> web.Strea
         payload = await asyncio.to_thread(_masked_payload, folders, ref, form.image)
     try:
         name = await asyncio.to_thread(_save, directory, form.filename, payload, overwrite)
+    except _NAME_CLASHES as exc:  # a folder where a file goes, or the reverse
+        raise _Reject(400) from exc
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:  # a name past the filesystem's limit: 400
+            raise
+        raise _Reject(400) from exc
     finally:
         if payload is not form.image:
             await asyncio.to_thread(payload.close)
@@ -436,10 +445,11 @@ def _same_content(path: str, payload: _Payload) -> bool:
         fd = os.open(path, flags)
     except OSError:  # a symlink, a socket, unreadable: never taken as the same file
         return False
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size != payload.size:
+        os.close(fd)  # e.g. a directory, which os.fdopen would refuse with an error
+        return False
     with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size != payload.size:
-            return False
         sha = hashlib.sha256()
         while block := file.read(_FLUSH_BYTES):
             sha.update(block)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from aiohttp import web
@@ -78,6 +79,8 @@ async def remove_backend(request: web.Request) -> web.Response:
     try:
         timeout = float(request.query.get("timeout", 30))
     except ValueError:
+        timeout = math.nan
+    if not 0 <= timeout < math.inf:  # NaN, negative and infinite waits are refused too
         return _error(400, "invalid_query", "timeout must be a number of seconds")
     lane.draining = True
     await gw.scheduler.remove_lane(lane.name, timeout)

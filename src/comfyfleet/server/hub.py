@@ -43,14 +43,28 @@ class ClientSocket:
         self._transport = transport
         self.supports_preview_metadata = False
         self._queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
+        self._dropped = False
         self._writer = asyncio.create_task(self._write(), name=f"ws-writer-{sid}")
 
     def send(self, payload: str | bytes) -> None:
+        if self._dropped:
+            return
         if self._queue.qsize() >= MAX_BACKLOG:
-            log.warning("closing a websocket that fell behind", extra={"sid": self.sid})
-            self.close()
+            log.warning("dropping a websocket that fell behind", extra={"sid": self.sid})
+            self.drop()
             return
         self._queue.put_nowait(payload)
+
+    def drop(self) -> None:
+        """Give up on a peer that stopped reading: a graceful close would wait behind the
+        frames it never reads (and keep them in memory), so abort the connection and free
+        the backlog. The reader side then ends and detaches the socket."""
+        self._dropped = True
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queue.put_nowait(None)
+        if self._transport is not None:
+            self._transport.abort()
 
     def send_json(self, event: str, data: Any) -> None:
         self.send(json.dumps({"type": event, "data": data}))

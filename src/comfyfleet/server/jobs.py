@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
 
 from comfyfleet.server.gateway import GATEWAY
-from comfyfleet.server.prompts import read_json
+from comfyfleet.server.prompts import clamp_to_sql, read_json
 from comfyfleet.server.routing import Route
 from comfyfleet.store.records import HistoryEntry, Job, JobStatus
 
@@ -58,7 +59,8 @@ def job_detail(job: Job, entry: HistoryEntry | None) -> dict[str, Any]:
 
 def _query_error(message: str) -> web.HTTPBadRequest:
     return web.HTTPBadRequest(
-        text=f'{{"error": {{"type": "invalid_query", "message": "{message}"}}}}',
+        # json.dumps: the message quotes client text, which may hold quotes or controls.
+        text=json.dumps({"error": {"type": "invalid_query", "message": message}}),
         content_type="application/json",
     )
 
@@ -82,7 +84,7 @@ def _page_params(request: web.Request) -> tuple[list[JobStatus] | None, bool, in
         raise _query_error("limit and offset must be integers") from None
     if limit < 1 or offset < 0:
         raise _query_error("limit must be >= 1 and offset >= 0")
-    return statuses, order == "desc", min(limit, MAX_LIMIT), offset
+    return statuses, order == "desc", min(limit, MAX_LIMIT), clamp_to_sql(offset)
 
 
 async def list_jobs(request: web.Request) -> web.Response:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import uuid
 from typing import Any
 
@@ -14,9 +16,15 @@ from comfyfleet.protocol.prompt import is_link
 from comfyfleet.scheduler.scheduler import QueueFull
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
-from comfyfleet.store.base import DuplicateJob
+from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.store.records import NewJob
 
+log = logging.getLogger(__name__)
+
+#: Seconds a client is asked to wait when the store refuses a new prompt (disk full, ...).
+STORE_RETRY_AFTER = 5
+#: The largest integer SQLite stores; larger counts and offsets are clamped to it.
+SQL_INT_MAX = 2**63 - 1
 #: ComfyUI's own cap for GET /history without max_items.
 HISTORY_DEFAULT_MAX = 10_000
 #: extra_data keys that carry credentials: used while running, never stored.
@@ -34,7 +42,8 @@ async def read_json(request: web.Request) -> Any:
         return {}
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    # ValueError also covers integers past Python's digit limit; RecursionError, deep nesting.
+    except (ValueError, RecursionError) as exc:
         raise web.HTTPBadRequest(
             text=json.dumps(
                 prompt_error_body(error("invalid_json", "Request body is not JSON", str(exc)))
@@ -50,8 +59,10 @@ async def post_prompt(request: web.Request) -> web.Response:
         return bad_request("invalid_prompt", "The request body must be a JSON object")
     try:
         number, front = await _queue_number(gw, body)
-    except (TypeError, ValueError):
-        return bad_request("invalid_prompt", "number must be a number", repr(body.get("number")))
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
+        return bad_request(
+            "invalid_prompt", "number must be a number", _short_repr(body.get("number"))
+        )
     if "prompt" not in body:
         return bad_request("no_prompt", "No prompt provided", "No prompt provided")
     targets = body.get("partial_execution_targets")
@@ -84,6 +95,12 @@ async def post_prompt(request: web.Request) -> web.Response:
         return web.json_response(
             body, status=429, headers={"Retry-After": str(max(1, round(full.retry_after)))}
         )
+    except StoreError as exc:  # e.g. the data dir's disk is full: nothing was queued
+        log.warning("refusing a prompt: the store cannot take it: %s", exc)
+        err = error("store_unavailable", "The server cannot store new prompts right now", str(exc))
+        return web.json_response(
+            prompt_error_body(err), status=503, headers={"Retry-After": str(STORE_RETRY_AFTER)}
+        )
     return web.json_response(
         {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     )
@@ -103,6 +120,12 @@ def _needed(checked: Any) -> list[str]:
     return [n for n in prompt if n in seen]
 
 
+def _short_repr(value: Any) -> str:
+    """`repr` for error details, cut short (a huge number or string must not fill the reply)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**100 else "a huge integer"
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 async def _queue_number(gw: Gateway, body: dict[str, Any]) -> tuple[float, bool]:
     """ComfyUI's numbering: an explicit number as a float, else the counter (negated for front).
 
@@ -112,7 +135,10 @@ async def _queue_number(gw: Gateway, body: dict[str, Any]) -> tuple[float, bool]
         value = body["number"]
         if isinstance(value, bool):
             raise TypeError("number")
-        return float(value), False
+        number = float(value)
+        if not math.isfinite(number):  # NaN and Infinity are not JSON: replies would break
+            raise ValueError("number")
+        return number, False
     counter = await gw.store.next_number()
     front = bool(body.get("front"))
     return (-counter if front else counter), front
@@ -177,9 +203,15 @@ def _int_param(request: web.Request, name: str) -> int | None:
     if raw is None or raw == "":
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise web.HTTPBadRequest(text=f"{name} must be an integer") from None
+    return clamp_to_sql(value)
+
+
+def clamp_to_sql(value: int) -> int:
+    """`value` within SQLite's 64-bit integers: any bigger count means "all" anyway."""
+    return max(-SQL_INT_MAX - 1, min(value, SQL_INT_MAX))
 
 
 async def get_history(request: web.Request) -> web.Response:

@@ -158,6 +158,8 @@ class GroupWriter:
         return (request.future, True, value)
 
     def _transaction(self, conn: sqlite3.Connection, requests: list[_Request]) -> list[Any]:
+        if conn.in_transaction:  # a failed ROLLBACK left one open: end it, or none could begin
+            conn.execute("ROLLBACK")
         # IMMEDIATE takes the write lock up front, so no statement can hit SQLITE_BUSY
         # half-way through (another process on the file waits on busy_timeout instead).
         conn.execute("BEGIN IMMEDIATE")
@@ -169,8 +171,11 @@ class GroupWriter:
                 results.append(request.op(conn))
             conn.execute("COMMIT")
         except BaseException:
+            # A failed write (disk full, I/O error) fails this transaction only: a ROLLBACK
+            # that fails too must not hide the cause; the next transaction retries it.
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
         return results
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 from tests.integration.fleet.conftest import MakeFleet
@@ -75,10 +76,16 @@ def test_backends_added_at_run_time_are_persisted_redacted_and_removable(
     for path in fleet.gateway.data_dir.rglob("*.db*"):
         assert SECRET.encode() not in path.read_bytes(), path
 
+    started = time.monotonic()
     status, body = call(fleet.gateway.url, "DELETE", "/api/fleet/backends/extra?timeout=5")
     assert (status, body) == (200, {"removed": "extra"})
+    assert time.monotonic() - started < 3.0  # idle slots leave at once
     del fleet.backends["extra"]
     assert set(fleet.backend_states()) == {first}
+    # The other backend's slots are untouched: it still takes work.
+    prompt_id = fleet.submit(sleep_prompt(0.1, 7))
+    fleet.wait_job(prompt_id, "completed")
+    assert fleet.lane_of(prompt_id) == first
     status, _ = call(fleet.gateway.url, "DELETE", "/api/fleet/backends/extra")
     assert status == 404
 

@@ -79,6 +79,8 @@ def format_prefix(
 # Next free counter per (folder, name): a hint that saves rescanning the folder.
 _COUNTERS: dict[tuple[str, str], int] = {}
 _COUNTERS_LOCK = threading.Lock()
+#: The counter after `<name>_` in a saved file's name.
+_COUNTER = re.compile(r"(\d+)(?=_|\.|$)")
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,11 @@ class SaveTarget:
         except FileNotFoundError:
             self.folder.mkdir(parents=True, exist_ok=True)
             return 1
-        pattern = re.compile(re.escape(self.name) + r"_(\d+)(?=_|\.|$)")
-        used = [int(m.group(1)) for m in map(pattern.match, entries) if m]
+        # The name is matched as a prefix, not compiled into a pattern: compiling a
+        # pattern from a very long prefix (a 10 MB string) takes minutes.
+        start = self.name + "_"
+        matches = (_COUNTER.match(e, len(start)) for e in entries if e.startswith(start))
+        used = [int(m.group(1)) for m in matches if m]
         return max(used, default=0) + 1
 
     def write_new(self, name: str, counter: int, data: bytes) -> tuple[str, int]:

@@ -1,0 +1,105 @@
+"""Backends killed, hung and wiped under load: jobs move, complete, and end once."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.faults.helpers import (
+    assert_outputs_present,
+    job_counts,
+    output_files,
+    save_sleep_prompt,
+)
+from tests.integration.fleet.conftest import MakeFleet
+from tests.integration.fleet.harness import Fleet, backend_queue, poll
+
+pytestmark = pytest.mark.faults
+
+PROMPTS = 40
+SLEEP = 0.15
+
+
+def submit_many(fleet: Fleet, tag: str, count: int = PROMPTS) -> dict[str, str]:
+    """prompt_id -> its SaveImage prefix."""
+    prefixes = [f"{tag}{n:03d}" for n in range(count)]
+    with ThreadPoolExecutor(4) as pool:
+        ids = pool.map(lambda p: fleet.submit(save_sleep_prompt(p, SLEEP)), prefixes)
+        return dict(zip(ids, prefixes, strict=True))
+
+
+def running_on(fleet: Fleet, name: str) -> bool:
+    return bool(backend_queue(fleet.backends[name])[0])
+
+
+def settle_and_check(fleet: Fleet, jobs: dict[str, str], timeout: float = 60) -> None:
+    """Every job completed exactly once at the gateway, with exactly one output file."""
+
+    def settled() -> bool:
+        counts = job_counts(fleet.gateway)
+        return counts["pending"] == 0 and counts["in_progress"] == 0
+
+    poll(settled, what="every job to settle", timeout=timeout)
+    statuses = {fleet.job(p)["status"] for p in jobs}
+    assert statuses == {"completed"}, statuses
+    history = fleet.history()  # fails on a repeated key
+    assert set(jobs) <= set(history)
+    assert {history[p]["status"]["status_str"] for p in jobs} == {"success"}
+    assert_outputs_present(fleet.gateway.data_dir, history, jobs)
+    files = output_files(fleet.gateway.data_dir)
+    wrong = {prefix: files[prefix] for prefix in jobs.values() if files[prefix] != 1}
+    assert wrong == {}, wrong  # copied back once, from the attempt that counted
+
+
+def test_backend_sigkill_mid_prompt_then_back_with_empty_history(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(dedicated=[(), ()])
+    first = submit_many(fleet, "bk")
+    poll(lambda: running_on(fleet, "d0"), what="d0 to run a prompt")
+    fleet.backends["d0"].kill()  # SIGKILL in the middle of a Sleep
+    fleet.wait_states({"d0": "down"}, timeout=10)
+
+    # Back on the same port with nothing: no history, no outputs, no queue.
+    shutil.rmtree(fleet.backends["d0"].data_dir)
+    fleet.restart_backend("d0")
+    fleet.wait_states({"d0": "up"}, timeout=30)
+    second = submit_many(fleet, "be", 20)
+    settle_and_check(fleet, {**first, **second})
+    retried = [p for p in first if fleet.job(p)["attempt"] > 1]
+    assert retried, "no job was moved off the killed backend"
+    lanes = {fleet.lane_of(p) for p in second}
+    assert "d0" in lanes, lanes  # the wiped backend took work again
+
+
+def test_backend_restarted_empty_while_gateway_waits_on_it(make_fleet: MakeFleet) -> None:
+    """Killed and back with an empty history before the gateway notices it was gone."""
+    fleet = make_fleet(dedicated=[(), ()])
+    jobs = submit_many(fleet, "bw")
+    poll(lambda: running_on(fleet, "d1"), what="d1 to run a prompt")
+    fleet.backends["d1"].kill()
+    shutil.rmtree(fleet.backends["d1"].data_dir)
+    fleet.restart_backend("d1")
+    settle_and_check(fleet, jobs)
+
+
+def test_backend_hang_sigstop_jobs_move_and_end_once(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(dedicated=[(), ()], gateway_args=("--hang-timeout", "1.0"))
+    try:
+        jobs = submit_many(fleet, "bh")
+        poll(lambda: running_on(fleet, "d0"), what="d0 to run a prompt")
+        fleet.stop("d0")  # SIGSTOP: the connection stays open, nothing answers
+        poll(
+            lambda: bool(fleet.backend_states()["d0"]["suspect"]),
+            what="d0 to be marked suspect",
+            timeout=10,
+        )
+        settle_and_check(fleet, jobs)
+        assert {fleet.lane_of(p) for p in jobs} >= {"d1"}
+    finally:
+        if fleet.backends["d0"] in fleet.stopped:
+            fleet.resume("d0")
+    # Resumed, the backend may finish what it held; the gateway still has one entry each.
+    fleet.wait_states({"d0": "up"}, timeout=30)
+    poll(lambda: not running_on(fleet, "d0"), what="d0 to go idle", timeout=30)
+    settle_and_check(fleet, jobs)
