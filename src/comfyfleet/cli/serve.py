@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -110,6 +111,12 @@ async def _serve(config: ServerConfig) -> int:
         config.port,
         config.data_dir.resolve(),
     )
+    if not _is_loopback(config.host):
+        log.warning(
+            "listening on %s, which is not a loopback address, with no authentication: "
+            "anyone who can reach it can run prompts and read outputs",
+            config.host,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,3 +126,12 @@ async def _serve(config: ServerConfig) -> int:
     await runner.cleanup()  # stops accepting, then the gateway drains (app on_shutdown)
     log.info("stopped")
     return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
