@@ -25,6 +25,7 @@ from comfyfleet.nodes.core import NODE_CLASS_MAPPINGS as CORE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
+from harness import percentile
 
 
 def trivial_prompt(color: int) -> dict[str, Any]:
@@ -39,11 +40,6 @@ def trivial_prompt(color: int) -> dict[str, Any]:
             "inputs": {"images": ["2", 0], "filename_prefix": "bench"},
         },
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def baseline(folders: Folders, count: int) -> list[float]:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,14 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
-
-BIN = str(Path(sys.executable).parent / "comfyfleet")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from harness import free_port, percentile, serve
 
 
 def call(url: str, body: Any = None) -> Any:
@@ -49,22 +40,6 @@ def call(url: str, body: Any = None) -> Any:
     with urllib.request.urlopen(request, timeout=30) as response:
         raw = response.read()
         return json.loads(raw) if raw else None
-
-
-def serve(data: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    command = [
-        BIN,
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data),
-        "--testing-nodes",
-        "--log-level",
-        "WARNING",
-        *extra,
-    ]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def wait_up(url: str, timeout: float = 60.0) -> None:
@@ -136,15 +111,10 @@ def gaps(runs: dict[str, list[tuple[int, int]]]) -> list[float]:
     return [nxt[0] - prev[1] for rs in runs.values() for prev, nxt in itertools.pairwise(rs)]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values) or [float("nan")]
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def run_size(n: int, per_backend: int, prefetch: int, root: Path) -> dict[str, float]:
     ports = [free_port() for _ in range(n + 1)]
     urls = [f"http://127.0.0.1:{p}" for p in ports[1:]]
-    procs = [serve(root / f"b{p}", p, "--local-slots", "1") for p in ports[1:]]
+    procs = [serve(root / f"b{p}", p, "--testing-nodes", "--local-slots", "1") for p in ports[1:]]
     try:
         for url in urls:
             wait_up(url)
@@ -153,7 +123,17 @@ def run_size(n: int, per_backend: int, prefetch: int, root: Path) -> dict[str, f
         config.write_text(
             "".join(f'[[backends]]\nurl = "{url}"\nprefetch = {prefetch}\n' for url in urls)
         )
-        procs.append(serve(root / "gw", ports[0], "--local-slots", "0", "--config", str(config)))
+        procs.append(
+            serve(
+                root / "gw",
+                ports[0],
+                "--testing-nodes",
+                "--local-slots",
+                "0",
+                "--config",
+                str(config),
+            )
+        )
         wait_up(gateway_url)
         deadline = time.monotonic() + 30
         while up_count(gateway_url) < n:

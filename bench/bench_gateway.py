@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,13 +32,9 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
 from figures import figure
+from harness import percentile, serve, wait_ready
 
 COMFYUI_REFERENCE = "one ComfyUI 0.3.64 process: about 200-330 such prompts/s on this machine kind"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def engine_baseline(count: int, in_flight: int) -> float:
@@ -58,23 +53,11 @@ async def engine_baseline(count: int, in_flight: int) -> float:
     return count / elapsed
 
 
-async def wait_ready(url: str, session: aiohttp.ClientSession) -> None:
-    for _ in range(200):
-        try:
-            async with session.get(url + "/prompt") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.05)
-    raise RuntimeError("server did not start")
-
-
 async def through_server(port: int, count: int, in_flight: int, offset: int) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     client_id = uuid.uuid4().hex
     async with aiohttp.ClientSession() as session:
-        await wait_ready(url, session)
+        await wait_ready(url)
         ws = await session.ws_connect(f"{url}/ws?clientId={client_id}")
         done: dict[str, asyncio.Future[float]] = {}
 
@@ -119,22 +102,6 @@ async def through_server(port: int, count: int, in_flight: int, offset: int) -> 
     }
 
 
-def run_server(data_dir: Path, port: int, slots: int) -> subprocess.Popen[bytes]:
-    command = [
-        str(Path(sys.executable).parent / "comfyfleet"),
-        "serve",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--local-slots",
-        str(slots),
-        "--log-level",
-        "WARNING",
-    ]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
-
-
 async def main(count: int, in_flight: int) -> None:
     print(f"{count} trivial prompts (EmptyImage 64x64 -> ImageInvert -> SaveImage)")
     print(f"  {in_flight} in flight at a time")
@@ -142,7 +109,7 @@ async def main(count: int, in_flight: int) -> None:
     print(f"  baseline: engine alone, in process          {base:7.1f} prompts/s")
     for port, slots in ((8231, 1), (8232, 8)):
         with tempfile.TemporaryDirectory() as tmp:
-            server = run_server(Path(tmp), port, slots)
+            server = serve(Path(tmp), port, "--local-slots", str(slots))
             try:
                 await through_server(port, 30, in_flight, 10_000_000)  # warm-up
                 figures = await through_server(port, count, in_flight, 0)

@@ -23,7 +23,6 @@ import asyncio
 import http.client
 import json
 import random
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -36,8 +35,8 @@ from comfyfleet.store.sqlite import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
+from harness import BIN, free_port, percentile
 
-BIN = str(Path(sys.executable).parent / "comfyfleet")
 PROMPT = json.dumps(
     {
         "1": {
@@ -123,12 +122,6 @@ def build(path: Path, count: int, batch: int = 50_000) -> float:
     return time.perf_counter() - start
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def memory_kib(pid: int) -> dict[str, int]:
     found = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -136,11 +129,6 @@ def memory_kib(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             found[key] = int(value.split()[0])
     return found
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values) or [float("nan")]
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def timed_get(conn: http.client.HTTPConnection, path: str) -> tuple[float, Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,19 +37,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
-
-BIN = str(Path(sys.executable).parent / "comfyfleet")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values) or [float("nan")]
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from harness import BIN, free_port, percentile, wait_ready
 
 
 def progress_prompt(color: int) -> dict[str, Any]:
@@ -161,19 +148,6 @@ async def run(url: str, clients: int, per_client: int, color: int) -> tuple[Tall
     return tally, elapsed
 
 
-async def wait_up(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(600):
-            try:
-                async with session.get(url + "/prompt") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError("server did not start")
-
-
 def report(label: str, tally: Tally, elapsed: float, prompts: int) -> None:
     print(
         f"  {label:<12} {prompts:5d} prompts in {elapsed:6.2f} s   event latency p50 "
@@ -193,7 +167,7 @@ async def main(clients: int, per_client: int) -> None:
         command += ["--testing-nodes", "--log-level", "WARNING"]
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         try:
-            await wait_up(url)
+            await wait_ready(url, timeout=30.0)
             await run(url, 4, 5, 10_000_000)  # warm-up
             single = max(per_client, 50)
             base, base_elapsed = await run(url, 1, single, 0)
