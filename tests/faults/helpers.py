@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.fleet.harness import call
+from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
 PREFIX_OF = re.compile(r"^(?P<prefix>.+)_\d{5}_\.png$")
@@ -16,14 +17,7 @@ PREFIX_OF = re.compile(r"^(?P<prefix>.+)_\d{5}_\.png$")
 
 def save_sleep_prompt(prefix: str, seconds: float, color: int = 0) -> dict[str, Any]:
     """EmptyImage(8x8) -> Sleep(seconds) -> SaveImage(prefix): one output file per run."""
-    return {
-        "1": {
-            "class_type": "EmptyImage",
-            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color},
-        },
-        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
-        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": prefix}},
-    }
+    return sleep_prompt(seconds, color, output="SaveImage", prefix=prefix)
 
 
 def job_counts(server: ServerProcess) -> dict[str, int]:

@@ -9,15 +9,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry, build_registry
 from comfyfleet.fanout import FanoutService, FanoutSettings, SecretVault
 from comfyfleet.folders import Folders
-from comfyfleet.providers.emulator import build_emulator_app, emulator_state
-from comfyfleet.providers.emulator_state import EmulatorSettings, EmulatorState
 from comfyfleet.store.sqlite import SQLiteStore
+from tests import emulators
+from tests.emulators import Emulator
 
 # Distinctive, so a leak is easy to spot anywhere.
 KEY = "planted-FANOUT-KEY-7c1e93b0a5d2"
@@ -27,27 +26,8 @@ COLLECT = "Concurrent Collect Images (30)"
 SUBMIT_FLUX = "Concurrent Submit | BFLFluxImage"
 
 
-@dataclass
-class Emulator:
-    server: TestServer
-    settings: EmulatorSettings
-    state: EmulatorState
-
-    @property
-    def url(self) -> str:
-        return str(self.server.make_url("")).rstrip("/")
-
-    def stats(self) -> dict[str, Any]:
-        return self.state.stats()
-
-
 async def start_emulator(**settings: Any) -> Emulator:
-    chosen = {"latency": 0.3, "jitter": 0.0, "keys": [KEY], "seed": 1, **settings}
-    dials = EmulatorSettings(**chosen)
-    app = build_emulator_app(dials)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    return Emulator(server, dials, emulator_state(app))
+    return await emulators.start_emulator(KEY, **settings)
 
 
 @pytest.fixture

@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
+
+__all__ = ["sleep_prompt"]  # the prompt builder the fleet tests import from here
 
 TIMEOUT = 30.0
 
@@ -240,23 +243,6 @@ def gateway_config(path: Path, backends: Sequence[tuple[str, ServerProcess]], **
 
 
 # -- prompts -----------------------------------------------------------------------------
-
-
-def sleep_prompt(
-    seconds: float, color: int = 0, *, output: str = "PreviewImage", prefix: str = "fleet"
-) -> dict[str, Any]:
-    """EmptyImage(8x8, color) -> Sleep(seconds) -> PreviewImage/SaveImage."""
-    out_inputs: dict[str, Any] = {"images": ["2", 0]}
-    if output == "SaveImage":
-        out_inputs["filename_prefix"] = prefix
-    return {
-        "1": {
-            "class_type": "EmptyImage",
-            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color},
-        },
-        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
-        "3": {"class_type": output, "inputs": out_inputs},
-    }
 
 
 def fail_prompt(message: str) -> dict[str, Any]:

@@ -62,7 +62,7 @@ async def test_run_submits_polls_and_downloads(
     assert progress and all(status == "Pending" for status, _ in progress)
     values = [v for _, v in progress if v is not None]
     assert values == sorted(values) and all(0 <= v <= 1 for v in values)
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["jobs"] == 1 and stats["jobs_by_model"] == {"flux-pro-1.1": 1}
     assert stats["downloads"] == 1 and stats["duplicates"] == 0
 
@@ -85,7 +85,7 @@ async def test_429_waits_for_retry_after(
     waited = time.monotonic() - started
     # The emulator answered "Retry-After: 1"; the backoff alone would be < 0.05 s.
     assert waited >= 0.95
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["rate_limited"] == 1 and stats["jobs"] == 2
 
 
@@ -99,7 +99,7 @@ async def test_429_gives_up_after_max_attempts(
     with pytest.raises(RateLimited) as caught:
         await bfl.submit("flux-dev", BODY)
     assert caught.value.status == 429 and caught.value.retry_after is None
-    assert (await emulator.stats(session))["rate_limited"] == 3
+    assert (await emulator.fetch_stats(session))["rate_limited"] == 3
 
 
 async def test_5xx_on_submit_is_retried_without_duplicates(
@@ -108,7 +108,7 @@ async def test_5xx_on_submit_is_retried_without_duplicates(
     emulator.settings.fail_next = 2
     data = await client(emulator, session).run("flux-dev", BODY)
     assert png_size(data) == (96, 64)
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["create_requests"] == 3 and stats["failed"] == 2
     assert stats["jobs"] == 1 and stats["duplicates"] == 0
 
@@ -133,7 +133,7 @@ async def test_failed_polls_are_retried(emulator: Emulator, session: aiohttp.Cli
     emulator.settings.fail_next_polls = 3
     data = await client(emulator, session).run("flux-dev", BODY)
     assert png_size(data) == (96, 64)
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["polls"] >= 4 and stats["jobs"] == 1
 
 
@@ -145,7 +145,7 @@ async def test_hang_after_submit_is_ambiguous_and_not_resent(
     with pytest.raises(AmbiguousSubmit) as caught:
         await bfl.submit("flux-dev", BODY)
     assert not caught.value.retryable
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["create_requests"] == 1 and stats["jobs"] == 1 and stats["hung"] == 1
 
 
@@ -155,7 +155,7 @@ async def test_moderated_job(emulator: Emulator, session: aiohttp.ClientSession)
     with pytest.raises(ModerationError) as caught:
         await client(emulator, session).run("flux-dev", BODY, on_submitted=submitted.append)
     assert caught.value.task_id == submitted[0].id
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["moderated"] == 1 and stats["cancels"] == 0  # a finished job is not cancelled
 
 
@@ -182,7 +182,7 @@ async def test_cancelling_run_cancels_the_job(
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["cancels"] == 1 and stats["cancelled"] == 1
 
 
@@ -207,7 +207,7 @@ async def test_deadline_gives_up_and_cancels(
     with pytest.raises(ProviderError, match="no result after") as caught:
         await client(emulator, session, deadline=0.2).run("flux-dev", BODY)
     assert caught.value.task_id is not None and not caught.value.retryable
-    assert (await emulator.stats(session))["cancelled"] == 1
+    assert (await emulator.fetch_stats(session))["cancelled"] == 1
 
 
 async def test_wrong_key_is_refused_without_retries(
@@ -217,7 +217,7 @@ async def test_wrong_key_is_refused_without_retries(
     with pytest.raises(ProviderError) as caught:
         await bfl.submit("flux-dev", BODY)
     assert caught.value.status == 403 and not caught.value.retryable
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["unauthorized"] == 1 and stats["jobs"] == 0
 
 

@@ -44,5 +44,5 @@ async def test_cooldown_is_shared_by_concurrent_requests(
     assert quiet == []
     # Retrying every 5-10 ms without the cooldown would have hit the emulator hundreds
     # of times during the three seconds it takes to admit four jobs at 1/s.
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["jobs"] == 4 and stats["create_requests"] < 25

@@ -58,7 +58,7 @@ async def test_same_prompt_and_seed_give_the_same_png(
     assert a == b
     assert size_and_pixel(a)[0] == (64, 32)
     assert size_and_pixel(a)[1] != size_and_pixel(c)[1]
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     # Identical bodies are what "duplicates" counts: the proof tests look for.
     assert stats["jobs"] == 3 and stats["duplicates"] == 1
 
@@ -86,7 +86,7 @@ async def test_keys_are_checked_and_never_echoed(
         assert (await response.json())["error"]["code"] == "invalid_api_key"
         assert "wrong-key-value" not in await response.text()
     await create(session, emulator, {"prompt": "p"})
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["jobs_by_key"] == {key_label(KEY): 1}
     assert KEY not in str(stats) and KEY[:8] not in str(stats)
 
@@ -97,7 +97,7 @@ async def test_any_key_is_accepted_when_none_is_configured(
     emulator.settings.keys = []
     await create(session, emulator, {"prompt": "p"}, key="alice-key")
     await create(session, emulator, {"prompt": "p"}, key="bob-key")
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert sorted(stats["jobs_by_key"]) == sorted([key_label("alice-key"), key_label("bob-key")])
 
 
@@ -133,11 +133,11 @@ async def test_cancel_and_reset(emulator: Emulator, session: aiohttp.ClientSessi
         assert (await response.json())["cancelled"] is True
     async with session.get(job["polling_url"], headers=HEADERS) as response:
         assert (await response.json())["status"] == "Cancelled"
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["cancels"] == 1 and stats["cancelled"] == 1
     async with session.post(f"{emulator.url}/_emulator/reset") as response:
         assert response.status == 200
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["jobs"] == 0 and stats["cancels"] == 0
     async with session.get(job["polling_url"], headers=HEADERS) as response:
         assert (await response.json())["status"] == "Task not found"

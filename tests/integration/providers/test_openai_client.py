@@ -43,7 +43,7 @@ async def test_generate_b64_json(emulator: Emulator, session: aiohttp.ClientSess
     images = await client(emulator, session).generate({**BODY, "n": 2})
     assert sizes(images) == [(64, 48), (64, 48)]
     assert images[0] != images[1]  # each image of a request differs
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["jobs"] == 1 and stats["jobs_by_model"] == {"gpt-image-1": 1}
 
 
@@ -52,7 +52,7 @@ async def test_generate_url_is_downloaded(
 ) -> None:
     images = await client(emulator, session).generate({**BODY, "response_format": "url"})
     assert sizes(images) == [(64, 48)]
-    assert (await emulator.stats(session))["downloads"] == 1
+    assert (await emulator.fetch_stats(session))["downloads"] == 1
 
 
 async def test_edit_sends_multipart_images_and_mask(
@@ -71,7 +71,7 @@ async def test_edit_sends_multipart_images_and_mask(
     # Different input images are a different job, with a different result.
     other = await openai.edit(fields, [("a.png", render_png(32, 32, (9, 9, 9)))])
     assert other != images
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["jobs"] == 2 and stats["duplicates"] == 0
 
 
@@ -91,7 +91,7 @@ async def test_429_waits_for_retry_after(
     started = time.monotonic()
     await openai.generate(BODY)
     assert time.monotonic() - started >= 0.95
-    assert (await emulator.stats(session))["rate_limited"] == 1
+    assert (await emulator.fetch_stats(session))["rate_limited"] == 1
 
 
 async def test_429_without_retry_after_uses_ratelimit_reset(
@@ -105,13 +105,13 @@ async def test_429_without_retry_after_uses_ratelimit_reset(
         await openai.generate(BODY)
     # The third request waited for the x-ratelimit-reset-requests the 429 carried.
     assert time.monotonic() - started >= 0.9
-    assert (await emulator.stats(session))["rate_limited"] == 1
+    assert (await emulator.fetch_stats(session))["rate_limited"] == 1
 
 
 async def test_5xx_is_retried(emulator: Emulator, session: aiohttp.ClientSession) -> None:
     emulator.settings.fail_next = 1
     assert sizes(await client(emulator, session).generate(BODY)) == [(64, 48)]
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["create_requests"] == 2 and stats["jobs"] == 1
 
 
@@ -121,7 +121,7 @@ async def test_timeout_after_sending_is_ambiguous_and_not_resent(
     emulator.settings.hang_next = 1
     with pytest.raises(AmbiguousSubmit):
         await client(emulator, session, timeout=0.3).generate(BODY)
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["create_requests"] == 1 and stats["jobs"] == 1
 
 
@@ -132,7 +132,7 @@ async def test_timeout_with_idempotency_key_is_retried_with_the_same_key(
     openai = client(emulator, session, timeout=0.5)
     images = await openai.generate(BODY, idempotency_key="job-42")
     assert sizes(images) == [(64, 48)]
-    stats = await emulator.stats(session)
+    stats = await emulator.fetch_stats(session)
     assert stats["create_requests"] == 2 and stats["idempotency_keys"] == {"job-42": 2}
 
 

@@ -118,4 +118,4 @@ async def test_planted_key_never_leaks(
         assert_clean(record.getMessage())
         assert_clean(logging.Formatter().format(record))
     assert_clean(repr(cases))
-    assert_clean(str(await emulator.stats(session)))
+    assert_clean(str(await emulator.fetch_stats(session)))
