@@ -25,6 +25,8 @@ from comfyfleet.protocol import frames
 
 log = logging.getLogger(__name__)
 
+#: Answers bigger than this are parsed in a worker thread.
+LARGE_JSON = 256 * 1024
 MIME_FORMAT = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
 
 
@@ -107,6 +109,8 @@ class BackendClient:
                 body = await response.read()
                 if response.status >= 400:
                     raise BackendError(f"{method} {path}: HTTP {response.status}: {body[:300]!r}")
+                if len(body) > LARGE_JSON:  # e.g. object_info: parse it off the event loop
+                    return await asyncio.to_thread(json.loads, body)
                 return json.loads(body) if body.strip() else None
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
             raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc

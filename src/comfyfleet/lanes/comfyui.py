@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ class ComfyUILane:
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
         # Called when capabilities change, so the fleet can rebuild its node union.
-        self.on_change: Callable[[], None] = lambda: None
+        self.on_change: Callable[[], Awaitable[None]] = _nothing
 
     @property
     def suspect(self) -> bool:
@@ -130,8 +130,8 @@ class ComfyUILane:
 
     async def _connect_and_refresh(self) -> None:
         await self._refresh()
+        await self.on_change()  # the node union knows it before it takes work
         await self.client.connect()
-        self.on_change()
         info = self.capabilities.object_info
         log.info("backend %s up: %d node classes", self.client.spec.name, len(info))
 
@@ -149,7 +149,10 @@ class ComfyUILane:
                 continue  # a folder it lists but cannot read: no files known there
             if isinstance(files, list):
                 models[str(folder)] = [str(f) for f in files]
-        self.capabilities = Capabilities.from_object_info(object_info, models)
+        # A real ComfyUI's object_info is megabytes: index it off the event loop.
+        self.capabilities = await asyncio.to_thread(
+            Capabilities.from_object_info, object_info, models
+        )
 
     async def _watch_health(self) -> None:
         """Return when the backend stops answering (HTTP or WebSocket)."""
@@ -159,7 +162,7 @@ class ComfyUILane:
             await self.client.request("GET", "/prompt", timeout=10.0)
             if time.monotonic() - refreshed > self.settings.refresh_interval:
                 await self._refresh()
-                self.on_change()
+                await self.on_change()
                 refreshed = time.monotonic()
         raise BackendError("websocket closed")
 
@@ -249,3 +252,7 @@ class ComfyUILane:
         return JobResult(
             state, outputs, entry.get("meta") or {}, messages, error, output_files(outputs)
         )
+
+
+async def _nothing() -> None:
+    return None

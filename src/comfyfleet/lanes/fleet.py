@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -118,16 +119,16 @@ class Fleet:
         key = f"{socket.gethostname()}\0{self.folders.output}\0{spec.name}"
         return f"comfyfleet-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
-    def forget(self, name: str) -> None:
+    async def forget(self, name: str) -> None:
         self.backends.pop(name, None)
-        self.rebuild()
+        await self.rebuild()
 
-    def rebuild(self) -> None:
-        """The node union: local nodes plus stand-ins for what only backends have."""
+    async def rebuild(self) -> None:
+        """The node union: local nodes plus stand-ins for what only backends have (built
+        in a thread: it copies every backend's node definitions)."""
         remote = [lane.capabilities.object_info for lane in self.backends.values()]
-        self.registry = (
-            union_registry(self.engine.registry, remote) if remote else self.engine.registry
-        )
+        local = self.engine.registry
+        self.registry = await asyncio.to_thread(union_registry, local, remote) if remote else local
 
     def unrunnable(self, prompt: dict[str, Any]) -> dict[str, list[str]] | None:
         """None when some lane can run `prompt`; else, per lane, what it lacks."""

@@ -84,7 +84,7 @@ async def remove_backend(request: web.Request) -> web.Response:
         return _error(400, "invalid_query", "timeout must be a number of seconds")
     lane.draining = True
     await gw.scheduler.remove_lane(lane.name, timeout)
-    gw.fleet.forget(lane.client.spec.name)
+    await gw.fleet.forget(lane.client.spec.name)
     await gw.store.delete_backend(lane.client.spec.name)
     return web.json_response({"removed": lane.client.spec.name})
 
