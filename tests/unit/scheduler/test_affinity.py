@@ -1,0 +1,111 @@
+"""Between two free lanes, the one that last ran the same model files takes the prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+from comfyfleet.engine.executor import Engine
+from comfyfleet.engine.registry import build_registry
+from comfyfleet.folders import Folders
+from comfyfleet.lanes.affinity import Warmth
+from comfyfleet.lanes.local import LocalLane
+from comfyfleet.scheduler.scheduler import Scheduler
+from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
+from comfyfleet.server.hub import Hub
+from comfyfleet.store.records import Job, JobStatus, NewJob
+from comfyfleet.store.sqlite import SQLiteStore
+
+
+def prompt(model: str, seconds: float) -> dict[str, Any]:
+    """A model file name as a constant input (what affinity looks at), then a Sleep."""
+    return {
+        "1": {"class_type": "PrimitiveString", "inputs": {"value": model}},
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+
+
+async def run_one(
+    scheduler: Scheduler, store: SQLiteStore, model: str, seconds: float = 0.0
+) -> str:
+    prompt_id = str(uuid.uuid4())
+    number = await store.next_number()
+    await scheduler.submit(NewJob(prompt_id, number, False, prompt(model, seconds), {}, ["3"]))
+    for _ in range(200):
+        job = await store.get(prompt_id)
+        if job is not None and job.status == JobStatus.SUCCESS:
+            assert job.lane is not None
+            return job.lane
+        await asyncio.sleep(0.02)
+    raise AssertionError("the prompt did not finish")
+
+
+async def test_the_warm_lane_takes_its_models_again(tmp_path: Path) -> None:
+    engine = Engine(build_registry(testing=True), Folders.under(tmp_path / "data"))
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    hub = Hub()
+    lanes = [LocalLane(engine, 1, name="a"), LocalLane(engine, 1, name="b")]
+    scheduler = Scheduler(store, lanes, ClientRouter(hub, StatusBroadcaster(hub)))
+    await scheduler.start()
+    try:
+        # At the same time, so each lane takes one and is then warm for its model.
+        first_x, first_y = await asyncio.gather(
+            run_one(scheduler, store, "x.safetensors", 0.3),
+            run_one(scheduler, store, "y.safetensors", 0.3),
+        )
+        assert {first_x, first_y} == {"a", "b"}
+        # Both free from now on: each model keeps going to the lane that loaded it.
+        for _ in range(4):
+            assert await run_one(scheduler, store, "x.safetensors") == first_x
+            assert await run_one(scheduler, store, "y.safetensors") == first_y
+    finally:
+        await scheduler.stop(grace=1.0)
+        await store.close()
+        engine.close()
+
+
+async def test_a_cold_lane_leaves_the_job_to_a_free_warm_one_but_never_waits(
+    tmp_path: Path,
+) -> None:
+    engine = Engine(build_registry(testing=True), Folders.under(tmp_path / "data"))
+    store = SQLiteStore(tmp_path / "jobs.db")
+    hub = Hub()
+    scheduler = Scheduler(
+        store,
+        [LocalLane(engine, 1, name="warm"), LocalLane(engine, 1, name="cold")],
+        ClientRouter(hub, StatusBroadcaster(hub)),
+    )
+    try:
+        warm, cold = scheduler._lanes["warm"], scheduler._lanes["cold"]
+        warm.warmth = Warmth.of(prompt("x.safetensors", 0))
+        job = _job("x.safetensors")
+        assert scheduler._eligible(warm, job)
+        assert not scheduler._eligible(cold, job)  # the warm lane is free: leave it there
+        warm.busy = 1
+        assert scheduler._eligible(cold, job)  # the warm lane is busy: do not wait for it
+        warm.busy = 0
+        other = _job("y.safetensors")
+        assert scheduler._eligible(cold, other)  # nobody is warmer for y
+    finally:
+        engine.close()
+
+
+def _job(model: str) -> Job:
+    return Job(
+        str(uuid.uuid4()),
+        0,
+        False,
+        0,
+        prompt(model, 0),
+        {},
+        ["3"],
+        None,
+        JobStatus.PENDING,
+        0,
+        None,
+        0.0,
+    )
