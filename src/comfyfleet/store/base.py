@@ -123,8 +123,16 @@ class JobStore(RemoteJobJournal, Protocol):
         """`POST /queue {clear: true}`: cancel every pending job; their ids in
         submission order."""
 
-    async def queue(self) -> tuple[list[Job], list[Job]]:
-        """(running by start time, pending in dispatch order), one consistent view."""
+    async def queue(self, *, tenant: str | None = None) -> tuple[list[Job], list[Job]]:
+        """(running by start time, pending in dispatch order), one consistent view; only
+        the jobs of `tenant` when one is named."""
+
+    async def active_count(self, tenant: str) -> int:
+        """How many jobs of `tenant` are pending or running."""
+
+    async def owned(self, prompt_ids: Sequence[str], tenant: str) -> list[str]:
+        """The ids among `prompt_ids` whose job belongs to `tenant`, in the order given
+        (repeats dropped); unknown ids and other tenants' are left out."""
 
     async def counts(self) -> dict[JobStatus, int]:
         """Jobs per status; every status is present (0 when none)."""
@@ -146,17 +154,19 @@ class JobStore(RemoteJobJournal, Protocol):
         newest_first: bool = True,
         limit: int | None = None,
         offset: int = 0,
+        tenant: str | None = None,
     ) -> tuple[list[Job], int]:
         """A page of jobs by creation time (ties by submission order), and the total
-        matching `statuses` (None: all)."""
+        matching `statuses` (None: all) and `tenant` (None: every tenant)."""
 
     async def history(
-        self, max_items: int | None = None, offset: int | None = None
+        self, max_items: int | None = None, offset: int | None = None, *, tenant: str | None = None
     ) -> list[HistoryEntry]:
         """Entries in completion order, paged as ComfyUI does: without offset (or
         with a negative one), the newest `max_items`, oldest first; with offset,
         skip `offset` from the oldest, then at most `max_items`. None: no limit.
-        `max_items` <= 0 gives nothing."""
+        `max_items` <= 0 gives nothing. With `tenant`, only that tenant's entries
+        (paged among themselves)."""
 
     async def history_entry(self, prompt_id: str) -> HistoryEntry | None: ...
 
@@ -164,8 +174,9 @@ class JobStore(RemoteJobJournal, Protocol):
         """Remove these history entries (unknown ids are ignored). The jobs stay, with
         their output records, until pruned."""
 
-    async def clear_history(self) -> None:
-        """Remove every history entry; the jobs stay, as with `delete_history`."""
+    async def clear_history(self, *, tenant: str | None = None) -> None:
+        """Remove every history entry (only `tenant`'s when one is named); the jobs stay,
+        as with `delete_history`."""
 
     async def prune_history(
         self, *, max_entries: int | None, max_age_seconds: float | None
@@ -175,7 +186,7 @@ class JobStore(RemoteJobJournal, Protocol):
         without an entry (cancelled, or entry deleted) go too once they finished
         before the cutoff or before the newest entry dropped. Returns the output
         files of everything deleted, oldest first (the caller deletes them from
-        disk). Pending and running jobs are never pruned."""
+        disk), each with its job's tenant. Pending and running jobs are never pruned."""
 
     # -- fleet -----------------------------------------------------------------------
 

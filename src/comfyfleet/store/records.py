@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from comfyfleet.tenants import DEFAULT_TENANT
+
 
 class JobStatus(StrEnum):
     PENDING = "pending"
@@ -39,6 +41,7 @@ class NewJob:
     outputs: list[str]  # outputs_to_execute
     client_id: str | None = None
     node_errors: dict[str, Any] = field(default_factory=dict)
+    tenant: str = DEFAULT_TENANT  # who submitted it (see comfyfleet.tenants)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Job:
     started_at: float | None = None
     finished_at: float | None = None
     error: dict[str, Any] | None = None  # the final execution_error / interrupted payload
+    tenant: str = DEFAULT_TENANT
 
     def queue_item(self) -> list[Any]:
         """ComfyUI's queue item: `[number, prompt_id, prompt, extra_data, outputs_to_execute]`."""
@@ -66,11 +70,12 @@ class Job:
 
 @dataclass(frozen=True)
 class OutputFile:
-    """A file a job produced, relative to the data dir's folder of its `type`."""
+    """A file a job produced, relative to its tenant's folder of its `type`."""
 
     filename: str
     subfolder: str
     type: str  # "output" or "temp"
+    tenant: str = DEFAULT_TENANT  # set where it matters: on the files retention deletes
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 3 (PRAGMA user_version).
+-- comfyfleet job store, schema version 4 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -22,7 +22,8 @@ CREATE TABLE jobs (
     created_at  REAL NOT NULL,
     started_at  REAL,
     finished_at REAL,
-    error       TEXT
+    error       TEXT,
+    tenant      TEXT NOT NULL DEFAULT 'default'  -- who submitted it (comfyfleet.tenants)
 );
 
 -- Claim and the pending queue read this index in order, no sort step.
@@ -31,6 +32,8 @@ CREATE INDEX jobs_running ON jobs (started_at, seq) WHERE status = 'running';
 CREATE INDEX jobs_created ON jobs (created_at, seq);
 -- Serves counts() and status-filtered job listings.
 CREATE INDEX jobs_status ON jobs (status, created_at, seq);
+-- A tenant's jobs, for listings scoped to one tenant.
+CREATE INDEX jobs_tenant ON jobs (tenant, created_at, seq);
 -- Retention finds old finished jobs without walking every finished job.
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 

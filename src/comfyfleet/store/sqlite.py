@@ -39,7 +39,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -56,9 +56,19 @@ def _add_backends(conn: sqlite3.Connection) -> None:
     conn.execute(BACKENDS_TABLE)
 
 
+def _add_tenants(conn: sqlite3.Connection) -> None:
+    """Jobs get their tenant; those from before belong to `default` (see comfyfleet.tenants),
+    which keeps the data dir's own folders, so their outputs stay where they are."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "tenant" not in columns:  # a fresh file has it from schema.sql already
+        conn.execute("ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
+    conn.execute("CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, created_at, seq)")
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _add_backends,
     3: journal.migrate,  # the remote-job journal
+    4: _add_tenants,
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -82,6 +92,7 @@ _JOB_FIELDS = (
     "started_at",
     "finished_at",
     "error",
+    "tenant",
 )
 JOB_COLUMNS = ", ".join(_JOB_FIELDS)
 JOB_COLUMNS_J = ", ".join(f"j.{name}" for name in _JOB_FIELDS)
@@ -91,8 +102,8 @@ _TERMINAL_SQL = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL))
 
 INSERT_JOB = """
 INSERT INTO jobs (prompt_id, seq, number_json, order_key, front, status, client_id,
-                  prompt, extra_data, outputs, node_errors, created_at)
-VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs), ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)
+                  prompt, extra_data, outputs, node_errors, created_at, tenant)
+VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs), ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
 RETURNING seq
 """
 CLAIM_JOB = """
@@ -314,6 +325,7 @@ class SQLiteStore:
             attempt=0,
             lane=None,
             created_at=now,
+            tenant=job.tenant,
         )
 
     async def claim(
@@ -444,9 +456,22 @@ class SQLiteStore:
         """Cancel every pending job; returns their ids in submission order."""
         return await self._write(functools.partial(_cancel_pending, now=self._clock()))
 
-    async def queue(self) -> tuple[list[Job], list[Job]]:
-        """(running by start time, pending in dispatch order), from one snapshot."""
+    async def queue(self, *, tenant: str | None = None) -> tuple[list[Job], list[Job]]:
+        """(running by start time, pending in dispatch order), from one snapshot; only
+        the jobs of `tenant` when one is named."""
+        if tenant is not None:
+            return await self._read(functools.partial(_tenant_queue, tenant=tenant))
         return await self._read(_queue)
+
+    async def active_count(self, tenant: str) -> int:
+        """How many jobs of `tenant` are pending or running."""
+        return await self._read(functools.partial(_active_count, tenant=tenant))
+
+    async def owned(self, prompt_ids: Sequence[str], tenant: str) -> list[str]:
+        """The ids among `prompt_ids` whose job belongs to `tenant`, in the order given."""
+        ids = list(dict.fromkeys(prompt_ids))
+        mine = await self._read(functools.partial(_owned, ids=ids, tenant=tenant))
+        return [prompt_id for prompt_id in ids if prompt_id in mine]
 
     async def counts(self) -> dict[JobStatus, int]:
         """Jobs per status; every status is present."""
@@ -471,23 +496,32 @@ class SQLiteStore:
         newest_first: bool = True,
         limit: int | None = None,
         offset: int = 0,
+        tenant: str | None = None,
     ) -> tuple[list[Job], int]:
-        """A page of jobs by creation time (ties by submission order), and the total."""
+        """A page of jobs by creation time (ties by submission order), and the total;
+        only `tenant`'s jobs when one is named."""
         op = functools.partial(
             _jobs,
             statuses=None if statuses is None else sorted(set(statuses)),
             newest_first=newest_first,
             limit=limit,
             offset=max(0, offset),
+            tenant=tenant,
         )
         return await self._read(op)
 
     async def history(
-        self, max_items: int | None = None, offset: int | None = None
+        self, max_items: int | None = None, offset: int | None = None, *, tenant: str | None = None
     ) -> list[HistoryEntry]:
-        """History entries in completion order, paged as ComfyUI does (see JobStore)."""
+        """History entries in completion order, paged as ComfyUI does (see JobStore); only
+        `tenant`'s entries when one is named."""
         if max_items is not None and max_items <= 0:
             return []
+        if tenant is not None:
+            scoped = functools.partial(
+                _tenant_history, max_items=max_items, offset=offset, tenant=tenant
+            )
+            return await self._read(scoped)
         op = functools.partial(_history, max_items=max_items, offset=offset)
         return await self._read(op)
 
@@ -500,8 +534,11 @@ class SQLiteStore:
         ids = list(dict.fromkeys(prompt_ids))
         await self._write(functools.partial(_delete_history, ids=ids))
 
-    async def clear_history(self) -> None:
-        """Remove every history entry; the jobs themselves stay."""
+    async def clear_history(self, *, tenant: str | None = None) -> None:
+        """Remove every history entry (of `tenant`, when one is named); the jobs stay."""
+        if tenant is not None:
+            await self._write(functools.partial(_clear_tenant_history, tenant=tenant))
+            return
         await self._write(_clear_history)
 
     async def prune_history(
@@ -538,6 +575,7 @@ def _job_params(job: NewJob, now: float) -> tuple[Any, ...]:
         _dumps(job.outputs),
         _dumps(job.node_errors),
         now,
+        job.tenant,
     )
 
 
@@ -573,6 +611,7 @@ def _job(row: Sequence[Any]) -> Job:
         started_at=row[12],
         finished_at=row[13],
         error=None if row[14] is None else _loads(row[14]),
+        tenant=row[15],
     )
 
 
@@ -736,10 +775,15 @@ def _prune(
     # the newest entry dropped, so they cannot pile up forever.
     victims += [r[0] for r in conn.execute(UNLISTED_BEFORE, (horizon_time,))]
     files = _files_of(conn, victims)
+    tenants = _tenants_of(conn, victims)
     # Deleting jobs could lower max(number) below what was handed out.
     conn.execute(SAVE_NUMBER_FLOOR, (number,))
     conn.executemany(DELETE_JOB, [(prompt_id,) for prompt_id in victims])
-    return [file for prompt_id in victims for file in files.get(prompt_id, [])]
+    return [
+        replace(file, tenant=tenants[prompt_id])
+        for prompt_id in victims
+        for file in files.get(prompt_id, [])
+    ]
 
 
 # -- reader-thread operations -----------------------------------------------------------
@@ -769,11 +813,15 @@ def _jobs(
     newest_first: bool,
     limit: int | None,
     offset: int,
+    tenant: str | None = None,
 ) -> tuple[list[Job], int]:
     where, params = "", []
     if statuses is not None:
         where = f"WHERE status IN ({_marks(len(statuses))})"
         params = [status.value for status in statuses]
+    if tenant is not None:
+        where = f"{where} AND tenant = ?" if where else "WHERE tenant = ?"
+        params.append(tenant)
     direction = "DESC" if newest_first else "ASC"
     page = conn.execute(
         f"SELECT {JOB_COLUMNS} FROM jobs {where} "
@@ -843,3 +891,66 @@ def _files_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[Ou
 def _rows_for(conn: sqlite3.Connection, template: str, ids: Sequence[str]) -> Iterable[Any]:
     for chunk in _chunks(ids):
         yield from conn.execute(template.format(marks=_marks(len(chunk))), list(chunk))
+
+
+# -- one tenant's view (authentication on) ------------------------------------------------
+
+SELECT_PENDING_OF = f"""
+SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND tenant = ?
+ORDER BY front DESC, order_key, seq
+"""
+SELECT_RUNNING_OF = f"""
+SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_running WHERE status = 'running' AND tenant = ?
+ORDER BY started_at, seq
+"""
+COUNT_ACTIVE_OF = """
+SELECT count(*) FROM jobs INDEXED BY jobs_status
+WHERE status IN ('pending', 'running') AND tenant = ?
+"""
+HISTORY_OF_OLDEST_FIRST = SELECT_HISTORY + " WHERE j.tenant = ? ORDER BY h.pos LIMIT ? OFFSET ?"
+HISTORY_OF_NEWEST_FIRST = SELECT_HISTORY + " WHERE j.tenant = ? ORDER BY h.pos DESC LIMIT ?"
+CLEAR_HISTORY_OF = """
+DELETE FROM history WHERE prompt_id IN (SELECT prompt_id FROM jobs WHERE tenant = ?)
+"""
+OWNED = "SELECT prompt_id FROM jobs WHERE tenant = ? AND prompt_id IN ({marks})"
+TENANTS_OF = "SELECT prompt_id, tenant FROM jobs WHERE prompt_id IN ({marks})"
+
+
+def _tenant_queue(conn: sqlite3.Connection, tenant: str) -> tuple[list[Job], list[Job]]:
+    running = [_job(row) for row in conn.execute(SELECT_RUNNING_OF, (tenant,))]
+    pending = [_job(row) for row in conn.execute(SELECT_PENDING_OF, (tenant,))]
+    return running, pending
+
+
+def _active_count(conn: sqlite3.Connection, tenant: str) -> int:
+    count: int = conn.execute(COUNT_ACTIVE_OF, (tenant,)).fetchone()[0]
+    return count
+
+
+def _tenant_history(
+    conn: sqlite3.Connection, max_items: int | None, offset: int | None, tenant: str
+) -> list[HistoryEntry]:
+    if (offset is None or offset < 0) and max_items is not None:
+        rows = conn.execute(HISTORY_OF_NEWEST_FIRST, (tenant, max_items)).fetchall()
+        rows.reverse()
+    else:
+        limit = -1 if max_items is None else max_items
+        params = (tenant, limit, max(0, offset or 0))
+        rows = conn.execute(HISTORY_OF_OLDEST_FIRST, params).fetchall()
+    return _entries(conn, rows)
+
+
+def _clear_tenant_history(conn: sqlite3.Connection, tenant: str) -> None:
+    conn.execute(CLEAR_HISTORY_OF, (tenant,))
+
+
+def _owned(conn: sqlite3.Connection, ids: list[str], tenant: str) -> set[str]:
+    mine: set[str] = set()
+    for chunk in _chunks(ids):
+        sql = OWNED.format(marks=_marks(len(chunk)))
+        mine.update(row[0] for row in conn.execute(sql, (tenant, *chunk)))
+    return mine
+
+
+def _tenants_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str]:
+    return dict(_rows_for(conn, TENANTS_OF, ids))

@@ -201,4 +201,4 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path, clock: Clock) ->
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 3
+    assert version == sqlite_module.SCHEMA_VERSION == 4

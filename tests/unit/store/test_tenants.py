@@ -1,0 +1,143 @@
+"""Jobs belong to tenants: scoped reads and writes, and version 3 files gaining the column."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from comfyfleet.store import sqlite as sqlite_module
+from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.store.sqlite import SQLiteStore
+
+
+def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJob:
+    prompt = {"1": {"class_type": "Noop", "inputs": {}}}
+    return NewJob(prompt_id, number, False, prompt, {}, ["1"], tenant=tenant)
+
+
+async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
+    """Claim `prompt_id` (it must be next in line) and finish it with one output file."""
+    job = await store.claim("lane")
+    assert job is not None and job.prompt_id == prompt_id
+    files = [OutputFile(f"{prompt_id}.png", "", "output")]
+    result = JobResult(JobStatus.SUCCESS, {"1": {}}, {}, [], None, files)
+    assert await store.finish(prompt_id, job.attempt, result)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "jobs.db")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def test_jobs_keep_their_tenant(store: SQLiteStore) -> None:
+    submitted = await store.submit(new_job("a1", "alice"))
+    assert submitted.tenant == "alice"
+    fetched = await store.get("a1")
+    assert fetched is not None and fetched.tenant == "alice"
+    await store.submit(NewJob("d1", 2, False, {}, {}, []))
+    fetched = await store.get("d1")
+    assert fetched is not None and fetched.tenant == "default"
+
+
+async def test_queue_jobs_and_counts_scoped_to_a_tenant(store: SQLiteStore) -> None:
+    for prompt_id, tenant in [("a1", "alice"), ("b1", "bob"), ("a2", "alice"), ("b2", "bob")]:
+        await store.submit(new_job(prompt_id, tenant))
+    running = await store.claim("lane")
+    assert running is not None and running.prompt_id == "a1"
+
+    assert [[j.prompt_id for j in part] for part in await store.queue(tenant="alice")] == [
+        ["a1"],
+        ["a2"],
+    ]
+    assert [[j.prompt_id for j in part] for part in await store.queue(tenant="bob")] == [
+        [],
+        ["b1", "b2"],
+    ]
+    assert [[j.prompt_id for j in part] for part in await store.queue()] == [
+        ["a1"],
+        ["b1", "a2", "b2"],
+    ]
+    assert await store.active_count("alice") == 2
+    assert await store.active_count("nobody") == 0
+
+    jobs, total = await store.jobs(tenant="bob", newest_first=False)
+    assert ([j.prompt_id for j in jobs], total) == (["b1", "b2"], 2)
+    jobs, total = await store.jobs(tenant="alice", statuses=[JobStatus.RUNNING])
+    assert ([j.prompt_id for j in jobs], total) == (["a1"], 1)
+    assert (await store.jobs())[1] == 4
+
+    assert await store.owned(["b2", "a1", "zz", "a2", "a1"], "alice") == ["a1", "a2"]
+
+
+async def test_history_scoped_to_a_tenant(store: SQLiteStore) -> None:
+    order = [("a1", "alice"), ("b1", "bob"), ("a2", "alice"), ("a3", "alice")]
+    for number, (prompt_id, tenant) in enumerate(order):
+        await store.submit(new_job(prompt_id, tenant, number))
+    for prompt_id, _ in order:
+        await run_to_end(store, prompt_id)
+
+    def ids(entries: list[object]) -> list[str]:
+        return [e.job.prompt_id for e in entries]  # type: ignore[attr-defined]
+
+    assert ids(await store.history(tenant="alice")) == ["a1", "a2", "a3"]
+    assert ids(await store.history(2, tenant="alice")) == ["a2", "a3"]  # the newest two
+    assert ids(await store.history(1, 1, tenant="alice")) == ["a2"]
+    assert ids(await store.history(tenant="bob")) == ["b1"]
+    assert ids(await store.history()) == ["a1", "b1", "a2", "a3"]
+
+    await store.clear_history(tenant="alice")
+    assert ids(await store.history()) == ["b1"]
+    assert await store.history_entry("a1") is None
+    assert await store.get("a1") is not None  # the jobs stay
+
+
+async def test_pruned_files_name_their_tenant(store: SQLiteStore) -> None:
+    await store.submit(new_job("a1", "alice", 1))
+    await store.submit(new_job("b1", "bob", 2))
+    await store.submit(new_job("d1", "default", 3))
+    for prompt_id in ("a1", "b1", "d1"):
+        await run_to_end(store, prompt_id)
+    files = await store.prune_history(max_entries=0, max_age_seconds=None)
+    assert [(f.filename, f.tenant) for f in files] == [
+        ("a1.png", "alice"),
+        ("b1.png", "bob"),
+        ("d1.png", "default"),
+    ]
+
+
+async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await run_to_end(store, "old")
+    await store.submit(new_job("waiting", number=2))
+    await store.close()
+    with closing(sqlite3.connect(path)) as conn:  # back to what version 3 wrote
+        conn.execute("DROP INDEX jobs_tenant")
+        conn.execute("ALTER TABLE jobs DROP COLUMN tenant")
+        conn.execute("PRAGMA user_version = 3")
+        conn.commit()
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        old = await store.get("old")
+        assert old is not None and old.tenant == "default"
+        assert [e.job.prompt_id for e in await store.history(tenant="default")] == ["old"]
+        assert [j.prompt_id for j in (await store.queue(tenant="default"))[1]] == ["waiting"]
+        await store.submit(new_job("new", "alice", 3))
+        assert await store.owned(["old", "new", "waiting"], "alice") == ["new"]
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
+    assert "jobs_tenant" in indexes
