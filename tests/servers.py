@@ -41,10 +41,13 @@ async def start_in_process(data_dir: Path, **settings: Any) -> tuple[TestServer,
 class ServerProcess:
     """`comfyfleet serve` as a child process, for crash and client-compatibility tests."""
 
-    def __init__(self, data_dir: Path, *extra: str, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *extra: str, port: int | None = None, token: str | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.extra: Sequence[str] = extra
+        self.token = token  # sent as a bearer token by get / post (a server with auth on)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir / f"server-{self.port}.log"
 
@@ -79,15 +82,19 @@ class ServerProcess:
                 time.sleep(0.05)
         raise TimeoutError(f"server did not start:\n{self.log.read_text()}")
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+        request = urllib.request.Request(self.url + path, headers=self._headers())
+        with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read() or b"null")
 
     def post(self, path: str, body: Any) -> Any:
         request = urllib.request.Request(
             self.url + path,
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **self._headers()},
         )
         with urllib.request.urlopen(request, timeout=10) as response:
             raw = response.read()

@@ -50,6 +50,19 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         metavar="ORIGIN",
         help="a browser origin allowed to call the API (repeatable; * for any)",
     )
+    serve.add_argument(
+        "--auth-token",
+        action="append",
+        metavar="TOKEN",
+        help="require this bearer token (repeatable; tenant default, admin). Other processes "
+        "can read argv: prefer --auth-token-file or COMFYFLEET_AUTH_TOKEN",
+    )
+    serve.add_argument(
+        "--auth-token-file",
+        type=Path,
+        metavar="FILE",
+        help="like --auth-token, with the token read from the first line of FILE",
+    )
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
@@ -81,6 +94,8 @@ def serve_main(args: argparse.Namespace) -> int:
             "max_attempts",
             "output_mode",
             "cors_origins",
+            "auth_token",
+            "auth_token_file",
         )
     }
     try:
@@ -111,7 +126,10 @@ async def _serve(config: ServerConfig) -> int:
         config.port,
         config.data_dir.resolve(),
     )
-    if not _is_loopback(config.host):
+    if config.auth_enabled:
+        tenants = sorted({entry.tenant for entry in config.auth_tokens})
+        log.info("authentication on: %d tokens, tenants %s", len(config.auth_tokens), tenants)
+    elif not _is_loopback(config.host):
         log.warning(
             "listening on %s, which is not a loopback address, with no authentication: "
             "anyone who can reach it can run prompts and read outputs",

@@ -44,3 +44,21 @@ class OutputCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+    def scoped(self, scope: str) -> OutputCache:
+        """A view of this cache whose keys never meet those of another scope (nor the
+        unscoped ones): entries share one LRU and one bound, lookups stay apart."""
+        return _ScopedCache(self, scope)
+
+
+class _ScopedCache(OutputCache):
+    def __init__(self, base: OutputCache, scope: str) -> None:
+        self.max_entries = base.max_entries
+        self._entries = base._entries  # shared with `base`: one LRU, one bound
+        self._prefix = f"{scope}\x00"
+
+    def get(self, key: str) -> CacheEntry | None:
+        return super().get(self._prefix + key)
+
+    def put(self, key: str, entry: CacheEntry) -> None:
+        super().put(self._prefix + key, entry)

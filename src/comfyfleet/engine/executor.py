@@ -51,13 +51,21 @@ class Engine:
         request: ExecutionRequest,
         sink: EventSink = discard,
         handle: RunHandle | None = None,
+        folders: Folders | None = None,
     ) -> ExecutionResult:
-        if not self._folders_ready:  # created on first run: validating writes nothing
-            self.folders.ensure()
-            self._folders_ready = True
-        with using_folders(self.folders), using_services(self.services):
+        """Run a validated prompt. `folders`: where its files are (a tenant's), when not
+        the engine's own; cached outputs name files, so they are kept apart per folders."""
+        cache = self.cache
+        if folders is None or folders == self.folders:
+            folders = self.folders
+            if not self._folders_ready:  # created on first run: validating writes nothing
+                self.folders.ensure()
+                self._folders_ready = True
+        else:
+            cache = self.cache.scoped(str(folders.output))
+        with using_folders(folders), using_services(self.services):
             run = PromptRun(
-                self.registry, self.cache, self._executor, request, sink, handle or RunHandle()
+                self.registry, cache, self._executor, request, sink, handle or RunHandle()
             )
             return await run.run()
 
@@ -80,9 +88,12 @@ class Engine:
         )
         return checked, await self.execute(request, sink, handle)
 
-    def object_info(self, class_type: str | None = None) -> dict[str, Any]:
-        """ComfyUI's `/object_info` (all nodes) or `/object_info/{class}` ({} when unknown)."""
-        with using_folders(self.folders):
+    def object_info(
+        self, class_type: str | None = None, folders: Folders | None = None
+    ) -> dict[str, Any]:
+        """ComfyUI's `/object_info` (all nodes) or `/object_info/{class}` ({} when unknown),
+        listing the files of `folders` (default: the engine's own)."""
+        with using_folders(folders or self.folders):
             return self.registry.object_info(class_type)
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
@@ -18,6 +18,7 @@ from comfyfleet.lanes.capabilities import Capabilities
 from comfyfleet.lanes.outputs import OutputCopier, OutputReferencer, output_files
 from comfyfleet.lanes.uploads import InputPusher
 from comfyfleet.store.records import Job, JobResult, JobStatus
+from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,16 @@ class ComfyUILane:
     in_process = False
     retry_node_errors = True
 
-    def __init__(self, client: BackendClient, folders: Folders, settings: LaneSettings) -> None:
+    def __init__(
+        self,
+        client: BackendClient,
+        folders: Folders,
+        settings: LaneSettings,
+        tenants: TenantFolders | None = None,
+    ) -> None:
         self.client = client
         self.folders = folders
+        self.tenants = tenants  # each job's files live in its tenant's folders
         self.settings = settings
         self.name = f"backend:{client.spec.name}"
         self.slots = client.spec.slots + client.spec.prefetch
@@ -77,8 +85,8 @@ class ComfyUILane:
             raise BackendError(f"backend {self.client.spec.name} is down")
         watch = self.client.watch(job.prompt_id)
         try:
-            await self._pusher.push_for(job.prompt)
-            await self._submit(job)
+            prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
+            await self._submit(replace(job, prompt=prompt))
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
             return await self._follow(job, watch, sink)
         finally:
@@ -91,14 +99,14 @@ class ComfyUILane:
         try:
             entry = await self.client.history(job.prompt_id)
             if entry is not None:
-                return await self._result(job, entry, self._outputs())
+                return await self._result(job, entry, self._outputs(job))
             running, pending = await self.client.queue_ids()
             if job.prompt_id not in running | pending:
                 # It may have ended between the two questions.
                 entry = await self.client.history(job.prompt_id)
                 if entry is None:
                     return None
-                return await self._result(job, entry, self._outputs())
+                return await self._result(job, entry, self._outputs(job))
             watch.started = job.prompt_id in running
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
             return await self._follow(job, watch, sink)
@@ -185,7 +193,7 @@ class ComfyUILane:
 
     async def _follow(self, job: Job, watch: PromptWatch, sink: EventSink) -> JobResult:
         """Relay the prompt's frames until its done signal, then read its history."""
-        copier = self._outputs()
+        copier = self._outputs(job)
         while True:
             event = await self._next(job, watch)
             if isinstance(event, Message):
@@ -225,9 +233,12 @@ class ComfyUILane:
                 return entry
         raise BackendError(f"backend {self.client.spec.name} has no history for {prompt_id}")
 
-    def _outputs(self) -> OutputCopier | OutputReferencer:
+    def _folders(self, job: Job) -> Folders:
+        return self.folders if self.tenants is None else self.tenants.of(job.tenant)
+
+    def _outputs(self, job: Job) -> OutputCopier | OutputReferencer:
         if self.settings.copy_outputs:
-            return OutputCopier(self.folders, self._fetch)
+            return OutputCopier(self._folders(job), self._fetch)
         return OutputReferencer(self.client.spec.name)
 
     async def _fetch(self, filename: str, subfolder: str, kind: str) -> bytes:

@@ -21,6 +21,7 @@ from comfyfleet.lanes.base import Lane
 from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.lanes.remote_nodes import union_registry
+from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,14 @@ def spec_json(spec: BackendSpec, *, secrets: bool = False) -> dict[str, Any]:
 
 
 class Fleet:
-    def __init__(self, engine: Engine, folders: Folders, local_slots: int, settings: LaneSettings):
+    def __init__(
+        self, engine: Engine, tenants: TenantFolders, local_slots: int, settings: LaneSettings
+    ):
         self.engine = engine
-        self.folders = folders
+        self.tenants = tenants
+        self.folders = tenants.default
         self.settings = settings
-        self.local = LocalLane(engine, local_slots) if local_slots else None
+        self.local = LocalLane(engine, local_slots, tenants=tenants) if local_slots else None
         self.backends: dict[str, ComfyUILane] = {}
         self.registry: NodeRegistry = engine.registry
         self._session: aiohttp.ClientSession | None = None
@@ -109,7 +113,7 @@ class Fleet:
         if spec.name in self.backends:
             raise FleetError(f"backend {spec.name} already exists")
         client = BackendClient(spec, self._client_session(), self._client_id(spec))
-        lane = ComfyUILane(client, self.folders, self.settings)
+        lane = ComfyUILane(client, self.folders, self.settings, self.tenants)
         lane.on_change = self.rebuild
         self.backends[spec.name] = lane
         return lane
@@ -151,9 +155,12 @@ class Fleet:
             reasons[lane.name] = missing or ["draining"]
         return reasons
 
-    def object_info(self, class_type: str | None = None) -> dict[str, Any]:
-        """`/object_info` over the whole fleet."""
-        with using_folders(self.folders):
+    def object_info(
+        self, class_type: str | None = None, folders: Folders | None = None
+    ) -> dict[str, Any]:
+        """`/object_info` over the whole fleet, listing the files of `folders` (a tenant's;
+        by default the gateway's own)."""
+        with using_folders(folders or self.folders):
             return self.registry.object_info(class_type)
 
     async def remote_view(

@@ -7,6 +7,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
 from comfyfleet.lanes.outputs import output_files
 from comfyfleet.store.records import Job, JobResult, JobStatus
+from comfyfleet.tenants import TenantFolders
 
 STATUS = {
     "success": JobStatus.SUCCESS,
@@ -19,10 +20,17 @@ class LocalLane:
     in_process = True
     retry_node_errors = False  # the engine is deterministic: a node error is the prompt's
 
-    def __init__(self, engine: Engine, slots: int, name: str = "local") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        slots: int,
+        name: str = "local",
+        tenants: TenantFolders | None = None,
+    ) -> None:
         self.engine = engine
         self.slots = slots
         self.name = name
+        self.tenants = tenants  # each job runs on its tenant's folders (else the engine's)
 
     async def wait_ready(self) -> None:
         return None
@@ -39,7 +47,8 @@ class LocalLane:
 
     async def run(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult:
         request = ExecutionRequest(job.prompt_id, job.prompt, job.outputs, job.extra_data)
-        result = await self.engine.execute(request, sink, handle)
+        folders = None if self.tenants is None else await self.tenants.ready(job.tenant)
+        result = await self.engine.execute(request, sink, handle, folders)
         return job_result(result)
 
     async def close(self) -> None:

@@ -1,4 +1,9 @@
-"""Pushing the gateway's uploaded input files to a backend before a prompt runs there."""
+"""Pushing the gateway's uploaded input files to a backend before a prompt runs there.
+
+A tenant other than `default` has its files pushed under `_tenants/<name>/` on the
+backend, and the prompt sent there names them so: tenants sharing a backend never read
+(or overwrite) each other's files, whatever names they chose.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,11 @@ import aiohttp
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import BackendClient, BackendError
 from comfyfleet.protocol.prompt import is_link
+from comfyfleet.tenants import DEFAULT_TENANT
 
 UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
+#: Where a tenant's files go on a backend (under its input, output or temp folder).
+TENANT_PREFIX = "_tenants"
 
 
 def _upload_inputs(info: dict[str, Any]) -> set[str]:
@@ -45,26 +53,45 @@ class InputPusher:
         self.object_info = object_info
         self._pushed: set[tuple[str, str]] = set()  # (relative path, sha256) already there
 
-    def files_for(self, prompt: dict[str, Any]) -> list[tuple[str, str, Path]]:
-        """(relative name, folder type, local path) of every gateway file the prompt names."""
+    def files_for(
+        self, prompt: dict[str, Any], folders: Folders | None = None
+    ) -> list[tuple[str, str, str, str, Path]]:
+        """(node id, input, relative name, folder type, local path) of every gateway file
+        the prompt names (in `folders`, by default the gateway's own)."""
+        folders = folders or self.folders
         found = []
         info = self.object_info()
-        for node in prompt.values():
+        for node_id, node in prompt.items():
             uploads = _upload_inputs(info.get(node.get("class_type"), {}))
             for name, value in (node.get("inputs") or {}).items():
                 if name not in uploads or not isinstance(value, str) or is_link(value):
                     continue
                 relative, kind = _split_annotation(value)
-                root = self.folders.of_type(kind)
+                root = folders.of_type(kind)
                 if root is None:
                     continue
                 path = (root / relative).resolve()
                 if path.is_relative_to(root.resolve()) and path.is_file():
-                    found.append((relative, kind, path))
+                    found.append((node_id, name, relative, kind, path))
         return found
 
-    async def push_for(self, prompt: dict[str, Any]) -> None:
-        for relative, kind, path in self.files_for(prompt):
+    async def push_for(
+        self,
+        prompt: dict[str, Any],
+        folders: Folders | None = None,
+        tenant: str = DEFAULT_TENANT,
+    ) -> dict[str, Any]:
+        """Push the files `prompt` names (from `folders`); the prompt to send the backend,
+        which names another tenant's files where they were pushed."""
+        named = await asyncio.to_thread(self.files_for, prompt, folders)
+        prefix = "" if tenant == DEFAULT_TENANT else f"{TENANT_PREFIX}/{tenant}/"
+        if prefix and named:
+            prompt = {node_id: dict(node) for node_id, node in prompt.items()}
+        for node_id, name, relative, kind, path in named:
+            if prefix:
+                node = prompt[node_id]
+                node["inputs"] = {**node["inputs"], name: f"{prefix}{relative} [{kind}]"}
+                relative = prefix + relative
             data = await asyncio.to_thread(path.read_bytes)
             key = (f"{kind}/{relative}", hashlib.sha256(data).hexdigest())
             if key in self._pushed:
@@ -79,3 +106,4 @@ class InputPusher:
             if not isinstance(answer, dict) or answer.get("name") != filename:
                 raise BackendError(f"backend stored {relative} as {answer}, not under its name")
             self._pushed.add(key)
+        return prompt

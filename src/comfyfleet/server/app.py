@@ -5,6 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from comfyfleet import __version__
+from comfyfleet.folders import Folders
+from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
 from comfyfleet.server.files import file_routes
 from comfyfleet.server.fleet_api import fleet_routes
 from comfyfleet.server.gateway import GATEWAY, Gateway
@@ -18,33 +20,35 @@ from comfyfleet.server.ws import ws_routes
 
 def build_app(gateway: Gateway) -> web.Application:
     config = gateway.config
-    app = web.Application(
-        client_max_size=config.max_upload_bytes,
-        middlewares=[
-            json_errors,
-            cors(config.cors_origins) if config.cors_origins else origin_check,
-        ],
+    tokens = TokenTable(config.auth_tokens)
+
+    def folders_for(request: web.Request) -> Folders:
+        """The folders of the tenant a request acts for."""
+        return gateway.tenants.of(tenant_name(request))
+
+    routes = prompt_routes() + job_routes() + fleet_routes() + ws_routes()
+    routes += file_routes(
+        gateway.folders,
+        max_upload_bytes=config.max_upload_bytes,
+        # Files kept on backends are no one tenant's: with tokens, /view reads local files only.
+        remote=None if tokens else gateway.fleet.remote_view,
+        folders_for=folders_for,
     )
+    routes += system_routes(
+        gateway.engine,
+        version=__version__,
+        max_upload_bytes=config.max_upload_bytes,
+        models_root=config.data_dir / "models",
+        catalog=gateway.fleet,
+        folders_for=folders_for,
+        redact=tokens.redact,
+    )
+    middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
+    if tokens:  # innermost: cross-site checks and CORS answers come first
+        middlewares.append(authenticate(tokens, {r.handler for r in routes if r.admin}))
+    app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway
-    install(app, prompt_routes() + job_routes() + fleet_routes() + ws_routes())
-    install(
-        app,
-        file_routes(
-            gateway.folders,
-            max_upload_bytes=config.max_upload_bytes,
-            remote=gateway.fleet.remote_view,
-        ),
-    )
-    install(
-        app,
-        system_routes(
-            gateway.engine,
-            version=__version__,
-            max_upload_bytes=config.max_upload_bytes,
-            models_root=config.data_dir / "models",
-            catalog=gateway.fleet,
-        ),
-    )
+    install(app, routes)
 
     async def start(_app: web.Application) -> None:
         await gateway.start()

@@ -4,6 +4,9 @@ A job without a client_id sends its per-prompt events to no one: they stay
 readable in history and the jobs API. The last `executing` and
 `progress_state` of each running job are kept so a client that reconnects
 can be brought up to date.
+
+Sockets are addressed by tenant and client id together (`client_key`): a client of
+one tenant that names another tenant's client id gets none of its events.
 """
 
 from __future__ import annotations
@@ -17,11 +20,21 @@ from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, Progres
 from comfyfleet.protocol import events
 from comfyfleet.server.hub import Hub
 from comfyfleet.store.records import Job, JobStatus
+from comfyfleet.tenants import DEFAULT_TENANT
+
+
+def client_key(tenant: str, client_id: str) -> str:
+    """The hub address of a tenant's client id: the client id itself for the `default`
+    tenant (all clients, without authentication), else `tenant NUL client_id`. Tenant
+    names hold no NUL, and plain keys hold none, so each key names one pair."""
+    if tenant == DEFAULT_TENANT and "\x00" not in client_id:
+        return client_id
+    return f"{tenant}\x00{client_id}"
 
 
 @dataclass
 class _Latest:
-    client_id: str
+    key: str  # client_key of the job's client
     executing: dict[str, Any] | None = None
     progress_state: dict[str, Any] | None = None
 
@@ -83,9 +96,9 @@ class ClientRouter:
     _plain_previews: dict[str, PreviewImage] = field(default_factory=dict)  # by prompt id
 
     def job_event(self, job: Job, event: EngineEvent) -> None:
-        client_id = job.client_id
-        if not client_id:
+        if not job.client_id:
             return
+        client_id = client_key(job.tenant, job.client_id)
         if isinstance(event, Message):
             self._remember(job, event)
             self.hub.send_json(client_id, event.type, event.data)
@@ -103,12 +116,13 @@ class ClientRouter:
     def _send_plain_preview(self, job: Job) -> None:
         preview = self._plain_previews.pop(job.prompt_id, None)
         if preview is not None and job.client_id:
-            self.hub.send_preview(job.client_id, preview, metadata=False)
+            self.hub.send_preview(client_key(job.tenant, job.client_id), preview, metadata=False)
 
     def _remember(self, job: Job, message: Message) -> None:
         if message.type not in ("executing", "progress_state", "execution_start"):
             return
-        latest = self._latest.setdefault(job.prompt_id, _Latest(job.client_id or ""))
+        key = client_key(job.tenant, job.client_id or "")
+        latest = self._latest.setdefault(job.prompt_id, _Latest(key))
         if message.type == "executing":
             latest.executing = message.data
         elif message.type == "progress_state":
@@ -118,17 +132,19 @@ class ClientRouter:
         self._latest.pop(job.prompt_id, None)
         self._send_plain_preview(job)
         if job.client_id:
-            self.status.send_now(job.client_id)
-            self.hub.send_json(job.client_id, "executing", events.executing(job.prompt_id, None))
+            key = client_key(job.tenant, job.client_id)
+            self.status.send_now(key)
+            self.hub.send_json(key, "executing", events.executing(job.prompt_id, None))
 
     def queue_changed(self, remaining: int) -> None:
         self.status.changed(remaining)
 
-    def catch_up(self, client_id: str) -> list[tuple[str, dict[str, Any]]]:
-        """The current `executing` / `progress_state` of the client's running jobs."""
+    def catch_up(self, key: str) -> list[tuple[str, dict[str, Any]]]:
+        """The current `executing` / `progress_state` of the running jobs of a client
+        (by `client_key`)."""
         frames: list[tuple[str, dict[str, Any]]] = []
         for latest in self._latest.values():
-            if latest.client_id != client_id:
+            if latest.key != key:
                 continue
             if latest.executing is not None:
                 frames.append(("executing", latest.executing))

@@ -9,11 +9,22 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
+
 DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
 
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class AuthToken:
+    """A bearer token and the tenant it stands for. The token never shows in a repr."""
+
+    token: str = field(repr=False)
+    tenant: str = DEFAULT_TENANT
+    admin: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,11 +59,18 @@ class ServerConfig:
     video_pending: int = 10
     # A TOML file of `name = "key"` entries that API settings nodes name as secret:NAME.
     secrets_file: Path | None = None
+    # Authentication: on when there is a token. `[[auth.tokens]]` in the file, and one
+    # admin token of the `default` tenant from --auth-token(-file) / COMFYFLEET_AUTH_TOKEN(_FILE).
+    auth_tokens: tuple[AuthToken, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
     def database(self) -> Path:
         return self.data_dir / "comfyfleet.db"
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -109,9 +127,12 @@ def load_config(
     env: dict[str, str] | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> ServerConfig:
-    known = {f.name for f in fields(ServerConfig)} - {"extra"}
+    """`overrides` are the flags: ServerConfig's fields, plus `auth_token` (a list of
+    tokens) and `auth_token_file` (a path)."""
+    known = {f.name for f in fields(ServerConfig)} - {"extra", "auth_tokens"}
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    tokens: list[AuthToken] = []
     if config_file is not None:
         try:
             data = tomllib.loads(config_file.read_text(encoding="utf-8"))
@@ -119,18 +140,113 @@ def load_config(
             raise ConfigError(f"cannot read config file {config_file}: {exc}") from None
         for key, value in data.items():
             name = key.replace("-", "_")
+            if name == "auth":
+                tokens += _auth_table(value, config_file.parent)
+                continue
             (values if name in known else extra)[name] = value
-    for key, value in (os.environ if env is None else env).items():
+    environ = os.environ if env is None else env
+    for key, value in environ.items():
         if key.startswith("COMFYFLEET_"):
             name = key[len("COMFYFLEET_") :].lower()
             if name in known:
                 values[name] = value
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    config = replace(ServerConfig(), **{k: _coerce(k, v) for k, v in values.items()}, extra=extra)
+    flags = dict(overrides or {})
+    tokens += _default_tokens(
+        environ, flags.pop("auth_token", None), flags.pop("auth_token_file", None)
+    )
+    values.update({k: v for k, v in flags.items() if v is not None})
+    config = replace(
+        ServerConfig(),
+        **{k: _coerce(k, v) for k, v in values.items()},
+        auth_tokens=_checked_tokens(tokens),
+        extra=extra,
+    )
     if config.local_slots < 0:
         raise ConfigError("local_slots must be >= 0")
     if config.output_mode not in ("copy", "reference"):
         raise ConfigError(f"output_mode must be copy or reference, not {config.output_mode!r}")
     if not 0 < config.port < 65536:
         raise ConfigError(f"port out of range: {config.port}")
+    if config.auth_enabled and config.output_mode == "reference":
+        raise ConfigError(
+            "output_mode reference cannot keep tenants' outputs apart (files stay on shared "
+            "backends): use copy with authentication"
+        )
     return config
+
+
+# -- authentication ------------------------------------------------------------------
+
+
+def _read_token_file(path: Path) -> str:
+    """The token in a file: its first line, without surrounding blanks."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read token file {path}: {exc}") from None
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _default_tokens(
+    env: Any, flag_tokens: list[str] | None, flag_file: Path | str | None
+) -> list[AuthToken]:
+    """The admin tokens of the `default` tenant: the flags', else the environment's."""
+    tokens = list(flag_tokens or [])
+    if flag_file:
+        tokens.append(_read_token_file(Path(flag_file)))
+    if not tokens:
+        if env.get("COMFYFLEET_AUTH_TOKEN"):
+            tokens.append(env["COMFYFLEET_AUTH_TOKEN"])
+        if env.get("COMFYFLEET_AUTH_TOKEN_FILE"):
+            tokens.append(_read_token_file(Path(env["COMFYFLEET_AUTH_TOKEN_FILE"])))
+    return [AuthToken(token, DEFAULT_TENANT, admin=True) for token in tokens]
+
+
+def _auth_table(table: Any, base: Path) -> list[AuthToken]:
+    """`[auth]` with `[[auth.tokens]]` entries `{token | token_file, tenant, admin}`."""
+    if not isinstance(table, dict) or set(table) - {"tokens"}:
+        raise ConfigError("[auth] holds only [[auth.tokens]] entries")
+    entries = table.get("tokens", [])
+    if not isinstance(entries, list):
+        raise ConfigError("auth.tokens must be a list of tables ([[auth.tokens]])")
+    tokens = []
+    for number, entry in enumerate(entries, 1):
+        where = f"auth.tokens entry {number}"
+        if not isinstance(entry, dict) or set(entry) - {"token", "token_file", "tenant", "admin"}:
+            raise ConfigError(f"{where}: only token or token_file, tenant and admin are known")
+        if ("token" in entry) == ("token_file" in entry):
+            raise ConfigError(f"{where}: give token or token_file (one of them)")
+        if "token_file" in entry:
+            token = _read_token_file(base / str(entry["token_file"]))
+        else:
+            token = entry["token"]
+        admin = entry.get("admin", False)
+        if not isinstance(admin, bool):
+            raise ConfigError(f"{where}: admin must be true or false")
+        try:
+            tenant = check_tenant_name(entry.get("tenant", DEFAULT_TENANT))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if not isinstance(token, str):
+            raise ConfigError(f"{where}: token must be a string")
+        tokens.append(AuthToken(token, tenant, admin))
+    return tokens
+
+
+def _checked_tokens(tokens: list[AuthToken]) -> tuple[AuthToken, ...]:
+    """Refuse empty tokens, tokens a header cannot carry, and one token for two tenants."""
+    seen: dict[str, AuthToken] = {}
+    for entry in tokens:
+        if not entry.token:
+            raise ConfigError(f"an empty auth token (tenant {entry.tenant})")
+        if any(c.isspace() or ord(c) < 0x21 or ord(c) > 0x7E for c in entry.token):
+            raise ConfigError(
+                f"an auth token of tenant {entry.tenant} has blanks or non-ASCII characters"
+            )
+        earlier = seen.setdefault(entry.token, entry)
+        if earlier is not entry and earlier.tenant != entry.tenant:
+            raise ConfigError(
+                f"one auth token is given to two tenants ({earlier.tenant}, {entry.tenant})"
+            )
+    return tuple(tokens)

@@ -61,21 +61,31 @@ RemoteView = Callable[[str, Mapping[str, str]], Awaitable[web.StreamResponse | N
 
 
 def file_routes(
-    folders: Folders, *, max_upload_bytes: int, remote: RemoteView | None = None
+    folders: Folders,
+    *,
+    max_upload_bytes: int,
+    remote: RemoteView | None = None,
+    folders_for: Callable[[web.Request], Folders] | None = None,
 ) -> list[Route]:
+    """The file routes on `folders`, or on the folders `folders_for` gives each request
+    (its tenant's)."""
+
+    def folders_of(request: web.Request) -> Folders:
+        return folders if folders_for is None else folders_for(request)
+
     async def view(request: web.Request) -> web.StreamResponse:
         reference = split_reference(request.rel_url.query.get("subfolder", ""))
         if reference is not None and remote is not None:
             backend, subfolder = reference
             query = {**request.rel_url.query, "subfolder": subfolder}
             return await remote(backend, query) or web.Response(status=404)
-        return await _view(folders, request)
+        return await _view(folders_of(request), request)
 
     async def upload_image(request: web.Request) -> web.StreamResponse:
-        return await _upload(folders, request, max_upload_bytes, mask=False)
+        return await _upload(folders_of(request), request, max_upload_bytes, mask=False)
 
     async def upload_mask(request: web.Request) -> web.StreamResponse:
-        return await _upload(folders, request, max_upload_bytes, mask=True)
+        return await _upload(folders_of(request), request, max_upload_bytes, mask=True)
 
     return [
         Route("GET", "/view", view),

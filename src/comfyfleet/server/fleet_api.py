@@ -106,9 +106,9 @@ async def resume_backend(request: web.Request) -> web.Response:
 
 def fleet_routes() -> list[Route]:
     return [
-        Route("GET", "/api/fleet/backends", list_backends),
-        Route("POST", "/api/fleet/backends", add_backend),
-        Route("DELETE", "/api/fleet/backends/{name}", remove_backend),
-        Route("POST", "/api/fleet/backends/{name}/drain", drain_backend),
-        Route("POST", "/api/fleet/backends/{name}/resume", resume_backend),
+        Route("GET", "/api/fleet/backends", list_backends, admin=True),
+        Route("POST", "/api/fleet/backends", add_backend, admin=True),
+        Route("DELETE", "/api/fleet/backends/{name}", remove_backend, admin=True),
+        Route("POST", "/api/fleet/backends/{name}/drain", drain_backend, admin=True),
+        Route("POST", "/api/fleet/backends/{name}/resume", resume_backend, admin=True),
     ]

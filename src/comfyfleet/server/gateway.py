@@ -24,6 +24,7 @@ from comfyfleet.server.config import ServerConfig
 from comfyfleet.server.hub import Hub
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.sqlite import SQLiteStore
+from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,13 @@ class Gateway:
     hub: Hub
     router: ClientRouter
     scheduler: Scheduler
+    tenants: TenantFolders  # `default` (all jobs when auth is off) has `folders`
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def create(cls, config: ServerConfig) -> Gateway:
         folders = Folders.under(config.data_dir).ensure()
+        tenants = TenantFolders(folders, config.data_dir / "tenants")
         registry = build_registry(testing=config.testing_nodes, custom_nodes=config.custom_nodes)
         for failure in registry.failures:
             log.warning("node pack %s skipped: %s", failure.pack, failure.error)
@@ -58,13 +61,13 @@ class Gateway:
         settings = LaneSettings(
             hang_timeout=config.hang_timeout, copy_outputs=config.output_mode == "copy"
         )
-        fleet = Fleet(engine, folders, config.local_slots, settings)
+        fleet = Fleet(engine, tenants, config.local_slots, settings)
         for raw in config.backends:
             fleet.backend_lane(parse_spec(raw))
         scheduler = Scheduler(
             store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
         )
-        return cls(config, folders, engine, store, fanout, fleet, hub, router, scheduler)
+        return cls(config, folders, engine, store, fanout, fleet, hub, router, scheduler, tenants)
 
     async def start(self) -> None:
         await self.store.open()
@@ -77,9 +80,12 @@ class Gateway:
         if self.config.history_max_entries or self.config.history_max_age:
             self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
-    async def validate(self, prompt: Any, targets: list[str] | None) -> ValidationResult:
-        """ComfyUI's validation against every node the fleet knows."""
-        with using_folders(self.folders):
+    async def validate(
+        self, prompt: Any, targets: list[str] | None, folders: Folders | None = None
+    ) -> ValidationResult:
+        """ComfyUI's validation against every node the fleet knows, with the files of
+        `folders` (the submitting tenant's; by default the gateway's own)."""
+        with using_folders(folders or self.folders):
             return await validate_prompt(self.fleet.registry, prompt, targets)
 
     async def drain(self) -> None:
@@ -115,7 +121,7 @@ class Gateway:
         def remove() -> int:
             removed = 0
             for item in files:
-                folder = self.folders.of_type(item.type)
+                folder = self.tenants.of(item.tenant).of_type(item.type)
                 if folder is None:
                     continue
                 with contextlib.suppress(OSError):

@@ -7,8 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.server.auth import scope, visible
 from comfyfleet.server.gateway import GATEWAY
-from comfyfleet.server.prompts import clamp_to_sql, read_json
+from comfyfleet.server.prompts import clamp_to_sql, own_ids, read_json
 from comfyfleet.server.routing import Route
 from comfyfleet.store.records import HistoryEntry, Job, JobStatus
 
@@ -90,7 +91,11 @@ def _page_params(request: web.Request) -> tuple[list[JobStatus] | None, bool, in
 async def list_jobs(request: web.Request) -> web.Response:
     statuses, newest_first, limit, offset = _page_params(request)
     jobs, total = await request.app[GATEWAY].store.jobs(
-        statuses=statuses, newest_first=newest_first, limit=limit, offset=offset
+        statuses=statuses,
+        newest_first=newest_first,
+        limit=limit,
+        offset=offset,
+        tenant=scope(request),
     )
     return web.json_response(
         {
@@ -105,25 +110,27 @@ async def list_jobs(request: web.Request) -> web.Response:
     )
 
 
+def _no_such_job() -> web.HTTPNotFound:
+    return web.HTTPNotFound(
+        text='{"error": {"type": "not_found", "message": "No such job"}}',
+        content_type="application/json",
+    )
+
+
 async def get_job(request: web.Request) -> web.Response:
     store = request.app[GATEWAY].store
     job = await store.get(request.match_info["job_id"])
-    if job is None:
-        raise web.HTTPNotFound(
-            text='{"error": {"type": "not_found", "message": "No such job"}}',
-            content_type="application/json",
-        )
+    if job is None or not visible(request, job.tenant):  # another tenant's: as if unknown
+        raise _no_such_job()
     return web.json_response(job_detail(job, await store.history_entry(job.prompt_id)))
 
 
 async def cancel_job(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     job_id = request.match_info["job_id"]
-    if await gw.store.get(job_id) is None:
-        raise web.HTTPNotFound(
-            text='{"error": {"type": "not_found", "message": "No such job"}}',
-            content_type="application/json",
-        )
+    job = await gw.store.get(job_id)
+    if job is None or not visible(request, job.tenant):
+        raise _no_such_job()
     cancelled = await gw.scheduler.cancel([job_id])
     return web.json_response({"cancelled": cancelled})
 
@@ -133,7 +140,7 @@ async def cancel_jobs(request: web.Request) -> web.Response:
     ids = body.get("job_ids") if isinstance(body, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise _query_error("job_ids must be a list of job ids")
-    cancelled = await request.app[GATEWAY].scheduler.cancel(ids)
+    cancelled = await request.app[GATEWAY].scheduler.cancel(await own_ids(request, ids))
     return web.json_response({"cancelled": cancelled})
 
 

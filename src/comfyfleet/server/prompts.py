@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +15,7 @@ from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.scheduler.scheduler import QueueFull
+from comfyfleet.server.auth import scope, tenant_name, visible
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
 from comfyfleet.store.base import DuplicateJob, StoreError
@@ -70,7 +72,8 @@ async def post_prompt(request: web.Request) -> web.Response:
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
     ):
         return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
-    checked = await gw.validate(body["prompt"], targets)
+    tenant = tenant_name(request)
+    checked = await gw.validate(body["prompt"], targets, gw.tenants.of(tenant))
     if not checked.ok:
         return web.json_response(
             prompt_error_body(checked.error or {}, checked.node_errors), status=400
@@ -83,7 +86,7 @@ async def post_prompt(request: web.Request) -> web.Response:
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
-    new = scrub_new_job(gw.engine, new)  # keys typed into the workflow stay out of storage
+    new = scrub_new_job(gw.engine, replace(new, tenant=tenant))  # typed keys stay out of storage
     try:
         await gw.scheduler.submit(new)
     except DuplicateJob:
@@ -169,11 +172,16 @@ def _new_job(
 
 async def get_prompt(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    return web.json_response({"exec_info": {"queue_remaining": gw.scheduler.queue_remaining}})
+    tenant = scope(request)
+    if tenant is None:
+        remaining = gw.scheduler.queue_remaining
+    else:
+        remaining = await gw.store.active_count(tenant)
+    return web.json_response({"exec_info": {"queue_remaining": remaining}})
 
 
 async def get_queue(request: web.Request) -> web.Response:
-    running, pending = await request.app[GATEWAY].store.queue()
+    running, pending = await request.app[GATEWAY].store.queue(tenant=scope(request))
     return web.json_response(
         {
             "queue_running": [job.queue_item() for job in running],
@@ -187,12 +195,25 @@ def _id_list(body: Any, key: str) -> list[str]:
     return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
 
 
+async def own_ids(request: web.Request, ids: list[str]) -> list[str]:
+    """The ids among `ids` whose jobs the request's tenant owns (all of them, auth off)."""
+    tenant = scope(request)
+    if tenant is None or not ids:
+        return ids
+    return await request.app[GATEWAY].store.owned(ids, tenant)
+
+
 async def post_queue(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     body = await read_json(request)
     if isinstance(body, dict) and body.get("clear"):
-        await gw.scheduler.clear_pending()
-    ids = _id_list(body, "delete")
+        tenant = scope(request)
+        if tenant is None:
+            await gw.scheduler.clear_pending()
+        else:
+            _, pending = await gw.store.queue(tenant=tenant)
+            await gw.scheduler.delete_pending([job.prompt_id for job in pending])
+    ids = await own_ids(request, _id_list(body, "delete"))
     if ids:
         await gw.scheduler.delete_pending(ids)
     return empty_ok()
@@ -219,32 +240,46 @@ async def get_history(request: web.Request) -> web.Response:
     offset = _int_param(request, "offset")
     if max_items is None and (offset is None or offset < 0):
         max_items = HISTORY_DEFAULT_MAX
-    entries = await request.app[GATEWAY].store.history(max_items, offset)
+    entries = await request.app[GATEWAY].store.history(max_items, offset, tenant=scope(request))
     return web.json_response({e.job.prompt_id: e.comfy() for e in entries})
 
 
 async def get_history_entry(request: web.Request) -> web.Response:
     prompt_id = request.match_info["prompt_id"]
     entry = await request.app[GATEWAY].store.history_entry(prompt_id)
-    return web.json_response({prompt_id: entry.comfy()} if entry else {})
+    if entry is None or not visible(request, entry.job.tenant):
+        return web.json_response({})
+    return web.json_response({prompt_id: entry.comfy()})
 
 
 async def post_history(request: web.Request) -> web.Response:
     store = request.app[GATEWAY].store
     body = await read_json(request)
     if isinstance(body, dict) and body.get("clear"):
-        await store.clear_history()
-    ids = _id_list(body, "delete")
+        await store.clear_history(tenant=scope(request))
+    ids = await own_ids(request, _id_list(body, "delete"))
     if ids:
         await store.delete_history(ids)
     return empty_ok()
 
 
 async def post_interrupt(request: web.Request) -> web.Response:
-    """With `prompt_id`: that prompt only (if running). Without: every running prompt."""
+    """With `prompt_id`: that prompt only (if running). Without: every running prompt
+    (with authentication on, of the caller's tenant)."""
+    scheduler = request.app[GATEWAY].scheduler
     body = await read_json(request)
     prompt_id = body.get("prompt_id") if isinstance(body, dict) else None
-    request.app[GATEWAY].scheduler.interrupt(prompt_id if isinstance(prompt_id, str) else None)
+    prompt_id = prompt_id if isinstance(prompt_id, str) else None
+    tenant = scope(request)
+    if tenant is None:
+        scheduler.interrupt(prompt_id)
+        return empty_ok()
+    running = scheduler.running
+    targets = [prompt_id] if prompt_id is not None else list(running)
+    for target in targets:
+        entry = running.get(target)
+        if entry is not None and entry.job.tenant == tenant:
+            scheduler.interrupt(target)
     return empty_ok()
 
 

@@ -16,6 +16,7 @@ class Route:
     path: str
     handler: Handler
     api_alias: bool = True  # also serve under /api
+    admin: bool = False  # with authentication on, only admin tokens may call it
 
 
 def install(app: web.Application, routes: Iterable[Route]) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from aiohttp import web
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.folders import Folders
 from comfyfleet.server.routing import Route, empty_ok
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,9 @@ class NodeCatalog(Protocol):
     @property
     def registry(self) -> NodeRegistry: ...
 
-    def object_info(self, class_type: str | None = None) -> dict[str, Any]: ...
+    def object_info(
+        self, class_type: str | None = None, folders: Folders | None = None
+    ) -> dict[str, Any]: ...
 
 
 def system_routes(
@@ -76,21 +80,29 @@ def system_routes(
     max_upload_bytes: int,
     models_root: Path | None = None,
     catalog: NodeCatalog | None = None,
+    folders_for: Callable[[web.Request], Folders] | None = None,
+    redact: Callable[[Sequence[str]], list[str]] = list,
 ) -> list[Route]:
+    """`folders_for`: the folders whose files `/object_info` lists for a request (its
+    tenant's), by default the engine's; `redact` hides secrets in the argv reported."""
     nodes: NodeCatalog = catalog or engine
     torch_version = _torch_version()
     features = {"supports_preview_metadata": True, "max_upload_size": max_upload_bytes}
 
+    def folders_of(request: web.Request) -> Folders | None:
+        return None if folders_for is None else folders_for(request)
+
     async def object_info(request: web.Request) -> web.StreamResponse:
         # Thread: INPUT_TYPES may list folders, and the full dump is large to serialise.
-        return _json_text(await asyncio.to_thread(_all_object_info, nodes))
+        return _json_text(await asyncio.to_thread(_all_object_info, nodes, folders_of(request)))
 
     async def object_info_node(request: web.Request) -> web.StreamResponse:
         node_class = request.match_info["node_class"]
-        return _json_text(await asyncio.to_thread(_one_object_info, nodes, node_class))
+        folders = folders_of(request)
+        return _json_text(await asyncio.to_thread(_one_object_info, nodes, node_class, folders))
 
     async def system_stats(request: web.Request) -> web.StreamResponse:
-        stats = await asyncio.to_thread(_system_stats, version, torch_version)
+        stats = await asyncio.to_thread(_system_stats, version, torch_version, redact)
         return web.json_response(stats)
 
     async def get_features(request: web.Request) -> web.StreamResponse:
@@ -124,7 +136,7 @@ def system_routes(
         Route("GET", "/models", model_types),
         Route("GET", "/models/{folder}", models),
         Route("GET", "/extensions", extensions),
-        Route("POST", "/free", free),
+        Route("POST", "/free", free, admin=True),
     ]
 
 
@@ -132,19 +144,19 @@ def _json_text(body: str) -> web.Response:
     return web.Response(text=body, content_type="application/json")
 
 
-def _all_object_info(nodes: NodeCatalog) -> str:
+def _all_object_info(nodes: NodeCatalog, folders: Folders | None = None) -> str:
     """Every node's info; a node whose INPUT_TYPES fails is logged and left out, as in ComfyUI."""
     out: dict[str, Any] = {}
     for name in list(nodes.registry.nodes):
         try:
-            out.update(nodes.object_info(name))
+            out.update(nodes.object_info(name, folders))
         except Exception:
             log.exception("could not build object_info for node %s", name)
     return json.dumps(out)
 
 
-def _one_object_info(nodes: NodeCatalog, node_class: str) -> str:
-    return json.dumps(nodes.object_info(node_class))
+def _one_object_info(nodes: NodeCatalog, node_class: str, folders: Folders | None = None) -> str:
+    return json.dumps(nodes.object_info(node_class, folders))
 
 
 async def _free(engine: Engine, request: web.Request) -> web.StreamResponse:
@@ -164,7 +176,9 @@ async def _free(engine: Engine, request: web.Request) -> web.StreamResponse:
 # ---------------------------------------------------------------- /system_stats
 
 
-def _system_stats(version: str, torch_version: str) -> dict[str, Any]:
+def _system_stats(
+    version: str, torch_version: str, redact: Callable[[Sequence[str]], list[str]] = list
+) -> dict[str, Any]:
     ram_total, ram_free = memory_bytes()
     system = {
         "os": os.name,
@@ -175,7 +189,7 @@ def _system_stats(version: str, torch_version: str) -> dict[str, Any]:
         "python_version": sys.version,
         "pytorch_version": torch_version,
         "embedded_python": False,
-        "argv": list(sys.argv),
+        "argv": redact(sys.argv),
         "comfyfleet_version": version,
     }
     # ComfyUI's CPU device entry: RAM doubles as "VRAM", and a CPU has no index.

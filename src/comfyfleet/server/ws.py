@@ -9,6 +9,8 @@ import uuid
 from aiohttp import WSMsgType, web
 
 from comfyfleet.protocol import events
+from comfyfleet.server.auth import tenant_name
+from comfyfleet.server.client_events import client_key
 from comfyfleet.server.gateway import GATEWAY
 from comfyfleet.server.hub import ClientSocket
 from comfyfleet.server.routing import Route
@@ -26,11 +28,13 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=gw.config.max_upload_bytes, compress=False)
     await ws.prepare(request)
     sid = request.query.get("clientId") or uuid.uuid4().hex
-    sock = ClientSocket(sid, ws, request.transport)
+    # Addressed by tenant and client id: the same client id of two tenants is two clients.
+    key = client_key(tenant_name(request), sid)
+    sock = ClientSocket(key, ws, request.transport)
     gw.hub.attach(sock)
     try:
         sock.send_json("status", events.status(gw.scheduler.queue_remaining, sid=sid))
-        for event, data in gw.router.catch_up(sid):
+        for event, data in gw.router.catch_up(key):
             sock.send_json(event, data)
         first = True
         async for message in ws:

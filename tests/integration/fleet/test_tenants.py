@@ -1,0 +1,87 @@
+"""Tenants on a ComfyUI backend: their uploads are pushed apart, their outputs copied back
+into their own folders (an in-process gateway with auth feeding an in-process backend)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from PIL import Image
+
+from tests.integration.gateway.test_auth import (
+    ALICE,
+    BOB,
+    ROOT,
+    TOKENS,
+    as_tenant,
+    load_and_save,
+    upload,
+    view_status,
+)
+from tests.integration.gateway.wire import poll, serve
+from tests.servers import start_in_process
+
+
+def png(color: tuple[int, int, int]) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (4, 4), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def test_tenants_files_stay_apart_on_a_shared_backend(tmp_path: Path) -> None:
+    backend, _backend_gateway = await start_in_process(tmp_path / "backend", local_slots=1)
+    backend_url = f"http://127.0.0.1:{backend.port}"
+    try:
+        async with serve(
+            tmp_path / "gateway",
+            local_slots=0,
+            backends=({"url": backend_url, "name": "gpu"},),
+            auth_tokens=TOKENS,
+        ) as served:
+            root, alice, bob = (as_tenant(served, t) for t in (ROOT, ALICE, BOB))
+            try:
+
+                async def backend_up() -> bool:
+                    listed = await root.get("/api/fleet/backends")
+                    return [b["state"] for b in listed["backends"]] == ["up"]
+
+                await poll(backend_up, what="the backend up")
+                # Both tenants upload a different picture under the same name.
+                for client, color in ((alice, (250, 0, 0)), (bob, (0, 0, 250))):
+                    assert (await upload(client, "same.png", png(color)))["name"] == "same.png"
+                sock_a, sock_b = await alice.connect(), await bob.connect()
+                job_a = await alice.submit(load_and_save("same.png", "a/out"), sock_a.client_id)
+                job_b = await bob.submit(load_and_save("same.png", "b/out"), sock_b.client_id)
+                await sock_a.done(job_a)
+                await sock_b.done(job_b)
+
+                tenants_dir = tmp_path / "gateway" / "tenants"
+                for client, job, color, tenant in (
+                    (alice, job_a, (250, 0, 0), "alice"),
+                    (bob, job_b, (0, 0, 250), "bob"),
+                ):
+                    entry = await client.history_entry(job)
+                    assert entry["status"]["completed"], entry
+                    assert (await client.job(job))["lane"] == "backend:gpu"
+                    [saved] = entry["outputs"]["2"]["images"]
+                    local = tenants_dir / tenant / "output" / saved["subfolder"] / saved["filename"]
+                    with Image.open(local) as picture:  # copied back into the tenant's folder
+                        assert picture.convert("RGB").getpixel((1, 1)) == color
+                    pushed = tmp_path / "backend" / "input" / "_tenants" / tenant / "same.png"
+                    with Image.open(pushed) as picture:
+                        assert picture.convert("RGB").getpixel((1, 1)) == color
+                    view = f"/view?filename={saved['filename']}&subfolder={saved['subfolder']}"
+                    assert await view_status(client, view) == 200
+                    other = bob if client is alice else alice
+                    assert await view_status(other, view) == 404
+                # Files kept on a backend are no tenant's: /view never fetches them there.
+                reference = "/view?filename=same.png&type=input&subfolder=@gpu/_tenants/alice"
+                assert await view_status(bob, reference) == 404
+                assert not (tmp_path / "backend" / "input" / "same.png").exists()
+            finally:
+                for client in (root, alice, bob):
+                    for sock in client.sockets:
+                        await sock.close()
+                    await client.session.close()
+    finally:
+        await backend.close()
