@@ -94,7 +94,10 @@ class RunHandle:
             listener()
 
     def on_interrupt(self, listener: Callable[[], None]) -> None:
+        """Call `listener` on interrupt (at once if the prompt was interrupted already)."""
         self._listeners.append(listener)
+        if self.interrupted:
+            listener()
 
 
 class NodeFailure(Exception):

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.run import RunHandle
 from comfyfleet.store.records import Job, JobResult
+
+
+class LaneRun(RunHandle):
+    """The scheduler's handle on one run: it interrupts the run (a RunHandle), and the
+    lane calls `release` once its slot can take the next job while this run has only
+    bookkeeping left (a backend that reported the prompt's end, its history not read
+    yet). A lane that never calls it frees the slot when `run` returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+
+    def release(self) -> None:
+        self.released.set()
 
 
 class Lane(Protocol):
@@ -35,9 +50,9 @@ class Lane(Protocol):
 
     async def start(self) -> None: ...
 
-    async def run(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult: ...
+    async def run(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult: ...
 
-    async def resume(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult | None:
+    async def resume(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult | None:
         """Follow a job recorded as running here before a restart: its result once it
         ends, or None when the lane has never heard of it (it is then re-queued)."""
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
-from comfyfleet.engine.run import RunHandle
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendLost, PromptWatch
+from comfyfleet.lanes.base import LaneRun
 from comfyfleet.lanes.capabilities import Capabilities
 from comfyfleet.lanes.outputs import OutputCopier, OutputReferencer, output_files
 from comfyfleet.lanes.uploads import InputPusher
@@ -21,6 +21,9 @@ from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
+
+#: A backend's last event for a prompt before its done signal (ComfyUI's names).
+END_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
 
 
 class BackendHung(BackendError):
@@ -61,6 +64,11 @@ class ComfyUILane:
         self.draining = False
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
+        # Set while no submit is in flight: a finished prompt's history read waits for the
+        # next prompt's submit, which is what keeps the backend busy.
+        self._no_submits = asyncio.Event()
+        self._no_submits.set()
+        self._submits = 0
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], Awaitable[None]] = _nothing
 
@@ -80,7 +88,7 @@ class ComfyUILane:
     async def wait_ready(self) -> None:
         await self.client.connected.wait()
 
-    async def run(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult:
+    async def run(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult:
         if not self.client.connected.is_set():
             raise BackendError(f"backend {self.client.spec.name} is down")
         watch = self.client.watch(job.prompt_id)
@@ -88,11 +96,11 @@ class ComfyUILane:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             await self._submit(replace(job, prompt=prompt))
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
-            return await self._follow(job, watch, sink)
+            return await self._follow(job, watch, sink, handle)
         finally:
             self.client.unwatch(job.prompt_id)
 
-    async def resume(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult | None:
+    async def resume(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult | None:
         """A job this lane ran before a gateway restart: its result, or None if unknown there."""
         await asyncio.wait_for(self.client.connected.wait(), timeout=30.0)
         watch = self.client.watch(job.prompt_id)
@@ -109,7 +117,7 @@ class ComfyUILane:
                 return await self._result(job, entry, self._outputs(job))
             watch.started = job.prompt_id in running
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
-            return await self._follow(job, watch, sink)
+            return await self._follow(job, watch, sink, handle)
         finally:
             self.client.unwatch(job.prompt_id)
 
@@ -179,7 +187,14 @@ class ComfyUILane:
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs
-        status, answer = await self.client.submit(body)
+        self._submits += 1
+        self._no_submits.clear()
+        try:
+            status, answer = await self.client.submit(body)
+        finally:
+            self._submits -= 1
+            if not self._submits:
+                self._no_submits.set()
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
 
@@ -191,14 +206,22 @@ class ComfyUILane:
 
         asyncio.get_running_loop().create_task(interrupt())
 
-    async def _follow(self, job: Job, watch: PromptWatch, sink: EventSink) -> JobResult:
-        """Relay the prompt's frames until its done signal, then read its history."""
+    async def _follow(
+        self, job: Job, watch: PromptWatch, sink: EventSink, handle: LaneRun
+    ) -> JobResult:
+        """Relay the prompt's frames until its done signal, then read its history.
+
+        The backend's end event comes just before its done signal (which waits for its
+        history write): the slot is released there, so the next prompt is on its way
+        while this one's history is written and read."""
         copier = self._outputs(job)
         while True:
             event = await self._next(job, watch)
             if isinstance(event, Message):
                 if event.type == "executing" and event.data.get("node") is None:
                     break
+                if event.type in END_EVENTS:
+                    handle.release()
                 if event.type == "executed":
                     output = await copier.localize(event.data.get("output"))
                     event = Message("executed", {**event.data, "output": output})
@@ -226,6 +249,8 @@ class ComfyUILane:
             return event
 
     async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_submits.wait(), timeout=1.0)
         for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
             await asyncio.sleep(delay)
             entry = await self.client.history(prompt_id)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from comfyfleet.engine.events import EngineEvent, Message
-from comfyfleet.engine.run import RunHandle
 from comfyfleet.lanes.affinity import Warmth
-from comfyfleet.lanes.base import Lane
+from comfyfleet.lanes.base import Lane, LaneRun
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.store.base import JobStore, StoreError
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob
@@ -48,11 +48,39 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
+class EventGate:
+    """Holds a job's events until the job before it on the same slot has sent its done
+    signal, so a slot's clients see one prompt's end before the next one's first event
+    (as from ComfyUI) while the next prompt already runs."""
+
+    def __init__(self, after: asyncio.Future[Any] | None) -> None:
+        self._held: list[Callable[[], None]] | None = None
+        self.opened = asyncio.Event()
+        if after is None or after.done():
+            self.opened.set()
+        else:
+            self._held = []
+            after.add_done_callback(lambda _f: self._open())
+
+    def pass_on(self, deliver: Callable[[], None]) -> None:
+        if self._held is None:
+            deliver()
+        else:
+            self._held.append(deliver)
+
+    def _open(self) -> None:
+        held, self._held = self._held or [], None
+        for deliver in held:
+            deliver()
+        self.opened.set()
+
+
 @dataclass
 class Running:
     job: Job
     lane: Lane
-    handle: RunHandle = field(default_factory=RunHandle)
+    gate: EventGate
+    handle: LaneRun = field(default_factory=LaneRun)
     cancelled: bool = False  # cancel (not interrupt): the job ends as cancelled
     requeue: bool = False  # shutdown: back to pending instead of finishing
 
@@ -65,6 +93,9 @@ class _LaneSlots:
     retiring: bool = False
     busy: int = 0  # jobs running there now
     warmth: Warmth = field(default_factory=Warmth)  # what it ran last
+    # Slots with nothing to claim, each waiting on its future: None to look again,
+    # or a job `submit` claimed for it (the hand-off).
+    parked: deque[asyncio.Future[Running | None]] = field(default_factory=deque)
 
     @contextlib.asynccontextmanager
     async def waiting(self) -> AsyncIterator[None]:
@@ -79,6 +110,12 @@ class _LaneSlots:
 
     def free_for(self, job: Job) -> bool:
         return not self.retiring and self.busy < self.lane.slots and self.lane.can_run(job)
+
+
+@dataclass
+class _Slot:
+    previous: asyncio.Task[None] | None = None  # the slot's last job, finishing
+    idled: bool = False  # its last wait for work timed out
 
 
 class Scheduler:
@@ -103,11 +140,11 @@ class Scheduler:
         # Lanes a re-queued job should leave to others while another lane can run it.
         self._avoid: dict[str, frozenset[str]] = {}
         self._deferred = False
-        self._work = asyncio.Event()
+        self._wakes = 0  # counts `_wake` calls, so a slot notices one that came mid-claim
+        self._submitting = 0  # submissions not yet counted in `pending`
         self._stopping = False
         self._resumes: set[asyncio.Task[None]] = set()
         self._settling: set[asyncio.Task[None]] = set()
-        self._claimed = 0  # claimed by a slot that is still finishing its previous job
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -154,7 +191,7 @@ class Scheduler:
         entry = self._lanes[lane.name] = _LaneSlots(lane)
         self._lane_snapshot = tuple(self._lanes.values())
         await self._start_lane(entry)
-        self._work.set()
+        self._wake()
 
     async def remove_lane(self, name: str, timeout: float | None = None) -> None:
         """Stop giving the lane work, let its running jobs end (or re-queue them after
@@ -182,7 +219,7 @@ class Scheduler:
         which: Any,
         before_requeue: Callable[[], None] | None = None,
     ) -> None:
-        self._work.set()
+        self._wake()
         winding = set(tasks)
         for slots in self._lanes.values():
             for idle in slots.idle & winding:
@@ -206,7 +243,7 @@ class Scheduler:
 
     @property
     def queue_remaining(self) -> int:
-        return max(0, self.pending) + self._claimed + len(self.running)
+        return max(0, self.pending) + len(self.running)
 
     def _queue_changed(self) -> None:
         self.router.queue_changed(self.queue_remaining)
@@ -218,10 +255,55 @@ class Scheduler:
             raise QueueFull(self.pending, retry_after=5.0)
         if self.pending >= self.max_pending:
             raise QueueFull(self.pending, retry_after=1.0)
-        job = await self.store.submit(new)
+        slot = self._idle_slot_for(new)
+        if slot is not None:
+            return await self._hand_off(new, *slot)
+        self._submitting += 1
+        try:
+            job = await self.store.submit(new)
+        finally:
+            self._submitting -= 1
         self.pending += 1
         self._queue_changed()
-        self._work.set()
+        self._wake()
+        return job
+
+    def _idle_slot_for(
+        self, new: NewJob
+    ) -> tuple[_LaneSlots, asyncio.Future[Running | None]] | None:
+        """A parked slot to give a new job straight to, when nothing else is queued or
+        being queued: the job would be the next one claimed anyway. The warmest wins."""
+        if self.pending > 0 or self._submitting:
+            return None
+        job = new.pending(0, 0.0)
+        ready = [
+            entry
+            for entry in self._lane_snapshot
+            if entry.parked and not entry.retiring and entry.lane.can_run(job)
+        ]
+        if not ready:
+            return None
+        entry = max(ready, key=lambda e: e.warmth.score(new.prompt))
+        return entry, entry.parked.popleft()
+
+    async def _hand_off(
+        self, new: NewJob, entry: _LaneSlots, parked: asyncio.Future[Running | None]
+    ) -> Job:
+        """Queue the job as claimed by `entry`'s lane in one transaction (one commit fewer
+        than queue-then-claim) and give it to the parked slot."""
+        try:
+            job = await self.store.submit(new, claim_for=entry.lane.name)
+        except BaseException:
+            if not parked.done():
+                parked.set_result(None)  # the slot looks at the queue again
+            raise
+        running = Running(job, entry.lane, EventGate(None))
+        if parked.done():  # the slot was stopped meanwhile: the job goes to the queue
+            await self._give_back(job, None)
+        else:
+            self.running[job.prompt_id] = running  # cancellable from here on
+            parked.set_result(running)
+            self._queue_changed()
         return job
 
     # -- cancellation ---------------------------------------------------------
@@ -257,7 +339,15 @@ class Scheduler:
 
     def wake(self) -> None:
         """Idle slots look at the queue again (a lane became able to run more)."""
-        self._work.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._wakes += 1
+        for entry in self._lanes.values():
+            while entry.parked:
+                parked = entry.parked.popleft()
+                if not parked.done():
+                    parked.set_result(None)
 
     def _forget_pending(self, count: int) -> None:
         if count:
@@ -267,47 +357,60 @@ class Scheduler:
     # -- dispatch -------------------------------------------------------------
 
     async def _slot_loop(self, entry: _LaneSlots) -> None:
-        recording: list[asyncio.Task[None]] = []  # the previous job's end, being written
+        slot = _Slot()
         while not (self._stopping or entry.retiring):
             try:
-                await self._take_one(entry, recording)
+                await self._take_one(entry, slot)
             except Exception:
                 # A store failure must not cost the lane a slot; the job, if any, stays
                 # running in the store and is recovered at the next start.
                 log.exception("slot of lane %s failed; retrying", entry.lane.name)
                 await asyncio.sleep(1.0)
 
-    async def _take_one(self, entry: _LaneSlots, recording: list[asyncio.Task[None]]) -> None:
-        """Claim the next job (while the previous one's end is still being written),
-        then run it once that write is done: a slot's clients see one prompt's done
-        signal before the next prompt's first event, as from ComfyUI."""
+    async def _take_one(self, entry: _LaneSlots, slot: _Slot) -> None:
+        """Claim and start the next job while the previous one's end is still being
+        written; the new job's events wait for the previous done signal (EventGate)."""
         lane = entry.lane
         async with entry.waiting():  # holding no job: a retiring lane may cancel it here
             await lane.wait_ready()
-        self._work.clear()
-        self._deferred = False
-        job = await self.store.claim(lane.name, lambda job: self._eligible(entry, job))
-        if self._deferred:
-            self._work.set()  # a warmer free lane should take what this one left
-        if job is None:
-            async with entry.waiting():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), timeout=1.0)
-            return
-        # Not clamped: a claim can land before its submit's increment, and they net out.
-        self.pending -= 1
-        self._claimed += 1  # still counted as queued while the previous end is written
+        wakes = self._wakes
+        job = None
+        # With nothing pending the claim would find nothing: park at once (a submit hands
+        # its job over). After an idle second, claim anyway, should the count be off.
+        if self.pending > 0 or slot.idled:
+            self._deferred = False
+            job = await self.store.claim(lane.name, lambda job: self._eligible(entry, job))
+            if self._deferred:
+                self._wake()  # a warmer free lane should take what this one left
+        slot.idled = False
+        if job is not None:
+            # Not clamped: a claim can land before its submit's increment; they net out.
+            self.pending -= 1
+            slot.previous = await self._run(lane, job, after=slot.previous)
+        elif wakes == self._wakes:  # nothing new since the queue was looked at: wait
+            handed = await self._park(entry)
+            if handed is None:
+                slot.idled = wakes == self._wakes  # timed out, not woken
+            else:
+                slot.previous = await self._run(lane, handed.job, after=slot.previous, entry=handed)
+
+    async def _park(self, entry: _LaneSlots) -> Running | None:
+        """Wait (a second at most) for a wake-up, or for a job `submit` hands over."""
+        parked: asyncio.Future[Running | None] = asyncio.get_running_loop().create_future()
+        entry.parked.append(parked)
         try:
-            if recording:
-                await asyncio.wait(recording)
-                recording.clear()
+            async with entry.waiting():
+                return await asyncio.wait_for(asyncio.shield(parked), timeout=1.0)
+        except TimeoutError:
+            if parked in entry.parked:
+                entry.parked.remove(parked)
+                return None
+            return await parked  # a submit took this slot: its commit is under way
         except asyncio.CancelledError:
-            # Stopped before it started: hand it straight back rather than strand it.
-            await asyncio.shield(self._give_back(job, None))
+            if parked in entry.parked:
+                entry.parked.remove(parked)
+            parked.cancel()  # a hand-off under way sends its job back to the queue
             raise
-        finally:
-            self._claimed -= 1
-        recording.extend(await self._run(lane, job))
 
     def _eligible(self, entry: _LaneSlots, job: Job) -> bool:
         """Whether this lane should take the job (runs in the store's writer thread)."""
@@ -335,40 +438,65 @@ class Scheduler:
             return False
         return True
 
-    async def _run(self, lane: Lane, job: Job, *, resume: bool = False) -> list[asyncio.Task[None]]:
-        """Run one attempt; its end is recorded in the background (the task returned),
-        so the slot can claim the next job while the store writes this one's history."""
-        entry = Running(job, lane)
+    async def _run(
+        self,
+        lane: Lane,
+        job: Job,
+        *,
+        resume: bool = False,
+        after: asyncio.Task[None] | None = None,
+        entry: Running | None = None,
+    ) -> asyncio.Task[None]:
+        """Run one attempt until the lane's slot is free again: the attempt ended, or the
+        lane released the slot early. What is left (reading the result, recording the end)
+        goes on in the task returned, so the slot claims its next job meanwhile."""
+        if entry is None:
+            entry = Running(job, lane, EventGate(after))
+        else:
+            entry.gate = EventGate(after)  # handed over: nothing has run yet
         self.running[job.prompt_id] = entry
         slots = self._lanes.get(lane.name)
         if slots is not None:
             slots.busy += 1
             slots.warmth = Warmth.of(job.prompt)
         self._queue_changed()
+        finishing = asyncio.create_task(self._finish(entry, resume), name=f"run-{job.prompt_id}")
+        released = asyncio.create_task(entry.handle.released.wait())
         try:
-            result, failure = await self._attempt(lane, job, entry, resume)
-        except BaseException:
-            self.running.pop(job.prompt_id, None)
-            self._queue_changed()
+            await asyncio.wait([finishing, released], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Stopped mid-run: the job stays running in the store; the next start
+            # recovers it (re-queued, or asked after on its backend).
+            finishing.cancel()
+            await asyncio.wait([finishing])
+            if self.running.get(job.prompt_id) is entry:
+                del self.running[job.prompt_id]
             raise
         finally:
+            released.cancel()
             if slots is not None:
                 slots.busy -= 1
-        task = asyncio.create_task(
-            self._record(entry, result, failure), name=f"settle-{job.prompt_id}"
-        )
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-        return [task]
+        self._settling.add(finishing)
+        finishing.add_done_callback(self._settling.discard)
+        return finishing
+
+    async def _finish(self, entry: Running, resume: bool) -> None:
+        try:
+            result, failure = await self._attempt(entry.lane, entry.job, entry, resume)
+        except BaseException:
+            self.running.pop(entry.job.prompt_id, None)
+            self._queue_changed()
+            raise
+        await self._record(entry, result, failure)
 
     async def _resume(self, lane: Lane, job: Job) -> None:
-        await asyncio.wait(await self._run(lane, job, resume=True))
+        await asyncio.wait([await self._run(lane, job, resume=True)])
 
     async def _attempt(
         self, lane: Lane, job: Job, entry: Running, resume: bool
     ) -> tuple[JobResult | None, dict[str, Any] | None]:
         """The lane's result, or None and why the lane failed."""
-        sink = self._sink_for(job)
+        sink = self._sink_for(entry)
         try:
             if resume:
                 result = await lane.resume(job, sink, entry.handle)
@@ -394,6 +522,7 @@ class Scheduler:
             self.running.pop(job.prompt_id, None)
             self._queue_changed()
         if finished is not None:
+            await entry.gate.opened.wait()  # after the previous job's done signal
             self.router.job_finished(job, finished)
 
     async def _settle_retrying(
@@ -415,17 +544,25 @@ class Scheduler:
                 await asyncio.sleep(delay)
                 delay = min(RECORD_RETRY_MAX, delay * 2)
 
-    def _sink_for(self, job: Job) -> Any:
-        def sink(event: EngineEvent) -> None:
-            if isinstance(event, Message):
-                # The done signal waits until the end is recorded (job_finished sends it).
-                if event.type == "executing" and event.data["node"] is None:
-                    return
-                # A job being handed back at shutdown is not over: it runs again later.
-                entry = self.running.get(job.prompt_id)
-                if event.type == "execution_interrupted" and entry and entry.requeue:
-                    return
+    def _sink_for(self, entry: Running) -> Any:
+        job = entry.job
+
+        def deliver(event: EngineEvent) -> None:
+            # A job being handed back at shutdown is not over: it runs again later.
+            interrupted = isinstance(event, Message) and event.type == "execution_interrupted"
+            if interrupted and entry.requeue:
+                return
             self.router.job_event(job, event)
+
+        def sink(event: EngineEvent) -> None:
+            # The done signal waits until the end is recorded (job_finished sends it).
+            if (
+                isinstance(event, Message)
+                and event.type == "executing"
+                and event.data["node"] is None
+            ):
+                return
+            entry.gate.pass_on(lambda: deliver(event))
 
         return sink
 
@@ -461,4 +598,4 @@ class Scheduler:
             }
         if await self.store.requeue(job.prompt_id, job.attempt, reason):
             self.pending += 1
-            self._work.set()
+            self._wake()

@@ -7,7 +7,9 @@ and one that falls too far behind is closed.
 A prompt makes a dozen small frames in quick succession, so each writer
 sends what has queued up as one batch of complete frames in a single write to
 the connection (compression is off for these sockets), instead of one system
-call per frame, and at most one write per MIN_FLUSH_GAP.
+call per frame. Writes are paced by a token bucket: a quiet socket writes at
+once (a prompt's done signal is never held back), a busy one at most
+WRITE_RATE times a second, its frames gathered into fewer, larger writes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -28,10 +31,10 @@ log = logging.getLogger(__name__)
 MAX_BACKLOG = 10_000
 #: Bytes waiting in the connection's buffer before the writer pauses.
 HIGH_WATER = 1 << 20
-#: A socket writes at most once per this many seconds: under load its frames go out in
-#: fewer, larger writes (each write to a connection costs a system call); while it is
-#: quiet, a frame still goes out at once.
-MIN_FLUSH_GAP = 0.005
+#: Writes per second a busy socket settles to (each write costs a system call) ...
+WRITE_RATE = 200.0
+#: ... after a burst of this many immediate writes.
+WRITE_BURST = 4.0
 
 
 class ClientSocket:
@@ -74,14 +77,20 @@ class ClientSocket:
 
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
-        last = 0.0
+        tokens, stamp = WRITE_BURST, loop.time()
         try:
-            while (batch := await self._next_batch(last + MIN_FLUSH_GAP - loop.time())) is not None:
+            # Seconds until the bucket holds a whole token again (<= 0: write now).
+            def hold() -> float:
+                return stamp + (1.0 - tokens) / WRITE_RATE - loop.time()
+
+            while (batch := await self._next_batch(hold)) is not None:
                 transport = self._transport
                 if transport is None or transport.is_closing():
                     break
                 transport.write(b"".join(wsframe.encode(p) for p in batch))
-                last = loop.time()
+                now = loop.time()
+                tokens = min(WRITE_BURST, tokens + (now - stamp) * WRITE_RATE) - 1.0
+                stamp = now
                 while transport.get_write_buffer_size() > HIGH_WATER:
                     if transport.is_closing():
                         return
@@ -92,14 +101,14 @@ class ClientSocket:
             if not self.ws.closed:
                 await self.ws.close()
 
-    async def _next_batch(self, hold: float) -> list[str | bytes] | None:
-        """Everything queued so far (at least one payload), waiting `hold` seconds first
-        when the last batch went out just now; None once closed."""
+    async def _next_batch(self, hold: Callable[[], float]) -> list[str | bytes] | None:
+        """Everything queued so far (at least one payload), waiting `hold()` seconds first
+        while the socket is out of write tokens; None once closed."""
         first = await self._queue.get()
         if first is None:
             return None
-        if hold > 0:
-            await asyncio.sleep(hold)  # let the frames of this busy moment join one write
+        if (wait := hold()) > 0:
+            await asyncio.sleep(wait)  # let the frames of this busy moment join one write
         batch = [first]
         while not self._queue.empty():
             payload = self._queue.get_nowait()

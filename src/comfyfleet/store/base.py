@@ -81,8 +81,11 @@ class JobStore(RemoteJobJournal, Protocol):
 
     # -- queue -------------------------------------------------------------
 
-    async def submit(self, job: NewJob) -> Job:
-        """Durably queue a job as pending; raises StoreError if the id exists."""
+    async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
+        """Durably queue a job as pending; raises StoreError if the id exists.
+
+        With `claim_for`, that lane takes the job in the same transaction (running,
+        attempt 1): a hand-off to an idle slot while nothing else is pending."""
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64

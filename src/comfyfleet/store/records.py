@@ -43,6 +43,24 @@ class NewJob:
     node_errors: dict[str, Any] = field(default_factory=dict)
     tenant: str = DEFAULT_TENANT  # who submitted it (see comfyfleet.tenants)
 
+    def pending(self, seq: int, created_at: float) -> Job:
+        """The job as queued (before the store assigns `seq`, 0 stands in)."""
+        return Job(
+            prompt_id=self.prompt_id,
+            number=self.number,
+            front=self.front,
+            seq=seq,
+            prompt=self.prompt,
+            extra_data=self.extra_data,
+            outputs=self.outputs,
+            client_id=self.client_id,
+            status=JobStatus.PENDING,
+            attempt=0,
+            lane=None,
+            created_at=created_at,
+            tenant=self.tenant,
+        )
+
 
 @dataclass(frozen=True)
 class Job:

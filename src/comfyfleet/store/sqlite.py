@@ -304,29 +304,20 @@ class SQLiteStore:
 
     # -- queue --------------------------------------------------------------------
 
-    async def submit(self, job: NewJob) -> Job:
-        """Durably queue a job as pending; StoreError if the id exists."""
+    async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
+        """Durably queue a job as pending (or, with `claim_for`, as already claimed by
+        that lane); StoreError if the id exists."""
         now = self._clock()
         params = _job_params(job, now)
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
             self._number = max(self._number, abs(job.number) + 1)
-        seq = await self._write(functools.partial(_insert_job, params=params))
-        return Job(
-            prompt_id=job.prompt_id,
-            number=job.number,
-            front=job.front,
-            seq=seq,
-            prompt=job.prompt,
-            extra_data=job.extra_data,
-            outputs=job.outputs,
-            client_id=job.client_id,
-            status=JobStatus.PENDING,
-            attempt=0,
-            lane=None,
-            created_at=now,
-            tenant=job.tenant,
-        )
+        op = functools.partial(_insert_job, params=params, claim=claim_for, now=now)
+        seq = await self._write(op)
+        queued = job.pending(seq, now)
+        if claim_for is None:
+            return queued
+        return replace(queued, status=JobStatus.RUNNING, attempt=1, lane=claim_for, started_at=now)
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
@@ -663,11 +654,15 @@ def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:
     conn.execute(SAVE_NUMBER_FLOOR, (number,))
 
 
-def _insert_job(conn: sqlite3.Connection, params: tuple[Any, ...]) -> int:
+def _insert_job(
+    conn: sqlite3.Connection, params: tuple[Any, ...], claim: str | None, now: float
+) -> int:
     try:
         seq: int = conn.execute(INSERT_JOB, params).fetchone()[0]
     except sqlite3.IntegrityError as exc:
         raise DuplicateJob(f"prompt {params[0]!r} already exists") from exc
+    if claim is not None:
+        conn.execute(CLAIM_JOB, (claim, now, params[0]))
     return seq
 
 
