@@ -245,6 +245,11 @@ class Scheduler:
     def queue_remaining(self) -> int:
         return max(0, self.pending) + len(self.running)
 
+    @property
+    def waiting_slots(self) -> int:
+        """Slots waiting for work right now: a new prompt goes straight to one of them."""
+        return sum(len(entry.parked) for entry in self._lanes.values())
+
     def _queue_changed(self) -> None:
         self.router.queue_changed(self.queue_remaining)
 

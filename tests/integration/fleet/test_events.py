@@ -118,3 +118,20 @@ async def test_each_client_gets_only_its_own_prompts_frames(make_fleet: MakeFlee
 
         await alice.close()
         await bob.close()
+
+
+async def test_one_backend_relays_each_prompts_frames_as_one_block(make_fleet: MakeFleet) -> None:
+    """The next prompt goes to the backend as soon as it reports the last one's end, while
+    the gateway still reads that one's history; a client still sees one prompt's done
+    signal before the next prompt's first frame."""
+    fleet = make_fleet(shared=1)
+    async with aiohttp.ClientSession() as session:
+        sock = await connect(session, fleet, preview_metadata=False)
+        ids = [fleet.submit(sleep_prompt(0.05, color), sock.client_id) for color in range(8)]
+        await sock.done(ids[-1])
+        order = [f.prompt_id for f in sock.frames if f.type != "status" and f.prompt_id]
+        blocks = [p for i, p in enumerate(order) if i == 0 or order[i - 1] != p]
+        assert blocks == ids  # one contiguous block per prompt, in submission order
+        for prompt_id in ids:
+            assert sock.of_prompt(prompt_id)[-1].is_done(prompt_id)
+        await sock.close()

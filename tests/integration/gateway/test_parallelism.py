@@ -6,7 +6,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from tests.integration.gateway.wire import serve, sleep_prompt
+from tests.integration.gateway.wire import save_prompt, serve, sleep_prompt
 
 
 async def test_sixteen_one_second_sleeps_take_about_a_second_on_sixteen_slots(
@@ -44,3 +44,21 @@ async def test_one_slot_runs_prompts_one_after_the_other(tmp_path: Path) -> None
             lambda f: f.type == "execution_start" and f.prompt_id == second, what="second start"
         )
         assert first_done < second_start
+
+
+async def test_one_slot_sends_each_prompts_frames_as_one_block(tmp_path: Path) -> None:
+    """Prompts started back to back on one slot: a client sees one prompt's done signal
+    before the next prompt's first frame, as from ComfyUI."""
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        ids = [
+            await served.submit(save_prompt(color, f"block{color}"), sock.client_id)
+            for color in range(20)
+        ]
+        await sock.done(ids[-1])
+        order = [f.prompt_id for f in sock.frames if f.type != "status" and f.prompt_id]
+        blocks = [p for i, p in enumerate(order) if i == 0 or order[i - 1] != p]
+        assert blocks == ids  # one contiguous block per prompt, in submission order
+        for prompt_id in ids:
+            frames = sock.of_prompt(prompt_id)
+            assert frames[-1].is_done(prompt_id), [f.describe() for f in frames]

@@ -221,6 +221,20 @@ async def test_claim_sets_running_attempt_lane(store: JobStore, clock: Clock) ->
     assert await store.get("p1") == job
 
 
+async def test_submit_claimed_for_a_lane_is_running_at_once(store: JobStore, clock: Clock) -> None:
+    job = await store.submit(new_job("p1"), claim_for="local")
+    assert (job.status, job.attempt, job.lane, job.started_at) == (
+        JobStatus.RUNNING,
+        1,
+        "local",
+        clock.now,
+    )
+    assert await store.get("p1") == job
+    assert await store.claim("other") is None  # nobody else can take it
+    assert await store.finish("p1", 1, result())
+    assert (await store.get("p1")).status == JobStatus.SUCCESS  # type: ignore[union-attr]
+
+
 async def test_claim_skips_jobs_can_run_refuses(store: JobStore) -> None:
     for i in range(5):
         await store.submit(new_job(f"p{i}", i))
