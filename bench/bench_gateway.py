@@ -7,9 +7,12 @@ prompts submitted over HTTP and counts each one done when its
 `executing {node: null}` arrives on the WebSocket.
 
 Baseline, measured in the same run: the built-in engine alone, in this
-process, with the same concurrency (no HTTP, no WebSocket, no store).
+process, with the same concurrency (no HTTP, no WebSocket, no store). With
+`--comfyui URL` the same client also measures a running ComfyUI (started
+separately: this benchmark does not install one) and the server's figures are
+compared with it instead.
 
-    .venv/bin/python bench/bench_gateway.py [--prompts N] [--in-flight K]
+    .venv/bin/python bench/bench_gateway.py [--prompts N] [--in-flight K] [--comfyui URL]
 """
 
 from __future__ import annotations
@@ -54,7 +57,10 @@ async def engine_baseline(count: int, in_flight: int) -> float:
 
 
 async def through_server(port: int, count: int, in_flight: int, offset: int) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{port}"
+    return await through_url(f"http://127.0.0.1:{port}", count, in_flight, offset)
+
+
+async def through_url(url: str, count: int, in_flight: int, offset: int) -> dict[str, Any]:
     client_id = uuid.uuid4().hex
     async with aiohttp.ClientSession() as session:
         await wait_ready(url)
@@ -102,11 +108,21 @@ async def through_server(port: int, count: int, in_flight: int, offset: int) -> 
     }
 
 
-async def main(count: int, in_flight: int) -> None:
+async def main(count: int, in_flight: int, comfyui: str | None) -> None:
     print(f"{count} trivial prompts (EmptyImage 64x64 -> ImageInvert -> SaveImage)")
     print(f"  {in_flight} in flight at a time")
     base = await engine_baseline(count, in_flight)
     print(f"  baseline: engine alone, in process          {base:7.1f} prompts/s")
+    if comfyui is not None:
+        await through_url(comfyui, 30, in_flight, 12_000_000)  # warm-up
+        theirs = await through_url(comfyui, count, in_flight, 13_000_000)
+        base = theirs["rate"]
+        print(
+            f"  baseline: ComfyUI at {comfyui}: {base:7.1f} prompts/s   submit -> done "
+            f"p50 {theirs['p50'] * 1e3:6.1f} ms  p99 {theirs['p99'] * 1e3:6.1f} ms"
+        )
+        figure("comfyui_throughput", base, "prompts/s")
+        figure("comfyui_submit_done_p50", theirs["p50"] * 1e3, "ms")
     for port, slots in ((8231, 1), (8232, 8)):
         with tempfile.TemporaryDirectory() as tmp:
             server = serve(Path(tmp), port, "--local-slots", str(slots))
@@ -124,12 +140,14 @@ async def main(count: int, in_flight: int) -> None:
         figure(f"slots{slots}_throughput", figures["rate"], "prompts/s", base)
         figure(f"slots{slots}_submit_done_p50", figures["p50"] * 1e3, "ms")
         figure(f"slots{slots}_submit_done_p99", figures["p99"] * 1e3, "ms")
-    print(f"  for scale: {COMFYUI_REFERENCE}")
+    if comfyui is None:
+        print(f"  for scale: {COMFYUI_REFERENCE}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prompts", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=32)
+    parser.add_argument("--comfyui", metavar="URL", help="a running ComfyUI to measure too")
     options = parser.parse_args()
-    asyncio.run(main(options.prompts, options.in_flight))
+    asyncio.run(main(options.prompts, options.in_flight, options.comfyui))
