@@ -66,12 +66,29 @@ class BackendSpec:
 
 @dataclass
 class PromptWatch:
-    """The frames of one prompt as they arrive, and when the last one came."""
+    """The frames of one prompt as they arrive, and when the last one came.
+
+    While ticking, a None joins the queue every so often, so its reader can look at
+    the clock without arming a timeout for every frame."""
 
     prompt_id: str
-    queue: asyncio.Queue[EngineEvent | BackendLost] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[EngineEvent | BackendLost | None] = field(default_factory=asyncio.Queue)
     last_frame: float = field(default_factory=time.monotonic)
     started: bool = False
+    _ticker: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    def start_ticks(self, every: float) -> None:
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self.queue.put_nowait(None)
+            self._ticker = loop.call_later(every, tick)
+
+        self._ticker = loop.call_later(every, tick)
+
+    def stop_ticks(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
 
 
 class BackendClient:
@@ -233,7 +250,9 @@ class BackendClient:
         return watch
 
     def unwatch(self, prompt_id: str) -> None:
-        self._watches.pop(prompt_id, None)
+        watch = self._watches.pop(prompt_id, None)
+        if watch is not None:
+            watch.stop_ticks()
 
     def _deliver(self, prompt_id: str | None, event: EngineEvent) -> None:
         watch = self._watches.get(prompt_id) if prompt_id else None

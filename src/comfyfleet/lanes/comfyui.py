@@ -215,6 +215,7 @@ class ComfyUILane:
         history write): the slot is released there, so the next prompt is on its way
         while this one's history is written and read."""
         copier = self._outputs(job)
+        watch.start_ticks(1.0)
         while True:
             event = await self._next(job, watch)
             if isinstance(event, Message):
@@ -231,18 +232,15 @@ class ComfyUILane:
 
     async def _next(self, job: Job, watch: PromptWatch) -> EngineEvent:
         while True:
-            try:
-                event = await asyncio.wait_for(watch.queue.get(), timeout=1.0)
-            except TimeoutError:
+            event = await watch.queue.get()
+            if event is None:  # the watch's tick: check the clock and the connection
                 idle = time.monotonic() - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout:
                     self._suspect_until = time.monotonic() + self.settings.suspect_for
                     self._interrupt_soon(job.prompt_id)
-                    raise BackendHung(
-                        f"no frame from {self.client.spec.name} for {idle:.0f} s"
-                    ) from None
+                    raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
-                    raise BackendLost(f"backend {self.client.spec.name} went away") from None
+                    raise BackendLost(f"backend {self.client.spec.name} went away")
                 continue
             if isinstance(event, BackendLost):
                 raise event

@@ -53,26 +53,33 @@ class InputPusher:
         self.object_info = object_info
         self._pushed: set[tuple[str, str]] = set()  # (relative path, sha256) already there
 
-    def files_for(
-        self, prompt: dict[str, Any], folders: Folders | None = None
-    ) -> list[tuple[str, str, str, str, Path]]:
-        """(node id, input, relative name, folder type, local path) of every gateway file
-        the prompt names (in `folders`, by default the gateway's own)."""
-        folders = folders or self.folders
-        found = []
+    def file_inputs(self, prompt: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """(node id, input, value) of every input that names an uploaded file: no file
+        system access, so most prompts (naming none) need no worker thread at all."""
         info = self.object_info()
+        named = []
         for node_id, node in prompt.items():
             uploads = _upload_inputs(info.get(node.get("class_type"), {}))
             for name, value in (node.get("inputs") or {}).items():
-                if name not in uploads or not isinstance(value, str) or is_link(value):
-                    continue
-                relative, kind = _split_annotation(value)
-                root = folders.of_type(kind)
-                if root is None:
-                    continue
-                path = (root / relative).resolve()
-                if path.is_relative_to(root.resolve()) and path.is_file():
-                    found.append((node_id, name, relative, kind, path))
+                if name in uploads and isinstance(value, str) and not is_link(value):
+                    named.append((node_id, name, value))
+        return named
+
+    def files_for(
+        self, named: list[tuple[str, str, str]], folders: Folders | None = None
+    ) -> list[tuple[str, str, str, str, Path]]:
+        """(node id, input, relative name, folder type, local path) of the `named` inputs
+        whose file the gateway has (in `folders`, by default the gateway's own)."""
+        folders = folders or self.folders
+        found = []
+        for node_id, name, value in named:
+            relative, kind = _split_annotation(value)
+            root = folders.of_type(kind)
+            if root is None:
+                continue
+            path = (root / relative).resolve()
+            if path.is_relative_to(root.resolve()) and path.is_file():
+                found.append((node_id, name, relative, kind, path))
         return found
 
     async def push_for(
@@ -83,7 +90,10 @@ class InputPusher:
     ) -> dict[str, Any]:
         """Push the files `prompt` names (from `folders`); the prompt to send the backend,
         which names another tenant's files where they were pushed."""
-        named = await asyncio.to_thread(self.files_for, prompt, folders)
+        candidates = self.file_inputs(prompt)
+        if not candidates:
+            return prompt
+        named = await asyncio.to_thread(self.files_for, candidates, folders)
         prefix = "" if tenant == DEFAULT_TENANT else f"{TENANT_PREFIX}/{tenant}/"
         if prefix and named:
             prompt = {node_id: dict(node) for node_id, node in prompt.items()}
