@@ -64,11 +64,9 @@ class ComfyUILane:
         self.draining = False
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
-        # Set while no submit is in flight: a finished prompt's history read waits for the
-        # next prompt's submit, which is what keeps the backend busy.
-        self._no_submits = asyncio.Event()
-        self._no_submits.set()
-        self._submits = 0
+        # Submits in flight: a finished prompt's history read lets them go first, as the
+        # next prompt's submit is what keeps the backend busy.
+        self._submits: set[asyncio.Future[None]] = set()
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], Awaitable[None]] = _nothing
 
@@ -187,14 +185,13 @@ class ComfyUILane:
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs
-        self._submits += 1
-        self._no_submits.clear()
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._submits.add(sent)
         try:
             status, answer = await self.client.submit(body)
         finally:
-            self._submits -= 1
-            if not self._submits:
-                self._no_submits.set()
+            self._submits.discard(sent)
+            sent.set_result(None)
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
 
@@ -247,8 +244,8 @@ class ComfyUILane:
             return event
 
     async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._no_submits.wait(), timeout=1.0)
+        if self._submits:  # only those already under way, never a stream of later ones
+            await asyncio.wait(list(self._submits), timeout=1.0)
         for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
             await asyncio.sleep(delay)
             entry = await self.client.history(prompt_id)
