@@ -11,23 +11,33 @@ import asyncio
 import time
 from typing import Any
 
-from comfyfleet.engine.context import ProgressBar
+from comfyfleet.engine.context import ProgressBar, current_node
 
 ANY = "*"
 TESTING = "_for_testing"
-# How often a sleeping node reports progress, which is also how fast it notices an interrupt.
+# How fast a sleeping node notices an interrupt.
 _TICK = 0.01
+# How often `Sleep` reports progress: 20 times a second, about what a sampler sends (one
+# report per step). TestSleep reports every tick, as ComfyUI's does.
+_SLEEP_REPORT_EVERY = 0.05
 
 
-async def _sleep_with_progress(seconds: float, unique_id: str | None) -> None:
-    """Sleep, reporting elapsed time; the progress report raises when interrupted."""
+async def _sleep_with_progress(seconds: float, unique_id: str | None, every: float = 0.0) -> None:
+    """Sleep, reporting elapsed time at most once per `every` seconds (and at the end);
+    raises when interrupted."""
     if seconds <= 0:
         return
     bar = ProgressBar(seconds, node_id=unique_id)
+    node = current_node()
     start = time.monotonic()
+    reported = -every
     while True:
         elapsed = time.monotonic() - start
-        bar.update_absolute(min(elapsed, seconds))
+        if elapsed >= seconds or elapsed - reported >= every:
+            bar.update_absolute(min(elapsed, seconds))
+            reported = elapsed
+        elif node is not None:
+            node.throw_if_interrupted()
         if elapsed >= seconds:
             return
         await asyncio.sleep(min(_TICK, seconds - elapsed))
@@ -50,7 +60,7 @@ class Sleep:
     DESCRIPTION = "Passes value through after sleeping, reporting progress; interruptible."
 
     async def sleep(self, value: Any, seconds: float, unique_id: str | None = None) -> tuple[Any]:
-        await _sleep_with_progress(seconds, unique_id)
+        await _sleep_with_progress(seconds, unique_id, _SLEEP_REPORT_EVERY)
         return (value,)
 
 
