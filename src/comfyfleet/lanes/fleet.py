@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 
 VIEW_PARAMS = ("filename", "subfolder", "type", "preview", "channel")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: Whitespace and control characters, spelled out: `\s` differs between Python and the
+#: ECMA regexes of docs/openapi.json, which repeats URL.
+_BLANK = r"\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+#: A backend's url (trailing slashes are dropped first).
+URL = re.compile(rf"^https?://[^/{_BLANK}]+(/[^{_BLANK}]*)?$")
 
 
 #: Most slots (and most prefetch) one backend may declare.
@@ -50,25 +55,50 @@ def parse_spec(raw: Any) -> BackendSpec:
     if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
         raise FleetError("a backend needs a url")
     url = raw["url"].rstrip("/")
-    if not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+    if not URL.fullmatch(url):
         raise FleetError(f"not an http(s) url: {url!r}")
-    name = raw.get("name") or re.sub(r"[^A-Za-z0-9._-]", "-", url.split("://", 1)[1])
-    if not isinstance(name, str) or not NAME.match(name):
+    name = raw.get("name")
+    if name is None or name == "":
+        name = derived_name(url)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise FleetError(f"bad backend name {name!r}: letters, digits, . _ - (max 64)")
-    slots, prefetch = raw.get("slots", 1), raw.get("prefetch", 0)
+    slots, prefetch = _as_int(raw.get("slots", 1)), _as_int(raw.get("prefetch", 0))
     # Bounded: the scheduler starts one task per slot (slots + prefetch) of a lane.
-    if not (
-        isinstance(slots, int)
-        and 1 <= slots <= MAX_SLOTS
-        and isinstance(prefetch, int)
-        and 0 <= prefetch <= MAX_SLOTS
+    if (
+        slots is None
+        or prefetch is None
+        or not (1 <= slots <= MAX_SLOTS and 0 <= prefetch <= MAX_SLOTS)
     ):
         raise FleetError(f"slots must be an integer 1..{MAX_SLOTS} and prefetch 0..{MAX_SLOTS}")
     tags = raw.get("tags", [])
     auth = raw.get("auth_header")
-    if not isinstance(tags, list) or (auth is not None and not _is_header(auth)):
-        raise FleetError("tags must be a list; auth_header must read 'Name: value'")
-    return BackendSpec(url, name, slots, prefetch, tuple(str(t) for t in tags), auth)
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise FleetError("tags must be a list of strings")
+    if auth is not None and not _is_header(auth):
+        raise FleetError("auth_header must read 'Name: value'")
+    return BackendSpec(url, name, slots, prefetch, tuple(tags), auth)
+
+
+def derived_name(url: str) -> str:
+    """The name of a backend defined without one: its url's host and path, made a name.
+
+    Characters a name cannot hold become `-`; a name that would still be refused (too
+    long, or not starting with a letter or digit) is trimmed, and `backend` stands in
+    for a url with no letter or digit at all.
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", url.split("://", 1)[1])
+    if NAME.fullmatch(name):
+        return name
+    return name.lstrip("._-")[:64] or "backend"
+
+
+def _as_int(value: Any) -> int | None:
+    """An integer as JSON has them (`2` or `2.0`); None for anything else, booleans included."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def spec_json(spec: BackendSpec, *, secrets: bool = False) -> dict[str, Any]:

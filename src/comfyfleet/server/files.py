@@ -370,9 +370,14 @@ async def _store_form(folders: Folders, form: _Form, *, mask: bool) -> web.Strea
 
 
 def _target_dir(root: Path, subfolder: str, filename: str) -> str:
-    """The real directory an upload goes to; 400 for names or subfolders that leave `root`."""
+    """The real directory an upload goes to; 400 for names or subfolders that leave `root`.
+
+    A `..` component is refused even where it would stay inside (`a/../b`): the rule is
+    then one a client (and docs/openapi.json) can state without resolving paths.
+    """
     bad_name = filename in (".", "..") or "/" in filename or "\\" in filename
-    if bad_name or _has_control(filename) or _has_control(subfolder):
+    bad_subfolder = ".." in subfolder.split("/") or _has_control(subfolder)
+    if bad_name or bad_subfolder or _has_control(filename):
         raise _Reject(400)
     real_root = os.path.realpath(root)
     directory = os.path.realpath(os.path.join(real_root, os.path.normpath(subfolder)))

@@ -105,6 +105,7 @@ async def test_concurrent_same_name_uploads_never_overwrite(tmp_path: Path) -> N
         [("subfolder", "../.."), ("image", ("escape.png", RED))],
         [("subfolder", "/tmp"), ("image", ("escape.png", RED))],
         [("subfolder", "a/../../x"), ("image", ("escape.png", RED))],
+        [("subfolder", "a/../b"), ("image", ("inside.png", RED))],  # `..` at all: refused
         [("type", "bogus"), ("image", ("escape.png", RED))],
         [("type", "input")],
         [("image", "not a file")],

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.lanes.fleet import URL
 from tests.servers import start_in_process
 
 SPEC_PATH = Path(__file__).resolve().parents[3] / "docs" / "openapi.json"
@@ -87,3 +88,13 @@ def test_every_reference_resolves() -> None:
                 walk(value)
 
     walk(spec)
+
+
+def test_backend_urls_are_described_as_the_server_checks_them() -> None:
+    """The spec repeats the server's url pattern: schemathesis generates urls from it."""
+    spec = load_spec()
+    url = spec["components"]["schemas"]["BackendSpec"]["properties"]["url"]
+    assert url["pattern"] == URL.pattern
+    body = spec["paths"]["/api/fleet/backends"]["post"]["requestBody"]
+    just_the_url = body["content"]["application/json"]["schema"]["oneOf"][1]
+    assert just_the_url["pattern"] == URL.pattern

@@ -26,6 +26,14 @@ def test_a_url_alone_is_enough() -> None:
         {"url": "http://x", "slots": 0},
         {"url": "http://x", "prefetch": -1},
         {"url": "http://x", "auth_header": "no colon"},
+        {"url": "http://x", "slots": True},
+        {"url": "http://x", "slots": 1.5},
+        {"url": "http://x", "tags": ["a", 1]},
+        {"url": "http://x", "name": 0},
+        {"url": "http://x", "name": "x\n"},
+        "http://x\n",
+        "http://x/a\u3000b",
+        "http://\x1cx",
     ],
 )
 def test_bad_definitions_are_refused_with_a_reason(raw: object) -> None:
@@ -48,3 +56,24 @@ def test_a_literal_auth_header_is_shown_redacted() -> None:
     assert not spec.auth_is_reference
     assert spec.headers() == {"X-Token": "s3cret"}
     assert spec_json(spec)["auth_header"] == "X-Token: ***"
+
+
+def test_integral_numbers_count_as_integers() -> None:
+    """JSON Schema's integers include 2.0, which JSON parsers hand over as a float."""
+    spec = parse_spec({"url": "http://x", "slots": 2.0, "prefetch": 0.0})
+    assert (spec.slots, spec.prefetch) == (2, 0)
+    assert isinstance(spec.slots, int)
+
+
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        ("http://gpu0:8188/", "gpu0-8188"),
+        ("http://-gpu0", "gpu0"),
+        ("http://" + "a" * 70, "a" * 64),
+        ("http://--", "backend"),
+    ],
+)
+def test_a_name_is_made_from_any_accepted_url(url: str, name: str) -> None:
+    for raw in (url, {"url": url, "name": None}, {"url": url, "name": ""}):
+        assert parse_spec(raw).name == name
