@@ -18,12 +18,12 @@ from comfyfleet.folders import Folders
 
 DEFAULT_TENANT = "default"
 #: Tenant names: safe as a path component and in logs.
-TENANT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TENANT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def check_tenant_name(name: object) -> str:
     """`name` if it is a valid tenant name; ValueError otherwise."""
-    if not isinstance(name, str) or not TENANT_NAME.match(name):
+    if not isinstance(name, str) or not TENANT_NAME.fullmatch(name):
         raise ValueError(f"bad tenant name {name!r}: letters, digits, _ and - (1 to 64)")
     return name
 

@@ -42,7 +42,7 @@ from comfyfleet.providers.retry import Backoff, Cooldown
 log = logging.getLogger("comfyfleet.providers.bfl")
 
 PROVIDER = "bfl"
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MODERATED = frozenset({"Request Moderated", "Content Moderated"})
 _FAILED = frozenset({"Error", "Failed", "Task not found"})
 
@@ -132,7 +132,7 @@ class BFLClient:
         return await self.download(sample, task_id=task.id)
 
     async def submit(self, model: str, body: dict[str, Any]) -> SubmittedTask:
-        if not _MODEL_NAME.match(model):
+        if not _MODEL_NAME.fullmatch(model):
             raise ProviderError(PROVIDER, f"invalid model name {model!r}", retryable=False)
         url = f"{self.base_url}/v1/{model}"
 

@@ -12,6 +12,7 @@ import pytest
 from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.sqlite import SQLiteStore
+from comfyfleet.tenants import check_tenant_name
 
 
 def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJob:
@@ -141,3 +142,10 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
     assert "jobs_tenant" in indexes
+
+
+def test_tenant_names_are_matched_whole() -> None:
+    assert check_tenant_name("team-a_1") == "team-a_1"
+    for bad in ("team\n", "", "a" * 65, "../x", "a b", "é", 7):
+        with pytest.raises(ValueError):
+            check_tenant_name(bad)
