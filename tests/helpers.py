@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,13 @@ class Recorder:
 
     def types(self) -> list[str]:
         return [m.type for m in self.messages()]
+
+
+def as_older_schema(path: Path, version: int, *statements: str) -> None:
+    """Turn a store file back into what schema `version` wrote: run `statements` (the
+    undoing of later migrations), then set its user_version."""
+    with closing(sqlite3.connect(path)) as conn:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.commit()

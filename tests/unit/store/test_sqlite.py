@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -20,18 +19,11 @@ from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
+from tests.helpers import as_older_schema
 
 
 def new_job(prompt_id: str, number: float = 1) -> NewJob:
     return NewJob(prompt_id, number, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "jobs.db")
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def stall_writer(store: SQLiteStore, seconds: float) -> asyncio.Future[None]:
@@ -192,10 +184,7 @@ async def test_version_1_file_gains_the_backends_table(tmp_path: Path) -> None:
     await store.open()
     await store.submit(new_job("p1"))
     await store.close()
-    with closing(sqlite3.connect(path)) as conn:
-        conn.execute("DROP TABLE backends")
-        conn.execute("PRAGMA user_version = 1")
-        conn.commit()
+    as_older_schema(path, 1, "DROP TABLE backends")
     store = SQLiteStore(path)
     await store.open()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.sqlite import SQLiteStore
 from comfyfleet.tenants import check_tenant_name
+from tests.helpers import as_older_schema
 
 
 def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJob:
@@ -27,14 +27,6 @@ async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
     files = [OutputFile(f"{prompt_id}.png", "", "output")]
     result = JobResult(JobStatus.SUCCESS, {"1": {}}, {}, [], None, files)
     assert await store.finish(prompt_id, job.attempt, result)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "jobs.db")
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 async def test_jobs_keep_their_tenant(store: SQLiteStore) -> None:
@@ -121,11 +113,7 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
     await run_to_end(store, "old")
     await store.submit(new_job("waiting", number=2))
     await store.close()
-    with closing(sqlite3.connect(path)) as conn:  # back to what version 3 wrote
-        conn.execute("DROP INDEX jobs_tenant")
-        conn.execute("ALTER TABLE jobs DROP COLUMN tenant")
-        conn.execute("PRAGMA user_version = 3")
-        conn.commit()
+    as_older_schema(path, 3, "DROP INDEX jobs_tenant", "ALTER TABLE jobs DROP COLUMN tenant")
 
     store = SQLiteStore(path)
     await store.open()
