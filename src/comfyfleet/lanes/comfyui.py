@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +28,30 @@ END_EVENTS = frozenset({"execution_success", "execution_error", "execution_inter
 
 class BackendHung(BackendError):
     """No frame for a running prompt within the hang timeout."""
+
+
+class Submits:
+    """Prompts being submitted to the backends of one fleet. A finished prompt's history
+    read lets those already under way go first: a submit is what keeps a backend busy,
+    and when many backends finish at once their hand-overs all compete for the CPU."""
+
+    def __init__(self) -> None:
+        self._under_way: set[asyncio.Future[None]] = set()
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._under_way.add(sent)
+        try:
+            yield
+        finally:
+            self._under_way.discard(sent)
+            sent.set_result(None)
+
+    async def let_pass(self, timeout: float = 1.0) -> None:
+        """Wait for the submits under way now (never for a stream of later ones)."""
+        if self._under_way:
+            await asyncio.wait(list(self._under_way), timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,7 @@ class ComfyUILane:
         folders: Folders,
         settings: LaneSettings,
         tenants: TenantFolders | None = None,
+        submits: Submits | None = None,
     ) -> None:
         self.client = client
         self.folders = folders
@@ -64,9 +89,7 @@ class ComfyUILane:
         self.draining = False
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
-        # Submits in flight: a finished prompt's history read lets them go first, as the
-        # next prompt's submit is what keeps the backend busy.
-        self._submits: set[asyncio.Future[None]] = set()
+        self.submits = submits or Submits()  # shared by the lanes of one fleet
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], Awaitable[None]] = _nothing
 
@@ -185,13 +208,8 @@ class ComfyUILane:
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs
-        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._submits.add(sent)
-        try:
+        with self.submits.sending():
             status, answer = await self.client.submit(body)
-        finally:
-            self._submits.discard(sent)
-            sent.set_result(None)
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
 
@@ -244,8 +262,7 @@ class ComfyUILane:
             return event
 
     async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
-        if self._submits:  # only those already under way, never a stream of later ones
-            await asyncio.wait(list(self._submits), timeout=1.0)
+        await self.submits.let_pass()
         for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
             await asyncio.sleep(delay)
             entry = await self.client.history(prompt_id)

@@ -18,7 +18,7 @@ from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec
 from comfyfleet.lanes.base import Lane
-from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings
+from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings, Submits
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.lanes.remote_nodes import union_registry
 from comfyfleet.tenants import TenantFolders
@@ -127,6 +127,7 @@ class Fleet:
         self.backends: dict[str, ComfyUILane] = {}
         self.registry: NodeRegistry = engine.registry
         self._session: aiohttp.ClientSession | None = None
+        self._submits = Submits()
 
     def lanes(self) -> list[Lane]:
         lanes: list[Lane] = [self.local] if self.local else []
@@ -143,7 +144,7 @@ class Fleet:
         if spec.name in self.backends:
             raise FleetError(f"backend {spec.name} already exists")
         client = BackendClient(spec, self._client_session(), self._client_id(spec))
-        lane = ComfyUILane(client, self.folders, self.settings, self.tenants)
+        lane = ComfyUILane(client, self.folders, self.settings, self.tenants, self._submits)
         lane.on_change = self.rebuild
         self.backends[spec.name] = lane
         return lane
