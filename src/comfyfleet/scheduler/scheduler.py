@@ -492,6 +492,7 @@ class Scheduler:
             self.running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             raise
+        entry.handle.release()  # the lane is done: its slot takes the next job meanwhile
         await self._record(entry, result, failure)
 
     async def _resume(self, lane: Lane, job: Job) -> None:
