@@ -12,7 +12,13 @@ at a time, like ComfyUI). For N = 1, 2, 4, 8, 16 the gateway (`--local-slots
 Baseline in the same run: a naive client that round-robins the same prompts
 straight onto the backends' own queues.
 
+With `--backends URL,...` the benchmark uses servers that are already running
+(e.g. real ComfyUI instances, started separately with ComfyUI's testing node
+pack for `--sleep-node TestSleep`) instead of starting comfyfleet backends;
+sizes then go up to the number of URLs.
+
     .venv/bin/python bench/bench_fleet.py [--sizes 1,2,4,8,16] [--per-backend 4] [--prefetch 0]
+        [--backends URL,...] [--sleep-node Sleep]
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import sys
 import tempfile
 import time
@@ -53,13 +60,18 @@ def wait_up(url: str, timeout: float = 60.0) -> None:
     raise TimeoutError(url)
 
 
+SLEEP_NODE = "Sleep"  # the class that sleeps 1 s (`--sleep-node`)
+# Colours differ per run too, so a long-running backend's cache never skips the sleep.
+COLOR_BASE = random.randrange(1 << 23)
+
+
 def sleep_prompt(color: int) -> dict[str, Any]:
     return {
         "1": {
             "class_type": "EmptyImage",
-            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color},
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": COLOR_BASE + color},
         },
-        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 1.0}},
+        "2": {"class_type": SLEEP_NODE, "inputs": {"value": ["1", 0], "seconds": 1.0}},
         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
     }
 
@@ -74,11 +86,11 @@ def submit(url: str, prompt: dict[str, Any]) -> str:
 
 
 def wait_done(url: str, ids: list[str], timeout: float) -> None:
-    """Until none of this server's jobs is pending or running (a cheap count, not history)."""
+    """Until none of this server's prompts is pending or running (its queue is empty)."""
     deadline = time.monotonic() + timeout
-    query = "/api/jobs?status=pending,in_progress&limit=1"
     while time.monotonic() < deadline:
-        if call(url + query)["pagination"]["total"] == 0:
+        queue = call(url + "/queue")
+        if not queue["queue_running"] and not queue["queue_pending"]:
             history = call(url + "/history")
             if all(i in history for i in ids):
                 return
@@ -111,10 +123,16 @@ def gaps(runs: dict[str, list[tuple[int, int]]]) -> list[float]:
     return [nxt[0] - prev[1] for rs in runs.values() for prev, nxt in itertools.pairwise(rs)]
 
 
-def run_size(n: int, per_backend: int, prefetch: int, root: Path) -> dict[str, float]:
+def run_size(
+    n: int, per_backend: int, prefetch: int, root: Path, external: list[str]
+) -> dict[str, float]:
     ports = [free_port() for _ in range(n + 1)]
-    urls = [f"http://127.0.0.1:{p}" for p in ports[1:]]
-    procs = [serve(root / f"b{p}", p, "--testing-nodes", "--local-slots", "1") for p in ports[1:]]
+    urls = external[:n] or [f"http://127.0.0.1:{p}" for p in ports[1:]]
+    procs = (
+        []
+        if external
+        else [serve(root / f"b{p}", p, "--testing-nodes", "--local-slots", "1") for p in ports[1:]]
+    )
     try:
         for url in urls:
             wait_up(url)
@@ -183,14 +201,19 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,2,4,8,16")
     parser.add_argument("--per-backend", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=0)
+    parser.add_argument("--backends", default="", help="running servers to use, comma-separated")
+    parser.add_argument("--sleep-node", default="Sleep", help="the node class that sleeps")
     options = parser.parse_args()
+    global SLEEP_NODE
+    SLEEP_NODE = options.sleep_node
+    external = [url for url in options.backends.split(",") if url]
     ideal = float(options.per_backend)
     print(f"Sleep(1) prompts, {options.per_backend} per backend, prefetch {options.prefetch}")
     print("   N   wall s  efficiency  gap p50 ms  gap p99 ms |", end="")
     print(" naive wall s  naive eff.  naive gap p50")
     for n in (int(s) for s in options.sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
-            fig = run_size(n, options.per_backend, options.prefetch, Path(tmp))
+            fig = run_size(n, options.per_backend, options.prefetch, Path(tmp), external)
         print(
             f"{n:4d}  {fig['wall']:7.2f}  {ideal / fig['wall']:10.3f}  {fig['gap50']:10.1f}  "
             f"{fig['gap99']:10.1f} | {fig['naive_wall']:12.2f}  {ideal / fig['naive_wall']:10.3f}  "
