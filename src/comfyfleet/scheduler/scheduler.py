@@ -36,6 +36,10 @@ class EventRouter(Protocol):
     def job_finished(self, job: Job, status: JobStatus) -> None:
         """Called once the job's end is durably recorded."""
 
+    def job_stopped(self, job: Job) -> None:
+        """The job stopped running without an end recorded: it went back to the queue
+        (or its end could not be written); nothing of it is current any more."""
+
     def queue_changed(self, remaining: int) -> None: ...
 
 
@@ -527,9 +531,11 @@ class Scheduler:
         finally:
             self.running.pop(job.prompt_id, None)
             self._queue_changed()
+        await entry.gate.opened.wait()  # after the previous job's done signal
         if finished is not None:
-            await entry.gate.opened.wait()  # after the previous job's done signal
             self.router.job_finished(job, finished)
+        else:
+            self.router.job_stopped(job)
 
     async def _settle_retrying(
         self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None

@@ -136,6 +136,9 @@ class ClientRouter:
             self.status.send_now(key)
             self.hub.send_json(key, "executing", events.executing(job.prompt_id, None))
 
+    def job_stopped(self, job: Job) -> None:
+        self._latest.pop(job.prompt_id, None)  # a reconnecting client must not see it running
+
     def queue_changed(self, remaining: int) -> None:
         self.status.changed(remaining)
 

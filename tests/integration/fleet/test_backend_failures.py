@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
+
+import websocket
 
 from tests.integration.fleet.conftest import MakeFleet
 from tests.integration.fleet.harness import (
@@ -106,3 +109,24 @@ def test_same_node_error_on_two_backends_is_the_prompts_fault(make_fleet: MakeFl
     assert (job["status"], job["attempt"]) == ("failed", 2)
     for backend in fleet.backends.values():
         assert backend.get("/prompt")["exec_info"]["queue_remaining"] == 0
+
+
+def test_a_requeued_job_is_not_replayed_as_running_to_a_reconnecting_client(
+    make_fleet: MakeFleet,
+) -> None:
+    fleet = make_fleet(dedicated=[()])
+    client = Frames(fleet.gateway)
+    prompt_id = fleet.submit(sleep_prompt(30.0), client.client_id)
+    client.progress(prompt_id)  # running on d0, its node reported
+    client.ws.close()
+    fleet.backends["d0"].kill()
+    assert fleet.wait_job(prompt_id, "pending", timeout=10)["status"] == "pending"
+
+    again = Frames(fleet.gateway, client.client_id)
+    again.until(lambda e: e["type"] == "status", "the greeting status")
+    again.ws.settimeout(1.0)
+    with contextlib.suppress(websocket.WebSocketTimeoutException):
+        again.until(lambda e: False, "nothing more")
+    replayed = [e for e in again.events if e["data"].get("prompt_id") == prompt_id]
+    assert replayed == []  # back in the queue: nothing of it is current
+    again.ws.close()
