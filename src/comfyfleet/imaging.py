@@ -238,3 +238,14 @@ def blank_clip(width: int, height: int, frames: int = 8, fps: float = 8.0) -> by
     duration = max(1, round(1000 / fps))
     first.save(buf, format="GIF", save_all=True, append_images=rest, duration=duration, loop=0)
     return buf.getvalue()
+
+
+def media_type(data: bytes) -> str:
+    """The media type of encoded image bytes, by their signature."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"

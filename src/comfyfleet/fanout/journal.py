@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import REMOTE_FINAL, NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.store.records import (
+    REMOTE_FINAL,
+    NewRemoteJob,
+    RemoteJob,
+    RemoteJobState,
+    check_remote_finish,
+)
 
 _LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
 
@@ -57,10 +63,7 @@ class MemoryJournal:
         error: dict[str, Any] | None = None,
         attempts: int | None = None,
     ) -> bool:
-        if state not in REMOTE_FINAL:
-            raise ValueError(f"a finished remote job needs a final state, not {state}")
-        if result is not None and state != RemoteJobState.SUCCEEDED:
-            raise ValueError("only a succeeded remote job has a result")
+        check_remote_finish(state, result)
         changes: dict[str, Any] = {
             "state": state,
             "result": result,

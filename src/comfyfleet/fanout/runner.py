@@ -198,7 +198,7 @@ class JobRunner:
                 job.task.info.journal_id,
                 RemoteJobState.SUCCEEDED,
                 result=data,
-                result_type=media_type(data),
+                result_type=imaging.media_type(data),
                 attempts=job.task.info.attempts,
             )
         job.task.settle(TaskState.SUCCESS, value)
@@ -241,16 +241,6 @@ def error_record(task: Task) -> dict[str, Any]:
 
 def white_image() -> imaging.ImageArray:
     return imaging.blank(1, SKIP_ERROR_SIZE, SKIP_ERROR_SIZE, 0xFFFFFF)
-
-
-def media_type(data: bytes) -> str:
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
 
 
 async def _quietly(work: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from comfyfleet.imaging import media_type
 from comfyfleet.providers._http import (
     Attempts,
     Http,
@@ -101,10 +102,10 @@ class OpenAIImagesClient:
                 data.add_field(name, _form_text(value))
             for filename, content in images:
                 data.add_field(
-                    image_field, content, filename=filename, content_type=_image_type(content)
+                    image_field, content, filename=filename, content_type=media_type(content)
                 )
             if mask is not None:
-                data.add_field("mask", mask, filename="mask.png", content_type=_image_type(mask))
+                data.add_field("mask", mask, filename="mask.png", content_type=media_type(mask))
             return {"data": data}
 
         return await self._create("edit", url, form, idempotency_key)
@@ -190,13 +191,3 @@ def _form_text(value: FieldValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _image_type(content: bytes) -> str:
-    if content.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if content.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if content[:4] == b"RIFF" and content[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"

@@ -147,6 +147,14 @@ REMOTE_FINAL = frozenset(
 )
 
 
+def check_remote_finish(state: RemoteJobState, result: bytes | None) -> None:
+    """ValueError unless `state` is final and only a success carries a result."""
+    if state not in REMOTE_FINAL:
+        raise ValueError(f"a finished remote job needs a final state, not {state}")
+    if result is not None and state != RemoteJobState.SUCCEEDED:
+        raise ValueError("only a succeeded remote job has a result")
+
+
 @dataclass(frozen=True)
 class NewRemoteJob:
     """A paid job about to be sent. `resume` says how to find it again (never a secret)."""

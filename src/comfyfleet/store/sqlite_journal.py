@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.store.records import NewRemoteJob, RemoteJob, RemoteJobState, check_remote_finish
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -175,10 +175,7 @@ def encode_finish(
     state: RemoteJobState, result: bytes | None, error: dict[str, Any] | None
 ) -> str | None:
     """Check a finish on the caller's thread; returns the error as JSON."""
-    if state in (RemoteJobState.SUBMITTING, RemoteJobState.RUNNING):
-        raise ValueError(f"a finished remote job needs a final state, not {state}")
-    if result is not None and state != RemoteJobState.SUCCEEDED:
-        raise ValueError("only a succeeded remote job has a result")
+    check_remote_finish(state, result)
     return None if error is None else _dumps(error)
 
 
