@@ -44,3 +44,18 @@ def as_older_schema(path: Path, version: int, *statements: str) -> None:
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
         conn.commit()
+
+
+class FakeTime:
+    """A clock that only moves when something sleeps on it; records each sleep."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds

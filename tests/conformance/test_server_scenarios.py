@@ -652,11 +652,7 @@ async def test_08_history_pages_in_completion_order(tmp_path: Path) -> None:
     recorded_entry = next(iter(steps[0]["response_json"].values()))
     async with serve(tmp_path, local_slots=2) as served:
         sock = await served.connect()
-        done = []
-        for color in range(3):
-            prompt_id = await served.submit(save_prompt(color, f"h{color}"), sock.client_id)
-            await sock.done(prompt_id)
-            done.append(prompt_id)
+        done = await served.run_in_turn(sock, (save_prompt(c, f"h{c}") for c in range(3)))
         slow = await served.submit(sleep_prompt(30, 50, node="TestSleep"), sock.client_id)
         await sock.progress(slow, "2")
         fast = await served.submit(save_prompt(3, "h3"), sock.client_id)

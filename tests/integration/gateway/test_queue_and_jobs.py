@@ -99,11 +99,7 @@ async def jobs(served: Served, query: str) -> dict[str, Any]:
 async def test_jobs_api_filters_sorts_and_pages(tmp_path: Path) -> None:
     async with serve(tmp_path, local_slots=1) as served:
         sock = await served.connect()
-        completed = []
-        for color in range(3):
-            prompt_id = await served.submit(save_prompt(color, f"job{color}"), sock.client_id)
-            await sock.done(prompt_id)
-            completed.append(prompt_id)
+        completed = await served.run_in_turn(sock, (save_prompt(c, f"job{c}") for c in range(3)))
         failing = {
             "1": {"class_type": "Fail", "inputs": {"message": "on purpose"}},
             "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},

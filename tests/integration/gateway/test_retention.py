@@ -12,11 +12,7 @@ async def test_pruning_keeps_the_newest_entries_and_deletes_the_others_files(
 ) -> None:
     async with serve(tmp_path, local_slots=1, history_max_entries=3) as served:
         sock = await served.connect()
-        ids = []
-        for n in range(5):
-            prompt_id = await served.submit(save_prompt(n, f"kept{n}"), sock.client_id)
-            await sock.done(prompt_id)
-            ids.append(prompt_id)
+        ids = await served.run_in_turn(sock, (save_prompt(n, f"kept{n}") for n in range(5)))
         output = served.gateway.folders.output
         files = {n: output / f"kept{n}_00001_.png" for n in range(5)}
         assert all(path.exists() for path in files.values())

@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,6 +247,15 @@ class Served:
         assert reply.status == 200, reply.text
         prompt_id: str = reply.json["prompt_id"]
         return prompt_id
+
+    async def run_in_turn(self, sock: Socket, prompts: Iterable[dict[str, Any]]) -> list[str]:
+        """Submit each prompt for `sock`'s client once the one before is done; their ids."""
+        ids = []
+        for prompt in prompts:
+            prompt_id = await self.submit(prompt, sock.client_id)
+            await sock.done(prompt_id)
+            ids.append(prompt_id)
+        return ids
 
     async def history_entry(self, prompt_id: str) -> dict[str, Any]:
         body = await self.get(f"/history/{prompt_id}")

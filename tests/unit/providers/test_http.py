@@ -19,24 +19,10 @@ from comfyfleet.providers.errors import (
 from comfyfleet.providers.openai_images import OpenAIImagesClient
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.providers.retry import Backoff, Cooldown
+from tests.helpers import FakeTime
 
 
-class Recorder:
-    """A clock that only moves when something sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-def attempts(recorder: Recorder, max_attempts: int = 4) -> Attempts:
+def attempts(recorder: FakeTime, max_attempts: int = 4) -> Attempts:
     return Attempts(
         max_attempts=max_attempts,
         backoff=Backoff(base=1.0, cap=1.0, rng=random.Random(0)),
@@ -46,7 +32,7 @@ def attempts(recorder: Recorder, max_attempts: int = 4) -> Attempts:
 
 
 async def test_retryable_errors_are_retried_until_success() -> None:
-    recorder = Recorder()
+    recorder = FakeTime()
     flaky = ProviderError("p", "flaky", retryable=True)
     outcomes: list[Exception | str] = [flaky, flaky, "ok"]
 
@@ -69,7 +55,7 @@ async def test_non_retryable_errors_and_exhaustion_are_raised() -> None:
         raise AmbiguousSubmit("p", "maybe sent")
 
     with pytest.raises(AmbiguousSubmit):
-        await attempts(Recorder()).run(ambiguous, "op")
+        await attempts(FakeTime()).run(ambiguous, "op")
     assert calls == 1
 
     async def flaky() -> None:
@@ -79,12 +65,12 @@ async def test_non_retryable_errors_and_exhaustion_are_raised() -> None:
 
     calls = 0
     with pytest.raises(ProviderError):
-        await attempts(Recorder(), max_attempts=3).run(flaky, "op")
+        await attempts(FakeTime(), max_attempts=3).run(flaky, "op")
     assert calls == 3
 
 
 async def test_retry_after_is_waited_through_the_shared_cooldown() -> None:
-    recorder = Recorder()
+    recorder = FakeTime()
     runner = attempts(recorder)
     results: list[Exception | str] = [RateLimited("p", "429", retry_after=7.0), "ok"]
 

@@ -15,6 +15,7 @@ from comfyfleet.providers.retry import (
     retry_after_from,
     shared_cooldown,
 )
+from tests.helpers import FakeTime
 
 
 def test_backoff_is_full_jitter_under_a_growing_ceiling() -> None:
@@ -31,21 +32,8 @@ def test_backoff_is_reproducible_with_a_seeded_rng() -> None:
     assert first == second
 
 
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 async def test_cooldown_starts_after_a_burst_within_the_window() -> None:
-    fake = FakeTime()
+    fake = FakeTime(100.0)
     cooldown = Cooldown(burst=3, window=10.0, pause=5.0, clock=fake.clock, sleep=fake.sleep)
     cooldown.rate_limited()
     fake.now += 20.0  # outside the window: forgotten
@@ -59,7 +47,7 @@ async def test_cooldown_starts_after_a_burst_within_the_window() -> None:
 
 
 async def test_retry_after_sets_the_cooldown_and_never_shortens_it() -> None:
-    fake = FakeTime()
+    fake = FakeTime(100.0)
     cooldown = Cooldown(burst=10, clock=fake.clock, sleep=fake.sleep)
     cooldown.rate_limited(retry_after=3.0)
     cooldown.rate_limited(retry_after=1.0)
