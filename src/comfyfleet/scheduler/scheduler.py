@@ -470,9 +470,8 @@ class Scheduler:
             slots.warmth = Warmth.of(job.prompt)
         self._queue_changed()
         finishing = asyncio.create_task(self._finish(entry, resume), name=f"run-{job.prompt_id}")
-        released = asyncio.create_task(entry.handle.released.wait())
         try:
-            await asyncio.wait([finishing, released], return_when=asyncio.FIRST_COMPLETED)
+            await entry.handle.released.wait()  # set early by the lane, or by `_finish`
         except asyncio.CancelledError:
             # Stopped mid-run: the job stays running in the store; the next start
             # recovers it (re-queued, or asked after on its backend).
@@ -482,7 +481,6 @@ class Scheduler:
                 del self.running[job.prompt_id]
             raise
         finally:
-            released.cancel()
             if slots is not None:
                 slots.busy -= 1
         self._settling.add(finishing)
@@ -496,7 +494,8 @@ class Scheduler:
             self.running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             raise
-        entry.handle.release()  # the lane is done: its slot takes the next job meanwhile
+        finally:
+            entry.handle.release()  # the lane is done: its slot takes the next job meanwhile
         await self._record(entry, result, failure)
 
     async def _resume(self, lane: Lane, job: Job) -> None:
