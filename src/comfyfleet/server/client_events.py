@@ -12,13 +12,13 @@ one tenant that names another tenant's client id gets none of its events.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
 from comfyfleet.protocol import events
 from comfyfleet.server.hub import Hub
+from comfyfleet.server.pacing import TokenBucket
 from comfyfleet.store.records import Job, JobStatus
 from comfyfleet.tenants import DEFAULT_TENANT
 
@@ -48,10 +48,7 @@ class StatusBroadcaster:
 
     def __init__(self, hub: Hub, *, rate: float = 20.0, burst: int = 10) -> None:
         self.hub = hub
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._stamp = time.monotonic()
+        self._bucket = TokenBucket(rate, burst)
         self._latest = 0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -59,25 +56,18 @@ class StatusBroadcaster:
         self._latest = remaining
         if self._timer is not None:
             return  # a folded frame is already due
-        self._refill()
-        if self._tokens >= 1:
+        delay = self._bucket.wait()
+        if delay <= 0:
             self._send()
         else:
-            delay = (1 - self._tokens) / self.rate
             self._timer = asyncio.get_running_loop().call_later(delay, self._deferred)
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
 
     def _deferred(self) -> None:
         self._timer = None
-        self._refill()
         self._send()
 
     def _send(self) -> None:
-        self._tokens -= 1
+        self._bucket.take()
         self.hub.broadcast_json("status", events.status(self._latest))
 
     def send_now(self, client_id: str) -> None:

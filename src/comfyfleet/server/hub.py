@@ -25,6 +25,7 @@ from aiohttp import web
 
 from comfyfleet.engine.events import PreviewImage, ProgressText
 from comfyfleet.protocol import frames, wsframe
+from comfyfleet.server.pacing import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +77,14 @@ class ClientSocket:
         self._queue.put_nowait(None)
 
     async def _write(self) -> None:
-        loop = asyncio.get_running_loop()
-        tokens, stamp = WRITE_BURST, loop.time()
+        bucket = TokenBucket(WRITE_RATE, WRITE_BURST)
         try:
-            # Seconds until the bucket holds a whole token again (<= 0: write now).
-            def hold() -> float:
-                return stamp + (1.0 - tokens) / WRITE_RATE - loop.time()
-
-            while (batch := await self._next_batch(hold)) is not None:
+            while (batch := await self._next_batch(bucket.wait)) is not None:
                 transport = self._transport
                 if transport is None or transport.is_closing():
                     break
                 transport.write(b"".join(wsframe.encode(p) for p in batch))
-                now = loop.time()
-                tokens = min(WRITE_BURST, tokens + (now - stamp) * WRITE_RATE) - 1.0
-                stamp = now
+                bucket.take()
                 while transport.get_write_buffer_size() > HIGH_WATER:
                     if transport.is_closing():
                         return
