@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from comfyfleet.engine.events import EventSink
@@ -19,9 +20,25 @@ class LaneRun(RunHandle):
     def __init__(self) -> None:
         super().__init__()
         self.released = asyncio.Event()
+        self.accepted = False
+        self._on_accept: list[Callable[[], None]] = []
 
     def release(self) -> None:
         self.released.set()
+
+    def accept(self) -> None:
+        """The prompt is on its way (a backend queued it): the slot stays busy a while,
+        so the scheduler may set the slot's next job aside now."""
+        if not self.accepted:
+            self.accepted = True
+            for listener in self._on_accept:
+                listener()
+
+    def on_accept(self, listener: Callable[[], None]) -> None:
+        if self.accepted:
+            listener()
+        else:
+            self._on_accept.append(listener)
 
 
 class Lane(Protocol):

@@ -116,6 +116,7 @@ class ComfyUILane:
         try:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             await self._submit(replace(job, prompt=prompt))
+            handle.accept()
             handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
             return await self._follow(job, watch, sink, handle)
         finally:

@@ -3,6 +3,14 @@
 Each lane slot runs a loop that claims the next eligible job from the store
 when it is free, so order lives in one place (the store) and a job is never
 held by a slot that cannot run it.
+
+A slot of a remote lane, once its backend has queued its prompt, reserves its
+next job in the store (still pending, set aside for that lane). When the
+backend reports the prompt's end, that job is submitted at once while its start
+is recorded: the claim commit is off the hand-over path. Reservations never
+hold a job back: a slot that frees up with none of its own takes another
+lane's, one that has waited long takes any free slot, and a job submitted
+ahead of a reserved one in queue order sends the reservation back.
 """
 
 from __future__ import annotations
@@ -10,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
 
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
@@ -23,9 +32,13 @@ from comfyfleet.store.base import JobStore, StoreError
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Longest wait between attempts to record a job's end while the store refuses.
 RECORD_RETRY_MAX = 2.0
+#: A reservation that has waited this many times as long as a slot's last run goes to
+#: that slot even if it has one of its own: no job waits long behind a long prompt.
+RESERVATION_PATIENCE = 1.5
 
 
 class EventRouter(Protocol):
@@ -87,6 +100,14 @@ class Running:
     handle: LaneRun = field(default_factory=LaneRun)
     cancelled: bool = False  # cancel (not interrupt): the job ends as cancelled
     requeue: bool = False  # shutdown: back to pending instead of finishing
+    # A reserved job (as reserved) started before its start was recorded, and that
+    # record, under way.
+    reserved: Job | None = None
+    starting: asyncio.Future[Job | None] | None = None
+
+    def record_start(self, store: JobStore) -> None:
+        assert self.reserved is not None
+        self.starting = asyncio.ensure_future(store.start_reserved(self.reserved, self.lane.name))
 
 
 @dataclass
@@ -100,6 +121,8 @@ class _LaneSlots:
     # Slots with nothing to claim, each waiting on its future: None to look again,
     # or a job `submit` claimed for it (the hand-off).
     parked: deque[asyncio.Future[Running | None]] = field(default_factory=deque)
+    # Slots whose backend has queued their prompt: each may set its next job aside.
+    accepted: set[_Slot] = field(default_factory=set)
 
     @contextlib.asynccontextmanager
     async def waiting(self) -> AsyncIterator[None]:
@@ -116,10 +139,19 @@ class _LaneSlots:
         return not self.retiring and self.busy < self.lane.slots and self.lane.can_run(job)
 
 
-@dataclass
+@dataclass(eq=False)  # one per slot task, kept in sets by identity
 class _Slot:
     previous: asyncio.Task[None] | None = None  # the slot's last job, finishing
     idled: bool = False  # its last wait for work timed out
+    reserving: asyncio.Task[None] | None = None  # setting its next job aside
+    last_run: float = 0.0  # how long its last job kept it busy (s)
+
+
+@dataclass
+class _Reservation:
+    job: Job  # pending in the store, set aside for `owner` (job.lane)
+    owner: _LaneSlots
+    since: float  # time.monotonic() when it was made
 
 
 class Scheduler:
@@ -149,6 +181,9 @@ class Scheduler:
         self._stopping = False
         self._resumes: set[asyncio.Task[None]] = set()
         self._settling: set[asyncio.Task[None]] = set()
+        # Jobs set aside for busy remote lanes (still pending in the store), by id.
+        self._reserved: dict[str, _Reservation] = {}
+        self._reserving: set[asyncio.Task[None]] = set()
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -164,7 +199,8 @@ class Scheduler:
     # -- life cycle --------------------------------------------------------
 
     async def start(self) -> None:
-        running, _ = await self.store.queue()
+        running, pending = await self.store.queue()
+        running += await self._recover_reserved([job for job in pending if job.lane])
         for entry in self._lanes.values():
             await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
         self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
@@ -182,6 +218,23 @@ class Scheduler:
             task = asyncio.create_task(self._resume(lane, job), name=f"resume-{job.prompt_id}")
             self._resumes.add(task)
             task.add_done_callback(self._resumes.discard)
+
+    async def _recover_reserved(self, jobs: list[Job]) -> list[Job]:
+        """Jobs reserved when the gateway stopped: one may have been submitted to its
+        lane's backend before its start was recorded, so each is treated as running
+        there (and asked after); those of lanes that are gone go back to the queue."""
+        running, back = [], []
+        for job in jobs:
+            entry = self._lanes.get(job.lane or "")
+            started = None
+            if entry is not None and not entry.lane.in_process:
+                started = await self.store.start_reserved(job, entry.lane.name)
+            if started is not None:
+                running.append(started)
+            else:
+                back.append(job.prompt_id)
+        await self.store.unreserve(back)
+        return running
 
     async def _start_lane(self, entry: _LaneSlots) -> None:
         await entry.lane.start()
@@ -203,6 +256,7 @@ class Scheduler:
         entry = self._lanes[name]
         entry.retiring = True
         await self._wind_down(entry.tasks, timeout, lambda r: r.lane is entry.lane)
+        await self._return_reservations(lambda r: r.owner is entry, settle=True)
         del self._lanes[name]
         self._lane_snapshot = tuple(self._lanes.values())
         await entry.lane.close()
@@ -213,6 +267,7 @@ class Scheduler:
         self._stopping = True
         tasks = [t for entry in self._lanes.values() for t in entry.tasks] + list(self._resumes)
         await self._wind_down(tasks, grace, lambda _r: True, before_requeue)
+        await self._return_reservations(lambda _r: True, settle=True)
         for entry in self._lanes.values():
             await entry.lane.close()
 
@@ -275,6 +330,8 @@ class Scheduler:
         self.pending += 1
         self._queue_changed()
         self._wake()
+        self._make_way_for(job)
+        self._reserve_ahead()
         return job
 
     def _idle_slot_for(
@@ -326,11 +383,17 @@ class Scheduler:
         return hit
 
     async def delete_pending(self, prompt_ids: Sequence[str]) -> list[str]:
+        # A reserved job started a moment ago is pending in the store until its start is
+        # recorded: it is running, and only `cancel` stops it.
+        prompt_ids = [p for p in prompt_ids if p not in self.running]
+        for prompt_id in prompt_ids:
+            self._reserved.pop(prompt_id, None)
         removed = await self.store.cancel(prompt_ids, pending_only=True)
         self._forget_pending(len(removed))
         return removed
 
     async def clear_pending(self) -> list[str]:
+        self._reserved.clear()
         removed = await self.store.cancel_all_pending()
         self._forget_pending(len(removed))
         return removed
@@ -380,8 +443,17 @@ class Scheduler:
         """Claim and start the next job while the previous one's end is still being
         written; the new job's events wait for the previous done signal (EventGate)."""
         lane = entry.lane
+        if slot.reserving is not None:  # a reservation being made lands first
+            await asyncio.wait([slot.reserving])
+        await self._return_reservations(
+            lambda r: r.owner is entry and not self._may_take(entry, r.job)
+        )
         async with entry.waiting():  # holding no job: a retiring lane may cancel it here
             await lane.wait_ready()
+        reserved = self._pick_reserved(entry, slot)
+        if reserved is not None:
+            await self._take_reserved(entry, slot, reserved)
+            return
         wakes = self._wakes
         job = None
         # With nothing pending the claim would find nothing: park at once (a submit hands
@@ -395,13 +467,156 @@ class Scheduler:
         if job is not None:
             # Not clamped: a claim can land before its submit's increment; they net out.
             self.pending -= 1
-            slot.previous = await self._run(lane, job, after=slot.previous)
+            await self._run(lane, job, slot)
         elif wakes == self._wakes:  # nothing new since the queue was looked at: wait
             handed = await self._park(entry)
             if handed is None:
                 slot.idled = wakes == self._wakes  # timed out, not woken
             else:
-                slot.previous = await self._run(lane, handed.job, after=slot.previous, entry=handed)
+                await self._run(lane, handed.job, slot, entry=handed)
+
+    # -- reservations -----------------------------------------------------------
+
+    def reserved_for(self, lane: str) -> list[str]:
+        """Prompt ids set aside for a lane, in queue order."""
+        mine = [r.job for r in self._reserved.values() if r.owner.lane.name == lane]
+        return [job.prompt_id for job in sorted(mine, key=Job.dispatch_key)]
+
+    def _may_take(self, entry: _LaneSlots, job: Job) -> bool:
+        return not entry.retiring and entry.lane.can_run(job) and not self._avoided(entry, job)
+
+    def _pick_reserved(self, entry: _LaneSlots, slot: _Slot) -> _Reservation | None:
+        """The reservation a free slot starts next, taken out of the pool: its lane's
+        earliest, unless another lane's (which this one can run) is due first, because
+        this lane has none or because it has waited long."""
+        mine = others = None
+        for reservation in self._reserved.values():
+            if not self._may_take(entry, reservation.job):
+                continue
+            key = reservation.job.dispatch_key()
+            if reservation.owner is entry:
+                if mine is None or key < mine.job.dispatch_key():
+                    mine = reservation
+            elif others is None or key < others.job.dispatch_key():
+                others = reservation
+        chosen = mine
+        if others is not None and (
+            mine is None
+            or (
+                others.job.dispatch_key() < mine.job.dispatch_key()
+                and time.monotonic() - others.since > RESERVATION_PATIENCE * slot.last_run
+            )
+        ):
+            chosen = others
+        if chosen is not None:
+            del self._reserved[chosen.job.prompt_id]
+        return chosen
+
+    async def _take_reserved(self, entry: _LaneSlots, slot: _Slot, taken: _Reservation) -> None:
+        lane = entry.lane
+        if taken.owner is entry:
+            # Set aside for this lane already: the backend gets it while its start is
+            # recorded (a restart asks that backend about any reservation it finds).
+            self.pending -= 1
+            job = replace(
+                taken.job,
+                status=JobStatus.RUNNING,
+                attempt=taken.job.attempt + 1,
+                lane=lane.name,
+                started_at=time.time(),
+            )
+            await self._run(lane, job, slot, reserved=taken.job)
+            return
+        # Another lane's: recorded as running here first, so a restart asks this backend.
+        try:
+            started = await self.store.start_reserved(taken.job, lane.name)
+        except BaseException:
+            self._reserved[taken.job.prompt_id] = taken  # still set aside in the store
+            raise
+        if started is not None:
+            self.pending -= 1
+            self._reserve_ahead()  # its lane may set another aside
+            await self._run(lane, started, slot)
+
+    def _accepted(self, entry: _LaneSlots, slot: _Slot, handle: LaneRun) -> None:
+        if not handle.released.is_set():
+            entry.accepted.add(slot)
+            self._reserve_soon(entry, slot, self._reservations_of(entry))
+
+    def _reservations_of(self, entry: _LaneSlots) -> int:
+        return sum(r.owner is entry for r in self._reserved.values())
+
+    def _reserve_ahead(self) -> None:
+        """Work arrived or a reservation went elsewhere: busy slots whose backend has
+        their prompt set their next job aside."""
+        if self.pending - len(self._reserved) <= 0:
+            return
+        held = Counter(r.owner.lane.name for r in self._reserved.values())
+        for entry in self._lane_snapshot:
+            for slot in entry.accepted:
+                self._reserve_soon(entry, slot, held[entry.lane.name])
+
+    def _reserve_soon(self, entry: _LaneSlots, slot: _Slot, held: int) -> None:
+        """Set the slot's next job aside (it holds `held` already), if there is one no
+        free slot is about to take."""
+        if self._stopping or entry.retiring:
+            return
+        if slot.reserving is not None and not slot.reserving.done():
+            return
+        if self.pending - len(self._reserved) <= 0 or entry.busy < entry.lane.slots:
+            return
+        if held >= entry.lane.slots:
+            return
+        task = asyncio.create_task(self._reserve(entry), name=f"reserve-{entry.lane.name}")
+        slot.reserving = task
+        self._reserving.add(task)
+        task.add_done_callback(self._reserving.discard)
+
+    async def _reserve(self, entry: _LaneSlots) -> None:
+        try:
+            job = await self.store.reserve(entry.lane.name, lambda j: self._reservable(entry, j))
+        except StoreError as exc:
+            log.info("could not reserve a job for %s: %s", entry.lane.name, exc)
+            return
+        if job is not None:
+            self._reserved[job.prompt_id] = _Reservation(job, entry, time.monotonic())
+
+    def _reservable(self, entry: _LaneSlots, job: Job) -> bool:
+        """Runs in the store's writer thread, like `_eligible`: a job a free lane could
+        take now is left to it."""
+        if not self._may_take(entry, job):
+            return False
+        return not any(o is not entry and o.free_for(job) for o in self._lane_snapshot)
+
+    def _make_way_for(self, job: Job) -> None:
+        """A new job ahead of reserved ones in queue order: those whose lane could run it
+        go back to the queue, so it starts first."""
+        key = job.dispatch_key()
+        behind = [
+            r
+            for r in self._reserved.values()
+            if key < r.job.dispatch_key() and r.owner.lane.can_run(job)
+        ]
+        if behind:
+            task = asyncio.create_task(self._unreserve(self._set_free(behind)))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+
+    async def _return_reservations(
+        self, which: Callable[[_Reservation], bool], *, settle: bool = False
+    ) -> None:
+        if settle and self._reserving:  # reservations being made count too
+            await asyncio.wait(list(self._reserving))
+        await self._unreserve(self._set_free([r for r in self._reserved.values() if which(r)]))
+
+    def _set_free(self, reservations: list[_Reservation]) -> list[str]:
+        """Out of the pool at once (no slot takes them now); `_unreserve` tells the store."""
+        return [r.job.prompt_id for r in reservations if self._reserved.pop(r.job.prompt_id, None)]
+
+    async def _unreserve(self, ids: list[str]) -> None:
+        if ids:
+            await self.store.unreserve(ids)
+            self._wake()
 
     async def _park(self, entry: _LaneSlots) -> Running | None:
         """Wait (a second at most) for a wake-up, or for a job `submit` hands over."""
@@ -421,15 +636,19 @@ class Scheduler:
             parked.cancel()  # a hand-off under way sends its job back to the queue
             raise
 
+    def _avoided(self, entry: _LaneSlots, job: Job) -> bool:
+        """A re-queued job leaves the lanes it failed on to any other lane that can run it."""
+        avoid = self._avoid.get(job.prompt_id)
+        if not avoid or entry.lane.name not in avoid:
+            return False
+        others = [o for o in self._lane_snapshot if o.lane.name not in avoid]
+        return any(not o.retiring and o.lane.can_run(job) for o in others)
+
     def _eligible(self, entry: _LaneSlots, job: Job) -> bool:
         """Whether this lane should take the job (runs in the store's writer thread)."""
-        if entry.retiring or not entry.lane.can_run(job):
+        if not self._may_take(entry, job):
             return False
         avoid = self._avoid.get(job.prompt_id)
-        if avoid and entry.lane.name in avoid:
-            others = [o for o in self._lane_snapshot if o.lane.name not in avoid]
-            if any(not o.retiring and o.lane.can_run(job) for o in others):
-                return False
         # Affinity: leave the job to another lane that is free right now and warmer, but
         # not to one the job avoids (it would leave the job too, and no lane would take it).
         rivals = [
@@ -451,16 +670,19 @@ class Scheduler:
         self,
         lane: Lane,
         job: Job,
+        slot: _Slot | None = None,
         *,
         resume: bool = False,
-        after: asyncio.Task[None] | None = None,
         entry: Running | None = None,
+        reserved: Job | None = None,
     ) -> asyncio.Task[None]:
         """Run one attempt until the lane's slot is free again: the attempt ended, or the
         lane released the slot early. What is left (reading the result, recording the end)
-        goes on in the task returned, so the slot claims its next job meanwhile."""
+        goes on in the task returned (also the slot's `previous`), so the slot takes its
+        next job meanwhile; that job's events wait for this one's done signal."""
+        after = slot.previous if slot is not None else None
         if entry is None:
-            entry = Running(job, lane, EventGate(after))
+            entry = Running(job, lane, EventGate(after), reserved=reserved)
         else:
             entry.gate = EventGate(after)  # handed over: nothing has run yet
         self.running[job.prompt_id] = entry
@@ -468,8 +690,18 @@ class Scheduler:
         if slots is not None:
             slots.busy += 1
             slots.warmth = Warmth.of(job.prompt)
+            if slot is not None and not lane.in_process:
+                entry.handle.on_accept(lambda: self._accepted(slots, slot, entry.handle))
         self._queue_changed()
         finishing = asyncio.create_task(self._finish(entry, resume), name=f"run-{job.prompt_id}")
+        if slot is not None:
+            slot.previous = finishing
+        if entry.reserved is not None:
+            entry.record_start(self.store)
+            assert entry.starting is not None
+            # Cancelled in the queue before its start was recorded: stop it there.
+            entry.starting.add_done_callback(lambda done: _stop_if_refused(done, entry.handle))
+        began = time.monotonic()
         try:
             await entry.handle.released.wait()  # set early by the lane, or by `_finish`
         except asyncio.CancelledError:
@@ -483,6 +715,10 @@ class Scheduler:
         finally:
             if slots is not None:
                 slots.busy -= 1
+                if slot is not None:
+                    slots.accepted.discard(slot)
+        if slot is not None:
+            slot.last_run = time.monotonic() - began
         self._settling.add(finishing)
         finishing.add_done_callback(self._settling.discard)
         return finishing
@@ -496,7 +732,33 @@ class Scheduler:
             raise
         finally:
             entry.handle.release()  # the lane is done: its slot takes the next job meanwhile
-        await self._record(entry, result, failure)
+        if await self._start_recorded(entry):
+            await self._record(entry, result, failure)
+        else:
+            # Cancelled in the queue before its start was recorded: it ends there.
+            self.running.pop(entry.job.prompt_id, None)
+            self._queue_changed()
+            await entry.gate.opened.wait()
+            self.router.job_stopped(entry.job)
+
+    async def _start_recorded(self, entry: Running) -> bool:
+        """Whether a reserved job's start, recorded while it ran, holds: retried while
+        the store refuses (nothing was written then), False if the job was cancelled."""
+        if entry.starting is None:
+            return True  # claimed, not reserved: recorded before it ran
+
+        async def started() -> Job | None:
+            assert entry.starting is not None
+            try:
+                return await entry.starting
+            except StoreError:
+                entry.record_start(self.store)  # the next try writes again
+                raise
+
+        if await self._retrying("the start", entry.job.prompt_id, started) is not None:
+            return True
+        self.pending += 1  # counted out when taken, and again by the cancel
+        return False
 
     async def _resume(self, lane: Lane, job: Job) -> None:
         await asyncio.wait([await self._run(lane, job, resume=True)])
@@ -539,19 +801,23 @@ class Scheduler:
     async def _settle_retrying(
         self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
     ) -> JobStatus | None:
-        """Record the end, retrying while the store refuses (a full disk, say): the failed
-        write was rolled back and the writes are fenced by attempt, so a retry is safe.
-        Gives up only when the scheduler stops (the next start recovers the job)."""
+        """Record the end, retrying while the store refuses (a full disk, say)."""
+        return await self._retrying(
+            "the end", entry.job.prompt_id, lambda: self._settle(entry, result, failure)
+        )
+
+    async def _retrying(self, what: str, prompt_id: str, write: Callable[[], Awaitable[T]]) -> T:
+        """A job write, retried while the store refuses: the failed write was rolled back
+        and job writes are fenced, so a retry is safe. Gives up only when the scheduler
+        stops (the next start recovers the job)."""
         delay = 0.25
         while True:
             try:
-                return await self._settle(entry, result, failure)
+                return await write()
             except StoreError as exc:
                 if self._stopping:
                     raise
-                log.warning(
-                    "could not record the end of %s (%s); retrying", entry.job.prompt_id, exc
-                )
+                log.warning("could not record %s of %s (%s); retrying", what, prompt_id, exc)
                 await asyncio.sleep(delay)
                 delay = min(RECORD_RETRY_MAX, delay * 2)
 
@@ -610,3 +876,8 @@ class Scheduler:
         if await self.store.requeue(job.prompt_id, job.attempt, reason):
             self.pending += 1
             self._wake()
+
+
+def _stop_if_refused(starting: asyncio.Future[Job | None], handle: LaneRun) -> None:
+    if not starting.cancelled() and starting.exception() is None and starting.result() is None:
+        handle.interrupt()

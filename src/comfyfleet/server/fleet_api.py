@@ -30,6 +30,7 @@ def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
         "node_classes": len(lane.capabilities.object_info),
         "model_files": {k: len(v) for k, v in lane.capabilities.models.items() if v},
         "running": sorted(p for p, r in gw.scheduler.running.items() if r.lane is lane),
+        "reserved": gw.scheduler.reserved_for(lane.name),
     }
 
 

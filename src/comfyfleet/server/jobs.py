@@ -39,7 +39,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "front": job.front,
         "client_id": job.client_id,
         "attempt": job.attempt,
-        "lane": job.lane,
+        "lane": None if job.status == JobStatus.PENDING else job.lane,  # not a reservation
         "create_time": _ms(job.created_at),
         "execution_start_time": _ms(job.started_at),
         "execution_end_time": _ms(job.finished_at),

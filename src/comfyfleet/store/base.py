@@ -97,6 +97,20 @@ class JobStore(RemoteJobJournal, Protocol):
         lock: it must be cheap, must not block or call the store, and must be
         thread-safe."""
 
+    async def reserve(
+        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
+    ) -> Job | None:
+        """Like `claim`, but the job stays pending, set aside for `lane` (its `lane`
+        field names it): listed and cancellable as pending, skipped by claims and
+        reservations. A busy lane takes its next job ahead of time this way."""
+
+    async def start_reserved(self, job: Job, lane: str) -> Job | None:
+        """Start a job reserved for `job.lane` on `lane` (running, attempt + 1), or
+        None when it is no longer reserved for `job.lane` (cancelled, given back)."""
+
+    async def unreserve(self, prompt_ids: Sequence[str]) -> None:
+        """Give reserved jobs back to the queue: claims see them again."""
+
     async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
         """Record how an attempt ended (job status, history, events, output files)
         in one transaction. False, and nothing written, when `attempt` is stale

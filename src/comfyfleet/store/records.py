@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -80,6 +81,13 @@ class Job:
     finished_at: float | None = None
     error: dict[str, Any] | None = None  # the final execution_error / interrupted payload
     tenant: str = DEFAULT_TENANT
+
+    def dispatch_key(self) -> tuple[int, float, int]:
+        """Where the job stands in the queue (the store's dispatch order): front jobs
+        first, FIFO among themselves, then by number, then by submission."""
+        if self.front:
+            return (0, 0.0, self.seq)
+        return (1, math.inf if math.isnan(self.number) else float(self.number), self.seq)
 
     def queue_item(self) -> list[Any]:
         """ComfyUI's queue item: `[number, prompt_id, prompt, extra_data, outputs_to_execute]`."""

@@ -110,6 +110,13 @@ CLAIM_JOB = """
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?
 WHERE prompt_id = ? AND status = 'pending'
 """
+# A reserved job stays pending, set aside for the lane named in `lane` (see `reserve`).
+RESERVE_JOB = "UPDATE jobs SET lane = ? WHERE prompt_id = ? AND status = 'pending'"
+START_RESERVED = """
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?
+WHERE prompt_id = ? AND status = 'pending' AND lane = ?
+"""
+UNRESERVE_JOB = "UPDATE jobs SET lane = NULL WHERE prompt_id = ? AND status = 'pending'"
 FINISH_JOB = """
 UPDATE jobs SET status = ?, finished_at = ?, error = ?
 WHERE prompt_id = ? AND status = 'running' AND attempt = ?
@@ -154,6 +161,11 @@ ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE prompt_id = ?"
 SELECT_PENDING = f"""
 SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending'
+ORDER BY front DESC, order_key, seq LIMIT ?
+"""
+# What a claim may take: pending and not reserved.
+SELECT_CLAIMABLE = f"""
+SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
 ORDER BY front DESC, order_key, seq LIMIT ?
 """
 SELECT_RUNNING = f"""
@@ -331,6 +343,31 @@ class SQLiteStore:
             _claim, lane=lane, can_run=can_run, scan=max(1, scan), now=self._clock()
         )
         return await self._write(op)
+
+    async def reserve(
+        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
+    ) -> Job | None:
+        """Set aside the first claimable job `can_run` accepts for `lane`: it stays
+        pending (listed, cancellable) but claims skip it. Returns it with `lane` set."""
+        op = functools.partial(_reserve, lane=lane, can_run=can_run, scan=max(1, scan))
+        return await self._write(op)
+
+    async def start_reserved(self, job: Job, lane: str) -> Job | None:
+        """Run a job reserved for `job.lane` on `lane` (running, attempt + 1); None when
+        it is no longer reserved so (cancelled, or given back meanwhile)."""
+        now = self._clock()
+        op = functools.partial(_start_reserved, job=job, lane=lane, now=now)
+        if not await self._write(op):
+            return None
+        return replace(
+            job, status=JobStatus.RUNNING, attempt=job.attempt + 1, lane=lane, started_at=now
+        )
+
+    async def unreserve(self, prompt_ids: Sequence[str]) -> None:
+        """Give reserved jobs back to the queue (claims see them again)."""
+        ids = list(prompt_ids)
+        if ids:
+            await self._write(lambda conn: conn.executemany(UNRESERVE_JOB, [(i,) for i in ids]))
 
     async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
         """Record how an attempt ended, in one transaction; False if the attempt is stale."""
@@ -666,6 +703,30 @@ def _insert_job(
     return seq
 
 
+def _first_claimable(
+    conn: sqlite3.Connection, can_run: Callable[[Job], bool] | None, scan: int
+) -> Job | None:
+    cursor = conn.execute(SELECT_CLAIMABLE, (1 if can_run is None else scan,))
+    try:
+        return next((job for job in map(_job, cursor) if can_run is None or can_run(job)), None)
+    finally:
+        cursor.close()  # done reading before an UPDATE touches the rows it scans
+
+
+def _reserve(
+    conn: sqlite3.Connection, lane: str, can_run: Callable[[Job], bool] | None, scan: int
+) -> Job | None:
+    chosen = _first_claimable(conn, can_run, scan)
+    if chosen is None:
+        return None
+    conn.execute(RESERVE_JOB, (lane, chosen.prompt_id))
+    return replace(chosen, lane=lane)
+
+
+def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float) -> bool:
+    return conn.execute(START_RESERVED, (lane, now, job.prompt_id, job.lane)).rowcount == 1
+
+
 def _claim(
     conn: sqlite3.Connection,
     lane: str,
@@ -673,11 +734,7 @@ def _claim(
     scan: int,
     now: float,
 ) -> Job | None:
-    cursor = conn.execute(SELECT_PENDING, (1 if can_run is None else scan,))
-    try:
-        chosen = next((job for job in map(_job, cursor) if can_run is None or can_run(job)), None)
-    finally:
-        cursor.close()  # done reading before the UPDATE touches the rows it scans
+    chosen = _first_claimable(conn, can_run, scan)
     if chosen is None:
         return None
     conn.execute(CLAIM_JOB, (lane, now, chosen.prompt_id))

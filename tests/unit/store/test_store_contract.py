@@ -106,6 +106,12 @@ async def run_one(store: JobStore, job_result: JobResult | None = None) -> Job:
     return job
 
 
+def assert_started(job: Job | None, lane: str, now: float) -> None:
+    """A first attempt, running on `lane` since `now`."""
+    assert job is not None
+    assert (job.status, job.attempt, job.lane, job.started_at) == (JobStatus.RUNNING, 1, lane, now)
+
+
 async def history_ids(store: JobStore, *args: int | None) -> list[str]:
     return [entry.job.prompt_id for entry in await store.history(*args)]
 
@@ -211,24 +217,13 @@ async def test_claim_sets_running_attempt_lane(store: JobStore, clock: Clock) ->
     await store.submit(new_job("p1"))
     clock.advance(5)
     job = await store.claim("local/0")
-    assert job is not None
-    assert (job.status, job.attempt, job.lane, job.started_at) == (
-        JobStatus.RUNNING,
-        1,
-        "local/0",
-        clock.now,
-    )
+    assert_started(job, "local/0", clock.now)
     assert await store.get("p1") == job
 
 
 async def test_submit_claimed_for_a_lane_is_running_at_once(store: JobStore, clock: Clock) -> None:
     job = await store.submit(new_job("p1"), claim_for="local")
-    assert (job.status, job.attempt, job.lane, job.started_at) == (
-        JobStatus.RUNNING,
-        1,
-        "local",
-        clock.now,
-    )
+    assert_started(job, "local", clock.now)
     assert await store.get("p1") == job
     assert await store.claim("other") is None  # nobody else can take it
     assert await store.finish("p1", 1, result())
@@ -259,6 +254,99 @@ async def test_claim_looks_only_scan_deep(store: JobStore) -> None:
     assert await store.claim("lane", lambda job: job.prompt_id == "p9", scan=5) is None
     job = await store.claim("lane", lambda job: job.prompt_id == "p9", scan=10)
     assert job is not None and job.prompt_id == "p9"
+
+
+# -- reservations ----------------------------------------------------------------------
+
+
+async def test_reserve_sets_a_job_aside_still_pending(store: JobStore) -> None:
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+    reserved = await store.reserve("busy", lambda job: job.prompt_id != "p0")
+    assert reserved is not None
+    assert (reserved.prompt_id, reserved.status, reserved.lane, reserved.attempt) == (
+        "p1",
+        JobStatus.PENDING,
+        "busy",
+        0,
+    )
+    assert await store.get("p1") == reserved
+    _, pending = await store.queue()  # still listed in queue order
+    assert [job.prompt_id for job in pending] == ["p0", "p1", "p2"]
+    assert (await store.counts())[JobStatus.PENDING] == 3
+    # Claims and other reservations pass it by.
+    second = await store.reserve("other")
+    assert second is not None and second.prompt_id == "p0"
+    claimed = await store.claim("free")
+    assert claimed is not None and claimed.prompt_id == "p2"
+    assert await store.claim("free") is None
+
+
+async def test_start_reserved_runs_it_on_any_lane_once(store: JobStore, clock: Clock) -> None:
+    await store.submit(new_job("p1"))
+    reserved = await store.reserve("a")
+    assert reserved is not None
+    clock.advance(3)
+    started = await store.start_reserved(reserved, "b")  # another lane took it over
+    assert_started(started, "b", clock.now)
+    assert await store.get("p1") == started
+    assert await store.start_reserved(reserved, "a") is None  # not twice
+    assert await store.finish("p1", 1, result())
+
+
+async def test_start_reserved_refused_once_given_back_or_cancelled(store: JobStore) -> None:
+    for i in range(2):
+        await store.submit(new_job(f"p{i}", i))
+    first = await store.reserve("a")
+    second = await store.reserve("a")
+    assert first is not None and second is not None
+    await store.unreserve([first.prompt_id, "missing"])
+    assert await store.start_reserved(first, "a") is None  # given back: a claim may take it
+    claimed = await store.claim("b")
+    assert claimed is not None and claimed.prompt_id == first.prompt_id
+    assert await store.cancel([second.prompt_id], pending_only=True) == [second.prompt_id]
+    assert await store.start_reserved(second, "a") is None
+    assert (await store.get(second.prompt_id)).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+
+
+async def test_start_reserved_is_fenced_by_the_reserving_lane(store: JobStore) -> None:
+    await store.submit(new_job("p1"))
+    reserved = await store.reserve("a")
+    assert reserved is not None
+    await store.unreserve(["p1"])
+    again = await store.reserve("b")
+    assert again is not None
+    assert await store.start_reserved(reserved, "a") is None  # a's reservation is gone
+    started = await store.start_reserved(again, "b")
+    assert started is not None and started.lane == "b"
+
+
+async def test_reservations_survive_reopen(
+    store: JobStore, reopen: Callable[[JobStore], Any]
+) -> None:
+    await store.submit(new_job("p1"))
+    await store.reserve("a")
+    store = await reopen(store)
+    try:
+        _, pending = await store.queue()
+        assert [(job.prompt_id, job.lane) for job in pending] == [("p1", "a")]
+        assert await store.claim("b") is None
+        await store.unreserve(["p1"])
+        claimed = await store.claim("b")
+        assert claimed is not None and claimed.prompt_id == "p1"
+    finally:
+        await store.close()
+
+
+async def test_requeued_job_is_claimable_again(store: JobStore) -> None:
+    await store.submit(new_job("p1"))
+    reserved = await store.reserve("a")
+    assert reserved is not None
+    started = await store.start_reserved(reserved, "a")
+    assert started is not None
+    assert await store.requeue("p1", started.attempt)
+    claimed = await store.claim("b")  # requeue clears the lane: no stale reservation
+    assert claimed is not None and claimed.attempt == 2
 
 
 # -- fencing -------------------------------------------------------------------------
