@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,14 +65,21 @@ class BackendSpec:
         return value.startswith("env:")
 
 
+#: The events that end a prompt's run on a backend (its done signal follows).
+END_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
+
+
 @dataclass
 class PromptWatch:
     """The frames of one prompt as they arrive, and when the last one came.
 
     While ticking, a None joins the queue every so often, so its reader can look at
-    the clock without arming a timeout for every frame."""
+    the clock without arming a timeout for every frame. `on_end` is called as the
+    prompt's end event arrives, before its reader gets to it (the reader may be busy
+    copying the outputs that came just before)."""
 
     prompt_id: str
+    on_end: Callable[[], None] | None = None
     queue: asyncio.Queue[EngineEvent | BackendLost | None] = field(default_factory=asyncio.Queue)
     last_frame: float = field(default_factory=time.monotonic)
     started: bool = False
@@ -245,8 +253,8 @@ class BackendClient:
 
     # -- demultiplexing ----------------------------------------------------------
 
-    def watch(self, prompt_id: str) -> PromptWatch:
-        watch = self._watches[prompt_id] = PromptWatch(prompt_id)
+    def watch(self, prompt_id: str, on_end: Callable[[], None] | None = None) -> PromptWatch:
+        watch = self._watches[prompt_id] = PromptWatch(prompt_id, on_end)
         return watch
 
     def unwatch(self, prompt_id: str) -> None:
@@ -259,6 +267,8 @@ class BackendClient:
         if watch is not None:
             watch.last_frame = time.monotonic()
             watch.queue.put_nowait(event)
+            if watch.on_end is not None and isinstance(event, Message) and event.type in END_EVENTS:
+                watch.on_end()
 
     def _on_text(self, text: str) -> None:
         try:

@@ -22,9 +22,6 @@ from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
 
-#: A backend's last event for a prompt before its done signal (ComfyUI's names).
-END_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
-
 
 class BackendHung(BackendError):
     """No frame for a running prompt within the hang timeout."""
@@ -112,7 +109,7 @@ class ComfyUILane:
     async def run(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult:
         if not self.client.connected.is_set():
             raise BackendError(f"backend {self.client.spec.name} is down")
-        watch = self.client.watch(job.prompt_id)
+        watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             await self._submit(replace(job, prompt=prompt))
@@ -125,7 +122,7 @@ class ComfyUILane:
     async def resume(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult | None:
         """A job this lane ran before a gateway restart: its result, or None if unknown there."""
         await asyncio.wait_for(self.client.connected.wait(), timeout=30.0)
-        watch = self.client.watch(job.prompt_id)
+        watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
             entry = await self.client.history(job.prompt_id)
             if entry is not None:
@@ -228,8 +225,8 @@ class ComfyUILane:
         """Relay the prompt's frames until its done signal, then read its history.
 
         The backend's end event comes just before its done signal (which waits for its
-        history write): the slot is released there, so the next prompt is on its way
-        while this one's history is written and read."""
+        history write): the watch releases the slot there, so the next prompt is on its
+        way while this one's outputs are copied and its history written and read."""
         copier = self._outputs(job)
         watch.start_ticks(1.0)
         while True:
@@ -237,8 +234,6 @@ class ComfyUILane:
             if isinstance(event, Message):
                 if event.type == "executing" and event.data.get("node") is None:
                     break
-                if event.type in END_EVENTS:
-                    handle.release()
                 if event.type == "executed":
                     output = await copier.localize(event.data.get("output"))
                     event = Message("executed", {**event.data, "output": output})

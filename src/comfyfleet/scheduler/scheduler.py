@@ -443,8 +443,8 @@ class Scheduler:
         """Claim and start the next job while the previous one's end is still being
         written; the new job's events wait for the previous done signal (EventGate)."""
         lane = entry.lane
-        if slot.reserving is not None:  # a reservation being made lands first
-            await asyncio.wait([slot.reserving])
+        if slot.reserving is not None and not slot.reserving.done():
+            await asyncio.wait([slot.reserving])  # a reservation being made lands first
         await self._return_reservations(
             lambda r: r.owner is entry and not self._may_take(entry, r.job)
         )
