@@ -39,6 +39,10 @@ class BackendLost(BackendError):
     """The connection dropped while a prompt was running there."""
 
 
+class Withdrawn(BackendError):
+    """The prompt was taken out of the backend's queue before it started there."""
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     url: str
@@ -80,7 +84,7 @@ class PromptWatch:
 
     prompt_id: str
     on_end: Callable[[], None] | None = None
-    queue: asyncio.Queue[EngineEvent | BackendLost | None] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[EngineEvent | BackendError | None] = field(default_factory=asyncio.Queue)
     last_frame: float = field(default_factory=time.monotonic)
     started: bool = False
     _ticker: asyncio.TimerHandle | None = field(default=None, repr=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from comfyfleet.engine.events import EventSink
@@ -39,6 +39,20 @@ class LaneRun(RunHandle):
             listener()
         else:
             self._on_accept.append(listener)
+
+    # A run queued on a backend behind another prompt can be taken back from there
+    # (for a free slot elsewhere); the lane offers how, and says whether it still waits.
+    take_back: Callable[[], Awaitable[bool]] | None = None
+    queued_there: Callable[[], bool] = staticmethod(lambda: False)
+    withdrawn = False  # the run ended because its prompt left the backend's queue
+
+    def offer_back(
+        self, take_back: Callable[[], Awaitable[bool]], queued_there: Callable[[], bool]
+    ) -> None:
+        """`take_back()` removes the prompt from the backend's queue if it has not started
+        there (True: the run then ends, leaving the job to the scheduler)."""
+        self.take_back = take_back
+        self.queued_there = queued_there
 
 
 class Lane(Protocol):

@@ -12,11 +12,18 @@ from typing import Any
 
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
 from comfyfleet.folders import Folders
-from comfyfleet.lanes.backend import BackendClient, BackendError, BackendLost, PromptWatch
+from comfyfleet.lanes.backend import (
+    BackendClient,
+    BackendError,
+    BackendLost,
+    PromptWatch,
+    Withdrawn,
+)
 from comfyfleet.lanes.base import LaneRun
 from comfyfleet.lanes.capabilities import Capabilities
 from comfyfleet.lanes.outputs import OutputCopier, OutputReferencer, output_files
 from comfyfleet.lanes.uploads import InputPusher
+from comfyfleet.protocol import events
 from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
 
@@ -114,8 +121,12 @@ class ComfyUILane:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             await self._submit(replace(job, prompt=prompt))
             handle.accept()
-            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
+            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id, watch))
+            handle.offer_back(lambda: self._take_back(watch), lambda: not watch.started)
             return await self._follow(job, watch, sink, handle)
+        except Withdrawn:
+            handle.withdrawn = True
+            return withdrawn_result(job)
         finally:
             self.client.unwatch(job.prompt_id)
 
@@ -135,8 +146,11 @@ class ComfyUILane:
                     return None
                 return await self._result(job, entry, self._outputs(job))
             watch.started = job.prompt_id in running
-            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id))
+            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id, watch))
             return await self._follow(job, watch, sink, handle)
+        except Withdrawn:
+            handle.withdrawn = True
+            return withdrawn_result(job)
         finally:
             self.client.unwatch(job.prompt_id)
 
@@ -211,13 +225,38 @@ class ComfyUILane:
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
 
-    def _interrupt_soon(self, prompt_id: str) -> None:
+    def _interrupt_soon(self, prompt_id: str, watch: PromptWatch | None = None) -> None:
+        """Out of the backend's queue, or interrupted there if it runs; a prompt that
+        never started ends its run here (no frame of it will come)."""
+
         async def interrupt() -> None:
             with contextlib.suppress(BackendError):
                 await self.client.delete_pending(prompt_id)
                 await self.client.interrupt(prompt_id)
+                if watch is not None and not watch.started and await self._gone(prompt_id):
+                    watch.queue.put_nowait(Withdrawn(prompt_id))
 
         asyncio.get_running_loop().create_task(interrupt())
+
+    async def _take_back(self, watch: PromptWatch) -> bool:
+        """Take a prompt that has not started out of the backend's queue; its run ends."""
+        if watch.started:
+            return False
+        try:
+            await self.client.delete_pending(watch.prompt_id)
+            if watch.started or not await self._gone(watch.prompt_id):
+                return False  # it started meanwhile: it runs there
+        except BackendError:
+            return False
+        watch.queue.put_nowait(Withdrawn(watch.prompt_id))
+        return True
+
+    async def _gone(self, prompt_id: str) -> bool:
+        """Neither queued, running nor finished on the backend."""
+        running, pending = await self.client.queue_ids()
+        if prompt_id in running | pending:
+            return False
+        return await self.client.history(prompt_id) is None
 
     async def _follow(
         self, job: Job, watch: PromptWatch, sink: EventSink, handle: LaneRun
@@ -248,12 +287,12 @@ class ComfyUILane:
                 idle = time.monotonic() - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout:
                     self._suspect_until = time.monotonic() + self.settings.suspect_for
-                    self._interrupt_soon(job.prompt_id)
+                    self._interrupt_soon(job.prompt_id, watch)
                     raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
                     raise BackendLost(f"backend {self.client.spec.name} went away")
                 continue
-            if isinstance(event, BackendLost):
+            if isinstance(event, BackendError):  # lost, or withdrawn from its queue
                 raise event
             return event
 
@@ -300,3 +339,16 @@ class ComfyUILane:
 
 async def _nothing() -> None:
     return None
+
+
+def withdrawn_result(job: Job) -> JobResult:
+    """A prompt taken out of the backend's queue before it started: interrupted there
+    (the scheduler makes it cancelled, or puts it back in the queue, as asked)."""
+    error: dict[str, Any] = {
+        "prompt_id": job.prompt_id,
+        "node_id": None,
+        "node_type": None,
+        "executed": [],
+        "timestamp": events.timestamp_ms(),
+    }
+    return JobResult(JobStatus.INTERRUPTED, {}, {}, [["execution_interrupted", error]], error, [])

@@ -1,7 +1,9 @@
 """When a job goes back to the queue, and when it has failed for good.
 
 - A lane failure (backend lost, hung, unknown after a restart) re-queues the
-  job, up to `max_attempts` attempts in all.
+  job, up to `max_attempts` attempts in all (a prompt taken back from a
+  backend's queue for a free slot elsewhere did not fail: that attempt does not
+  count).
 - A node error on a lane that may be at fault (a ComfyUI backend) is retried
   once elsewhere; the same error on a second lane is the prompt's fault and
   ends it as an error, not retried again.
@@ -45,26 +47,27 @@ class RetryPolicy:
     async def decide(
         self, job: Job, lane: Lane, result: JobResult | None, failure: dict[str, Any] | None
     ) -> Decision:
-        if result is None:
-            if job.attempt < self.max_attempts:
-                return Decision(True, {"kind": "lane", **(failure or {"lane": lane.name})})
-            return Decision(False, result=lane_failure(job, failure))
-        if result.status != JobStatus.ERROR or not lane.retry_node_errors:
+        if result is not None and (result.status != JobStatus.ERROR or not lane.retry_node_errors):
             return Decision(False, result=result)
-        signature = error_signature(result.error)
         notes = await self.store.attempt_notes(job.prompt_id)
+        failed = job.attempt - sum(note.get("kind") == "taken_back" for _, note in notes)
+        if result is None:
+            if failed < self.max_attempts:
+                return Decision(True, {"kind": "lane", **(failure or {"lane": lane.name})})
+            return Decision(False, result=lane_failure(job, failed, failure))
+        signature = error_signature(result.error)
         seen_elsewhere = any(
             note.get("kind") == "node_error"
             and note.get("signature") == signature
             and note.get("lane") != lane.name
             for _, note in notes
         )
-        if seen_elsewhere or job.attempt >= self.max_attempts:
+        if seen_elsewhere or failed >= self.max_attempts:
             return Decision(False, result=result)
         return Decision(True, {"kind": "node_error", "lane": lane.name, "signature": signature})
 
 
-def lane_failure(job: Job, failure: dict[str, Any] | None) -> JobResult:
+def lane_failure(job: Job, failed: int, failure: dict[str, Any] | None) -> JobResult:
     """The end of a job whose lanes failed on every attempt."""
     detail = (failure or {}).get("error", "lane failure")
     error: dict[str, Any] = {
@@ -72,7 +75,7 @@ def lane_failure(job: Job, failure: dict[str, Any] | None) -> JobResult:
         "node_id": None,
         "node_type": None,
         "executed": [],
-        "exception_message": f"the job failed on its lane {job.attempt} times; last: {detail}\n",
+        "exception_message": f"the job failed on its lane {failed} times; last: {detail}\n",
         "exception_type": "comfyfleet.LaneFailure",
         "traceback": [],
         "current_inputs": {},

@@ -100,6 +100,7 @@ class Running:
     handle: LaneRun = field(default_factory=LaneRun)
     cancelled: bool = False  # cancel (not interrupt): the job ends as cancelled
     requeue: bool = False  # shutdown: back to pending instead of finishing
+    taken_back: bool = False  # being (or was) taken back from its backend's queue
     # A reserved job (as reserved) started before its start was recorded, and that
     # record, under way.
     reserved: Job | None = None
@@ -469,11 +470,48 @@ class Scheduler:
             self.pending -= 1
             await self._run(lane, job, slot)
         elif wakes == self._wakes:  # nothing new since the queue was looked at: wait
+            if await self._take_back_for(entry):
+                return  # it is about to be queued again: claim it
             handed = await self._park(entry)
             if handed is None:
                 slot.idled = wakes == self._wakes  # timed out, not woken
             else:
                 await self._run(lane, handed.job, slot, entry=handed)
+
+    # -- taking back -------------------------------------------------------------
+
+    async def _take_back_for(self, entry: _LaneSlots) -> bool:
+        """A free slot with nothing to claim takes back a prompt that waits in another
+        backend's queue behind a running one (prefetch), the earliest in queue order, if
+        it can start it at once (its own backend is idle). True when one was taken
+        back: it is about to be queued again."""
+        if not entry.lane.in_process and any(
+            r.lane is entry.lane and not r.handle.released.is_set() for r in self.running.values()
+        ):
+            return False  # it would only wait in this backend's queue instead
+        started = {r.lane for r in self.running.values() if _runs_there(r)}
+        waiting = [
+            r
+            for r in self.running.values()
+            if r.lane in started
+            and r.lane is not entry.lane
+            and r.handle.take_back is not None
+            and r.handle.queued_there()
+            and not (r.taken_back or r.cancelled)
+            and self._may_take(entry, r.job)
+        ]
+        if not waiting:
+            return False
+        chosen = min(waiting, key=lambda r: r.job.dispatch_key())
+        assert chosen.handle.take_back is not None
+        chosen.taken_back = True  # no other slot chooses it meanwhile
+        try:
+            if await chosen.handle.take_back():
+                return True
+        except Exception:
+            log.exception("could not take %s back", chosen.job.prompt_id)
+        chosen.taken_back = False
+        return False
 
     # -- reservations -----------------------------------------------------------
 
@@ -851,6 +889,10 @@ class Scheduler:
         if entry.requeue and not entry.cancelled:
             await self._give_back(job, None)
             return None
+        if entry.taken_back and entry.handle.withdrawn and not entry.cancelled:
+            # Taken out of its backend's queue for a free slot: not a failed attempt.
+            await self._give_back(job, {"kind": "taken_back", "lane": entry.lane.name})
+            return None
         if not entry.cancelled:
             decision = await self.retry.decide(job, entry.lane, result, failure)
             if decision.requeue:
@@ -876,6 +918,12 @@ class Scheduler:
         if await self.store.requeue(job.prompt_id, job.attempt, reason):
             self.pending += 1
             self._wake()
+
+
+def _runs_there(run: Running) -> bool:
+    """A run its backend has started and not yet ended (not one waiting in its queue)."""
+    handle = run.handle
+    return handle.take_back is not None and not (handle.queued_there() or handle.released.is_set())
 
 
 def _stop_if_refused(starting: asyncio.Future[Job | None], handle: LaneRun) -> None:

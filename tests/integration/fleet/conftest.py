@@ -13,6 +13,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,11 +53,13 @@ def backend_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Serv
 
 @pytest.fixture
 def make_fleet(tmp_path: Path, backend_pool: list[ServerProcess]) -> Iterator[MakeFleet]:
-    """make_fleet(shared=N, dedicated=[extra args, ...], gateway_args=(), flags=False).
+    """make_fleet(shared=N, dedicated=[extra args, ...], gateway_args=(), flags=False,
+    backend_fields=None).
 
     Shared backends are named s0.., dedicated ones d0..; with `flags` the gateway gets
     `--backend URL` options (names then derive from the url), else a config file with
-    `[[backends]]` tables. Returns once the admin API shows every backend up.
+    `[[backends]]` tables (each with `backend_fields`, e.g. `{"prefetch": 1}`). Returns
+    once the admin API shows every backend up.
     """
     fleets: list[Fleet] = []
     dedicated_procs: list[ServerProcess] = []
@@ -67,6 +70,7 @@ def make_fleet(tmp_path: Path, backend_pool: list[ServerProcess]) -> Iterator[Ma
         dedicated: Sequence[Sequence[str]] = (),
         gateway_args: Sequence[str] = (),
         flags: bool = False,
+        backend_fields: dict[str, Any] | None = None,
     ) -> Fleet:
         index = len(fleets)
         named: list[tuple[str, ServerProcess]] = [
@@ -84,7 +88,8 @@ def make_fleet(tmp_path: Path, backend_pool: list[ServerProcess]) -> Iterator[Ma
             args = [arg for _, b in named for arg in ("--backend", b.url)]
             named = [(f"127.0.0.1-{b.port}", b) for _, b in named]
         else:
-            args = ["--config", str(gateway_config(gateway_dir / "fleet.toml", named))]
+            config = gateway_config(gateway_dir / "fleet.toml", named, backend_fields)
+            args = ["--config", str(config)]
         gateway = ServerProcess(gateway_dir, "--local-slots", "0", *args, *gateway_args)
         fleet = Fleet(gateway, dict(named))
         fleets.append(fleet)

@@ -232,11 +232,18 @@ class Fleet:
         self.gateway.kill()
 
 
-def gateway_config(path: Path, backends: Sequence[tuple[str, ServerProcess]], **extra: Any) -> Path:
-    """A TOML config file with one `[[backends]]` table per (name, process)."""
+def gateway_config(
+    path: Path,
+    backends: Sequence[tuple[str, ServerProcess]],
+    backend_fields: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Path:
+    """A TOML config file with one `[[backends]]` table per (name, process), each with
+    `backend_fields` too (e.g. prefetch)."""
     lines = [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    fields = [f"{key} = {json.dumps(value)}" for key, value in (backend_fields or {}).items()]
     for name, backend in backends:
-        lines += ["", "[[backends]]", f'url = "{backend.url}"', f'name = "{name}"']
+        lines += ["", "[[backends]]", f'url = "{backend.url}"', f'name = "{name}"', *fields]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

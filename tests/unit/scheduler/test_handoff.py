@@ -1,13 +1,15 @@
 """A prompt submitted while a slot waits for work goes straight to that slot.
 
 The store queues it as already claimed (one transaction, not queue-then-claim)
-and the parked slot runs it; queued work is never overtaken by a hand-off, and
-a hand-off can be cancelled like any running job.
+and the parked slot runs it, also when several arrive at once while as many slots
+wait; queued work is never overtaken by a hand-off, and a hand-off can be
+cancelled like any running job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -64,13 +66,14 @@ class Setup:
         raise AssertionError("the slot never went idle")
 
 
-@pytest.fixture
-async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+@contextlib.asynccontextmanager
+async def running(tmp_path: Path, slots: int) -> AsyncIterator[Setup]:
     engine = Engine(build_registry(testing=True), Folders.under(tmp_path / "data"))
     store = SQLiteStore(tmp_path / "jobs.db")
     await store.open()
     hub = Hub()
-    scheduler = Scheduler(store, [LocalLane(engine, 1)], ClientRouter(hub, StatusBroadcaster(hub)))
+    lane = LocalLane(engine, slots)
+    scheduler = Scheduler(store, [lane], ClientRouter(hub, StatusBroadcaster(hub)))
     await scheduler.start()
     try:
         yield Setup(scheduler, store)
@@ -78,6 +81,12 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         await scheduler.stop(grace=1.0)
         await store.close()
         engine.close()
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    async with running(tmp_path, 1) as one_slot:
+        yield one_slot
 
 
 async def test_an_idle_slot_gets_the_job_with_one_commit_to_start_it(setup: Setup) -> None:
@@ -101,6 +110,22 @@ async def test_queued_work_runs_first_and_in_order(setup: Setup) -> None:
     await setup.ended(last)
     starts = [(await setup.store.get(p)).started_at for p in [first, *queued, last]]  # type: ignore[union-attr]
     assert starts == sorted(starts)
+
+
+async def test_concurrent_submits_all_go_straight_to_waiting_slots(tmp_path: Path) -> None:
+    async with running(tmp_path, 4) as setup:
+        for _ in range(500):  # every slot parked
+            if setup.scheduler.waiting_slots == 4:
+                break
+            await asyncio.sleep(0.01)
+        before = setup.store.stats.operations
+        ids = await asyncio.gather(*(setup.submit(0.2, tag) for tag in range(4)))
+        assert set(setup.scheduler.running) == set(ids)  # running at once, none queued
+        jobs = [await setup.ended(prompt_id) for prompt_id in ids]
+        assert {job.status for job in jobs} == {JobStatus.SUCCESS}
+        # Each job: queued-and-claimed in one operation, then its end. A claim apart
+        # would add one operation per job.
+        assert setup.store.stats.operations - before == 8
 
 
 async def test_a_job_handed_over_can_be_cancelled(setup: Setup) -> None:
