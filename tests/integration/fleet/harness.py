@@ -6,8 +6,10 @@ ComfyUI routes; every wait polls a server-side condition with a deadline.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import signal
 import time
 import urllib.error
@@ -250,6 +252,15 @@ def gateway_config(
 
 
 # -- prompts -----------------------------------------------------------------------------
+
+
+# Every unique prompt differs (by colour): a backend answers a repeated one from its cache.
+_colors = itertools.count(random.randrange(1 << 23))
+
+
+def unique_sleep_prompt(seconds: float) -> dict[str, Any]:
+    """`sleep_prompt(seconds)` in a colour no other prompt of the session has."""
+    return sleep_prompt(seconds, next(_colors))
 
 
 def fail_prompt(message: str) -> dict[str, Any]:

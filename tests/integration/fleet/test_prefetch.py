@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import itertools
-import random
-from typing import Any
-
 from tests.integration.fleet.conftest import MakeFleet
-from tests.integration.fleet.harness import backend_history, backend_queue, call, poll, sleep_prompt
+from tests.integration.fleet.harness import (
+    Fleet,
+    backend_history,
+    backend_queue,
+    call,
+    poll,
+    unique_sleep_prompt,
+)
 
-_colors = itertools.count(random.randrange(1 << 23))
 
-
-def prompt(seconds: float) -> dict[str, Any]:
-    return sleep_prompt(seconds, next(_colors))
+def one_queued_behind(make_fleet: MakeFleet) -> tuple[Fleet, str, str]:
+    """One backend with prefetch 1: a 3 s prompt running, another queued there."""
+    fleet = make_fleet(shared=1, backend_fields={"prefetch": 1})
+    backend = fleet.backends["s0"]
+    first = fleet.submit(unique_sleep_prompt(3))
+    queued = fleet.submit(unique_sleep_prompt(3))
+    poll(lambda: queued in backend_queue(backend)[1], what="the second prompt queued there")
+    return fleet, first, queued
 
 
 def test_a_prompt_queued_on_a_backend_can_be_cancelled(make_fleet: MakeFleet) -> None:
-    fleet = make_fleet(shared=1, backend_fields={"prefetch": 1})
+    fleet, first, queued = one_queued_behind(make_fleet)
     backend = fleet.backends["s0"]
-    first = fleet.submit(prompt(3))
-    queued = fleet.submit(prompt(3))
-    poll(lambda: queued in backend_queue(backend)[1], what="the second prompt queued there")
 
     status, _ = call(fleet.gateway.url, "POST", f"/api/jobs/{queued}/cancel")
     assert status == 200
@@ -33,11 +37,8 @@ def test_a_prompt_queued_on_a_backend_can_be_cancelled(make_fleet: MakeFleet) ->
 
 
 def test_interrupting_a_prompt_queued_on_a_backend_ends_it_there(make_fleet: MakeFleet) -> None:
-    fleet = make_fleet(shared=1, backend_fields={"prefetch": 1})
+    fleet, first, queued = one_queued_behind(make_fleet)
     backend = fleet.backends["s0"]
-    first = fleet.submit(prompt(3))
-    queued = fleet.submit(prompt(3))
-    poll(lambda: queued in backend_queue(backend)[1], what="the second prompt queued there")
 
     status, _ = call(fleet.gateway.url, "POST", "/interrupt", {"prompt_id": queued})
     assert status == 200
@@ -54,11 +55,11 @@ def test_a_free_backend_takes_back_a_prompt_queued_behind_a_long_one(
     make_fleet: MakeFleet,
 ) -> None:
     fleet = make_fleet(shared=2, backend_fields={"prefetch": 1})
-    long = fleet.submit(prompt(6))
+    long = fleet.submit(unique_sleep_prompt(6))
     long_on = fleet.wait_running_on_backend(long)
     other = next(name for name in fleet.backends if name != long_on)
     # One short prompt queued behind the long one, the others run on the other backend.
-    short = [fleet.submit(prompt(0.5)) for _ in range(3)]
+    short = [fleet.submit(unique_sleep_prompt(0.5)) for _ in range(3)]
     poll(
         lambda: bool([p for p in short if p in backend_queue(fleet.backends[long_on])[1]]),
         what=f"a prompt queued on {long_on} behind the long one",

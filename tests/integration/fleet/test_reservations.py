@@ -3,25 +3,14 @@ view, never holds work back, yields to a job ahead of it, and survives a restart
 
 from __future__ import annotations
 
-import itertools
-import random
-from typing import Any
-
 from tests.integration.fleet.conftest import MakeFleet
 from tests.integration.fleet.harness import (
     Fleet,
     backend_history,
     call,
     poll,
-    sleep_prompt,
+    unique_sleep_prompt,
 )
-
-# Every prompt differs (by colour): a backend would answer a repeated one from its cache.
-_colors = itertools.count(random.randrange(1 << 23))
-
-
-def prompt(seconds: float) -> dict[str, Any]:
-    return sleep_prompt(seconds, next(_colors))
 
 
 def reserved(fleet: Fleet, name: str) -> list[str]:
@@ -45,7 +34,7 @@ def ran_on(fleet: Fleet, prompt_id: str) -> list[str]:
 def one_backend_busy(fleet: Fleet) -> tuple[str, str, str]:
     """On a one-backend fleet: two 2 s prompts, then a short one. Returns their ids once
     the second runs and the short one is set aside as the backend's next."""
-    first, second, third = (fleet.submit(prompt(s)) for s in (2, 2, 0.2))
+    first, second, third = (fleet.submit(unique_sleep_prompt(s)) for s in (2, 2, 0.2))
     fleet.wait_running_on_backend(second)
     wait_reserved(fleet, "s0", third)
     return first, second, third
@@ -75,7 +64,7 @@ def test_a_front_job_runs_before_a_reserved_one(make_fleet: MakeFleet) -> None:
     _, second, third = one_backend_busy(fleet)
 
     status, body = call(
-        fleet.gateway.url, "POST", "/prompt", {"prompt": prompt(0.2), "front": True}
+        fleet.gateway.url, "POST", "/prompt", {"prompt": unique_sleep_prompt(0.2), "front": True}
     )
     assert status == 200, body
     front = body["prompt_id"]
@@ -96,7 +85,7 @@ def test_deleting_a_reserved_job_cancels_it(make_fleet: MakeFleet) -> None:
     assert reserved(fleet, "s0") == []
 
     fleet.wait_job(second, "completed")
-    after = fleet.submit(prompt(0.1))
+    after = fleet.submit(unique_sleep_prompt(0.1))
     fleet.wait_job(after, "completed")  # the backend went on with the next real job
     assert ran_on(fleet, third) == []
     assert fleet.job(third)["status"] == "cancelled"
@@ -107,8 +96,8 @@ def test_no_job_waits_behind_a_long_prompt_while_a_backend_is_free(make_fleet: M
     fleet = make_fleet(shared=2)
     # Submitted at once: the long prompt's backend sets one of the short ones aside as
     # its next; the other backend, done with each short prompt soon, takes it over.
-    long = fleet.submit(prompt(6))
-    short = [fleet.submit(prompt(0.5)) for _ in range(6)]
+    long = fleet.submit(unique_sleep_prompt(6))
+    short = [fleet.submit(unique_sleep_prompt(0.5)) for _ in range(6)]
     long_on = fleet.wait_running_on_backend(long)
     other = next(name for name in fleet.backends if name != long_on)
     poll(lambda: bool(reserved(fleet, long_on)), what=f"a job set aside for {long_on}")
@@ -124,7 +113,7 @@ def test_no_job_waits_behind_a_long_prompt_while_a_backend_is_free(make_fleet: M
 def test_gateway_killed_with_reservations_runs_every_job_once(make_fleet: MakeFleet) -> None:
     fleet = make_fleet(shared=1)
     first, second, third = one_backend_busy(fleet)
-    fourth = fleet.submit(prompt(0.2))
+    fourth = fleet.submit(unique_sleep_prompt(0.2))
 
     fleet.restart_gateway(kill=True)
     ids = [first, second, third, fourth]

@@ -3,7 +3,7 @@ from a backend's queue (for a free slot elsewhere) did not fail and does not cou
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,14 +17,6 @@ from comfyfleet.store.records import Job, JobStatus, NewJob
 from comfyfleet.store.sqlite import SQLiteStore
 
 PROMPT = {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}}}
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "jobs.db")
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A fresh SQLite store per test (the contract tests make theirs through a factory)."""
+"""A fresh SQLite store per test (the store contract tests make theirs through a factory)."""
 
 from __future__ import annotations
 
