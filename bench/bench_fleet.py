@@ -65,13 +65,13 @@ SLEEP_NODE = "Sleep"  # the class that sleeps 1 s (`--sleep-node`)
 COLOR_BASE = random.randrange(1 << 23)
 
 
-def sleep_prompt(color: int) -> dict[str, Any]:
+def sleep_prompt(color: int, seconds: float = 1.0) -> dict[str, Any]:
     return {
         "1": {
             "class_type": "EmptyImage",
             "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": COLOR_BASE + color},
         },
-        "2": {"class_type": SLEEP_NODE, "inputs": {"value": ["1", 0], "seconds": 1.0}},
+        "2": {"class_type": SLEEP_NODE, "inputs": {"value": ["1", 0], "seconds": seconds}},
         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
     }
 
@@ -123,6 +123,19 @@ def gaps(runs: dict[str, list[tuple[int, int]]]) -> list[float]:
     return [nxt[0] - prev[1] for rs in runs.values() for prev, nxt in itertools.pairwise(rs)]
 
 
+def warm_up(gateway_url: str, backend_urls: list[str]) -> None:
+    """One short prompt on each backend, then one per backend through the gateway: both
+    measured phases start with code loaded and connections open (a process's first
+    prompt pays for lazy imports, which would count against whichever phase ran first)."""
+    for i, url in enumerate(backend_urls):
+        wait_done(url, [submit(url, sleep_prompt(1_000_000 + i, seconds=0.01))], timeout=30)
+    ids = [
+        submit(gateway_url, sleep_prompt(2_000_000 + i, seconds=0.01))
+        for i in range(len(backend_urls))
+    ]
+    wait_done(gateway_url, ids, timeout=30)
+
+
 def run_size(
     n: int, per_backend: int, prefetch: int, root: Path, external: list[str]
 ) -> dict[str, float]:
@@ -158,6 +171,7 @@ def run_size(
             if time.monotonic() > deadline:
                 raise TimeoutError("backends did not come up")
             time.sleep(0.05)
+        warm_up(gateway_url, urls)
         count = per_backend * n
         with ThreadPoolExecutor(16) as pool:  # all at once, as many clients would
             ids = list(pool.map(lambda i: submit(gateway_url, sleep_prompt(i)), range(count)))
