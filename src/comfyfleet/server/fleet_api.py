@@ -94,6 +94,7 @@ async def drain_backend(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     lane = _lane(gw, request)
     lane.draining = True
+    gw.scheduler.wake()  # idle slots elsewhere take what was set aside for it
     return web.json_response(backend_json(gw, lane))
 
 
