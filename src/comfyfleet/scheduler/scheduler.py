@@ -202,6 +202,7 @@ class Scheduler:
     async def start(self) -> None:
         running, pending = await self.store.queue()
         running += await self._recover_reserved([job for job in pending if job.lane])
+        await self._recall_avoided([job for job in pending if job.attempt > 0])
         for entry in self._lanes.values():
             await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
         self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
@@ -219,6 +220,15 @@ class Scheduler:
             task = asyncio.create_task(self._resume(lane, job), name=f"resume-{job.prompt_id}")
             self._resumes.add(task)
             task.add_done_callback(self._resumes.discard)
+
+    async def _recall_avoided(self, requeued: list[Job]) -> None:
+        """Re-queued jobs keep leaving the lanes they were given back from (failed there,
+        or taken back from there) across a restart: the reasons are in the store."""
+        for job in requeued:
+            notes = await self.store.attempt_notes(job.prompt_id)
+            lanes = frozenset(note["lane"] for _, note in notes if note.get("lane"))
+            if lanes:
+                self._avoid[job.prompt_id] = lanes
 
     async def _recover_reserved(self, jobs: list[Job]) -> list[Job]:
         """Jobs reserved when the gateway stopped: one may have been submitted to its
