@@ -66,6 +66,9 @@ class Lane(Protocol):
 
     name: str
     slots: int
+    #: Of `slots`, how many run at once; a job taken beyond them waits in the lane's own
+    #: queue (a backend's prefetch).
+    runs_at_once: int
     #: In-process lanes lose their running jobs with the process: re-queue them at
     #: start-up. Remote lanes may still be running them: ask (`resume`).
     in_process: bool

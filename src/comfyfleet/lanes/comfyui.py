@@ -88,6 +88,7 @@ class ComfyUILane:
         self.settings = settings
         self.name = f"backend:{client.spec.name}"
         self.slots = client.spec.slots + client.spec.prefetch
+        self.runs_at_once = client.spec.slots
         self.capabilities = Capabilities()
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.draining = False

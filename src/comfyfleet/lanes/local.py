@@ -28,7 +28,7 @@ class LocalLane:
         tenants: TenantFolders | None = None,
     ) -> None:
         self.engine = engine
-        self.slots = slots
+        self.slots = self.runs_at_once = slots
         self.name = name
         self.tenants = tenants  # each job runs on its tenant's folders (else the engine's)
 

@@ -139,6 +139,11 @@ class _LaneSlots:
     def free_for(self, job: Job) -> bool:
         return not self.retiring and self.busy < self.lane.slots and self.lane.can_run(job)
 
+    @property
+    def would_queue(self) -> bool:
+        """A job it takes now would wait in its backend's queue (a prefetch slot)."""
+        return self.busy >= self.lane.runs_at_once
+
 
 @dataclass(eq=False)  # one per slot task, kept in sets by identity
 class _Slot:
@@ -360,7 +365,8 @@ class Scheduler:
         ]
         if not ready:
             return None
-        entry = max(ready, key=lambda e: e.warmth.score(new.prompt))
+        # One that starts it at once, then the warmest.
+        entry = max(ready, key=lambda e: (not e.would_queue, e.warmth.score(new.prompt)))
         return entry, entry.parked.popleft()
 
     async def _hand_off(
@@ -706,6 +712,11 @@ class Scheduler:
             and not (avoid and other.lane.name in avoid)
             and other.free_for(job)
         ]
+        if not entry.would_queue:  # only lanes that would start it at once compete
+            rivals = [other for other in rivals if not other.would_queue]
+        elif any(not other.would_queue for other in rivals):
+            self._deferred = True  # a lane that starts it at once takes it
+            return False
         if not rivals:
             return True  # the common case (one lane, or the others busy): no scoring
         mine = entry.warmth.score(job.prompt)

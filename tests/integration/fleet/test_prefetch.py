@@ -76,3 +76,19 @@ def test_a_free_backend_takes_back_a_prompt_queued_behind_a_long_one(
     history = fleet.history()  # fails on a repeated key
     assert {history[p]["status"]["status_str"] for p in short} == {"success"}
     fleet.wait_job(long, "completed")
+
+
+def test_an_idle_backend_gets_the_next_prompt_before_a_prefetch_slot(
+    make_fleet: MakeFleet,
+) -> None:
+    fleet = make_fleet(shared=2, backend_fields={"prefetch": 1})
+    long = fleet.submit(unique_sleep_prompt(3))
+    long_on = fleet.wait_running_on_backend(long)
+    other = next(name for name in fleet.backends if name != long_on)
+    # The long prompt's backend still has a (prefetch) slot free, and it is the warmer
+    # one for this graph; the idle backend starts the prompt at once instead.
+    short = fleet.submit(unique_sleep_prompt(0.3))
+    job = fleet.wait_job(short, "completed", timeout=2.5)
+    assert (job["lane"], job["attempt"]) == (f"backend:{other}", 1)  # not taken back
+    assert fleet.job(long)["status"] == "in_progress"
+    fleet.wait_job(long, "completed")
