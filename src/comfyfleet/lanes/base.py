@@ -22,6 +22,11 @@ class LaneRun(RunHandle):
         self.released = asyncio.Event()
         self.accepted = False
         self._on_accept: list[Callable[[], None]] = []
+        # A run queued on a backend behind another prompt can be taken back from there
+        # (for a free slot elsewhere): the lane offers how, and says whether it waits.
+        self.take_back: Callable[[], Awaitable[bool]] | None = None
+        self.queued_there: Callable[[], bool] = lambda: False
+        self.withdrawn = False  # the run ended because its prompt left the backend's queue
 
     def release(self) -> None:
         self.released.set()
@@ -39,12 +44,6 @@ class LaneRun(RunHandle):
             listener()
         else:
             self._on_accept.append(listener)
-
-    # A run queued on a backend behind another prompt can be taken back from there
-    # (for a free slot elsewhere); the lane offers how, and says whether it still waits.
-    take_back: Callable[[], Awaitable[bool]] | None = None
-    queued_there: Callable[[], bool] = staticmethod(lambda: False)
-    withdrawn = False  # the run ended because its prompt left the backend's queue
 
     def offer_back(
         self, take_back: Callable[[], Awaitable[bool]], queued_there: Callable[[], bool]
