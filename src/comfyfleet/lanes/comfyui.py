@@ -122,8 +122,8 @@ class ComfyUILane:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             await self._submit(replace(job, prompt=prompt))
             handle.accept()
-            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id, watch))
-            handle.offer_back(lambda: self._take_back(watch), lambda: not watch.started)
+            handle.on_interrupt(lambda: self._interrupt_soon(watch))
+            handle.offer_back(lambda: self._withdraw(watch), lambda: not watch.started)
             return await self._follow(job, watch, sink, handle)
         except Withdrawn:
             handle.withdrawn = True
@@ -147,7 +147,7 @@ class ComfyUILane:
                     return None
                 return await self._result(job, entry, self._outputs(job))
             watch.started = job.prompt_id in running
-            handle.on_interrupt(lambda: self._interrupt_soon(job.prompt_id, watch))
+            handle.on_interrupt(lambda: self._interrupt_soon(watch))
             return await self._follow(job, watch, sink, handle)
         except Withdrawn:
             handle.withdrawn = True
@@ -226,21 +226,19 @@ class ComfyUILane:
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
 
-    def _interrupt_soon(self, prompt_id: str, watch: PromptWatch | None = None) -> None:
-        """Out of the backend's queue, or interrupted there if it runs; a prompt that
-        never started ends its run here (no frame of it will come)."""
+    def _interrupt_soon(self, watch: PromptWatch) -> None:
+        """Out of the backend's queue if it has not started there, else interrupted."""
 
         async def interrupt() -> None:
-            with contextlib.suppress(BackendError):
-                await self.client.delete_pending(prompt_id)
-                await self.client.interrupt(prompt_id)
-                if watch is not None and not watch.started and await self._gone(prompt_id):
-                    watch.queue.put_nowait(Withdrawn(prompt_id))
+            if not await self._withdraw(watch):
+                with contextlib.suppress(BackendError):
+                    await self.client.interrupt(watch.prompt_id)
 
         asyncio.get_running_loop().create_task(interrupt())
 
-    async def _take_back(self, watch: PromptWatch) -> bool:
-        """Take a prompt that has not started out of the backend's queue; its run ends."""
+    async def _withdraw(self, watch: PromptWatch) -> bool:
+        """Take a prompt that has not started out of the backend's queue: its run ends
+        here, as no frame of it will come. False if it runs (or ran) there."""
         if watch.started:
             return False
         try:
@@ -288,7 +286,7 @@ class ComfyUILane:
                 idle = time.monotonic() - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout:
                     self._suspect_until = time.monotonic() + self.settings.suspect_for
-                    self._interrupt_soon(job.prompt_id, watch)
+                    self._interrupt_soon(watch)
                     raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
                     raise BackendLost(f"backend {self.client.spec.name} went away")

@@ -501,9 +501,7 @@ class Scheduler:
         backend's queue behind a running one (prefetch), the earliest in queue order, if
         it can start it at once (its own backend is idle). True when one was taken
         back: it is about to be queued again."""
-        if not entry.lane.in_process and any(
-            r.lane is entry.lane and not r.handle.released.is_set() for r in self.running.values()
-        ):
+        if entry.would_queue:
             return False  # it would only wait in this backend's queue instead
         started = {r.lane for r in self.running.values() if _runs_there(r)}
         waiting = [
@@ -595,14 +593,11 @@ class Scheduler:
     def _accepted(self, entry: _LaneSlots, slot: _Slot, handle: LaneRun) -> None:
         if not handle.released.is_set():
             entry.accepted.add(slot)
-            self._reserve_soon(entry, slot, self._reservations_of(entry))
-
-    def _reservations_of(self, entry: _LaneSlots) -> int:
-        return sum(r.owner is entry for r in self._reserved.values())
+            self._reserve_ahead()
 
     def _reserve_ahead(self) -> None:
-        """Work arrived or a reservation went elsewhere: busy slots whose backend has
-        their prompt set their next job aside."""
+        """A backend queued a slot's prompt, work arrived, or a reservation went
+        elsewhere: busy slots whose backend has their prompt set their next job aside."""
         if self.pending - len(self._reserved) <= 0:
             return
         held = Counter(r.owner.lane.name for r in self._reserved.values())

@@ -63,6 +63,14 @@ class NewJob:
         )
 
 
+def order_key(front: bool, number: float) -> float:
+    """A job's place in the queue after `front` and before submission order: 0 for front
+    jobs (FIFO among themselves), else its number; a NaN number sorts last."""
+    if front:
+        return 0.0
+    return math.inf if math.isnan(number) else float(number)
+
+
 @dataclass(frozen=True)
 class Job:
     prompt_id: str
@@ -85,9 +93,7 @@ class Job:
     def dispatch_key(self) -> tuple[int, float, int]:
         """Where the job stands in the queue (the store's dispatch order): front jobs
         first, FIFO among themselves, then by number, then by submission."""
-        if self.front:
-            return (0, 0.0, self.seq)
-        return (1, math.inf if math.isnan(self.number) else float(self.number), self.seq)
+        return (0 if self.front else 1, order_key(self.front, self.number), self.seq)
 
     def queue_item(self) -> list[Any]:
         """ComfyUI's queue item: `[number, prompt_id, prompt, extra_data, outputs_to_execute]`."""

@@ -33,6 +33,7 @@ from comfyfleet.store.records import (
     OutputFile,
     RemoteJob,
     RemoteJobState,
+    order_key,
 )
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
@@ -586,16 +587,10 @@ class SQLiteStore:
 def _job_params(job: NewJob, now: float) -> tuple[Any, ...]:
     """Encode on the caller's thread: bad JSON fails there, and the writer stays busy
     only with SQL."""
-    if job.front:
-        order_key = 0.0
-    elif math.isnan(job.number):
-        order_key = math.inf  # SQLite stores NaN as NULL; such a job simply sorts last
-    else:
-        order_key = float(job.number)
     return (
         job.prompt_id,
         _dumps(job.number),
-        order_key,
+        order_key(job.front, job.number),  # never NaN: SQLite would store it as NULL
         int(job.front),
         job.client_id,
         _dumps(job.prompt),

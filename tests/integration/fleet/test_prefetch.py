@@ -51,20 +51,28 @@ def test_interrupting_a_prompt_queued_on_a_backend_ends_it_there(make_fleet: Mak
     assert backend_history(backend, queued) is None
 
 
+def one_long_running(make_fleet: MakeFleet, seconds: float) -> tuple[Fleet, str, str, str]:
+    """Two backends with prefetch 1, a long prompt running on one: (fleet, the prompt,
+    its backend, the other backend)."""
+    fleet = make_fleet(shared=2, backend_fields={"prefetch": 1})
+    long = fleet.submit(unique_sleep_prompt(seconds))
+    long_on = fleet.wait_running_on_backend(long)
+    other = next(name for name in fleet.backends if name != long_on)
+    return fleet, long, long_on, other
+
+
 def test_a_free_backend_takes_back_a_prompt_queued_behind_a_long_one(
     make_fleet: MakeFleet,
 ) -> None:
-    fleet = make_fleet(shared=2, backend_fields={"prefetch": 1})
-    long = fleet.submit(unique_sleep_prompt(6))
-    long_on = fleet.wait_running_on_backend(long)
-    other = next(name for name in fleet.backends if name != long_on)
+    fleet, long, long_on, other = one_long_running(make_fleet, 6)
     # One short prompt queued behind the long one, the others run on the other backend.
     short = [fleet.submit(unique_sleep_prompt(0.5)) for _ in range(3)]
-    poll(
-        lambda: bool([p for p in short if p in backend_queue(fleet.backends[long_on])[1]]),
-        what=f"a prompt queued on {long_on} behind the long one",
-    )
-    behind = [p for p in short if p in backend_queue(fleet.backends[long_on])[1]]
+
+    def queued_behind() -> list[str]:
+        return [p for p in short if p in backend_queue(fleet.backends[long_on])[1]]
+
+    poll(lambda: bool(queued_behind()), what=f"a prompt queued on {long_on} behind the long one")
+    behind = queued_behind()
 
     for prompt_id in short:
         fleet.wait_job(prompt_id, "completed", timeout=10)
@@ -81,10 +89,7 @@ def test_a_free_backend_takes_back_a_prompt_queued_behind_a_long_one(
 def test_an_idle_backend_gets_the_next_prompt_before_a_prefetch_slot(
     make_fleet: MakeFleet,
 ) -> None:
-    fleet = make_fleet(shared=2, backend_fields={"prefetch": 1})
-    long = fleet.submit(unique_sleep_prompt(3))
-    long_on = fleet.wait_running_on_backend(long)
-    other = next(name for name in fleet.backends if name != long_on)
+    fleet, long, _, other = one_long_running(make_fleet, 3)
     # The long prompt's backend still has a (prefetch) slot free, and it is the warmer
     # one for this graph; the idle backend starts the prompt at once instead.
     short = fleet.submit(unique_sleep_prompt(0.3))
