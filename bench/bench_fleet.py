@@ -12,25 +12,33 @@ at a time, like ComfyUI). For N = 1, 2, 4, 8, 16 the gateway (`--local-slots
 Baseline in the same run: a naive client that round-robins the same prompts
 straight onto the backends' own queues.
 
+Each size runs `--repeat` times (default 3), fleet and naive phase each time; the
+figures are the medians. Both phases' client keeps its HTTP connections open, as a
+service in front of ComfyUI would (a new connection per request would load the one
+gateway far more than the 16 backends the naive client spreads them over).
+
 With `--backends URL,...` the benchmark uses servers that are already running
 (e.g. real ComfyUI instances, started separately with ComfyUI's testing node
 pack for `--sleep-node TestSleep`) instead of starting comfyfleet backends;
 sizes then go up to the number of URLs.
 
     .venv/bin/python bench/bench_fleet.py [--sizes 1,2,4,8,16] [--per-backend 4] [--prefetch 0]
-        [--backends URL,...] [--sleep-node Sleep]
+        [--repeat 3] [--backends URL,...] [--sleep-node Sleep]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import itertools
 import json
 import random
+import statistics
 import sys
 import tempfile
+import threading
 import time
-import urllib.request
+import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,13 +48,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
 from harness import free_port, percentile, serve
 
+_connections = threading.local()  # per thread: one kept-alive connection per server
+
 
 def call(url: str, body: Any = None) -> Any:
+    """GET (or POST `body` as JSON) on a kept-alive connection; the JSON answer."""
+    parts = urllib.parse.urlsplit(url)
+    pool: dict[str, http.client.HTTPConnection] = _connections.__dict__.setdefault("pool", {})
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
+    reused = parts.netloc in pool
+    conn = pool.pop(parts.netloc, None) or http.client.HTTPConnection(parts.netloc, timeout=30)
+    try:
+        conn.request(
+            "GET" if data is None else "POST",
+            path,
+            body=data,
+            headers={"Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
         raw = response.read()
-        return json.loads(raw) if raw else None
+    except (http.client.HTTPException, OSError):
+        conn.close()
+        if reused:  # kept from a server that has gone since (its port was reused)
+            return call(url, body)
+        raise
+    pool[parts.netloc] = conn
+    if response.status >= 400:
+        raise OSError(f"{url}: HTTP {response.status}: {raw[:200]!r}")
+    return json.loads(raw) if raw else None
 
 
 def wait_up(url: str, timeout: float = 60.0) -> None:
@@ -210,11 +240,23 @@ def naive(urls: list[str], count: int) -> tuple[float, list[float]]:
     return makespan(runs), gaps(runs)
 
 
+def median_run(
+    n: int, per_backend: int, prefetch: int, external: list[str], repeat: int
+) -> dict[str, float]:
+    """Each figure's median over `repeat` runs of one size."""
+    runs = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs.append(run_size(n, per_backend, prefetch, Path(tmp), external))
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1,2,4,8,16")
     parser.add_argument("--per-backend", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size (medians)")
     parser.add_argument("--backends", default="", help="running servers to use, comma-separated")
     parser.add_argument("--sleep-node", default="Sleep", help="the node class that sleeps")
     options = parser.parse_args()
@@ -222,12 +264,14 @@ def main() -> None:
     SLEEP_NODE = options.sleep_node
     external = [url for url in options.backends.split(",") if url]
     ideal = float(options.per_backend)
-    print(f"Sleep(1) prompts, {options.per_backend} per backend, prefetch {options.prefetch}")
+    print(
+        f"Sleep(1) prompts, {options.per_backend} per backend, prefetch {options.prefetch}, "
+        f"medians of {options.repeat} runs"
+    )
     print("   N   wall s  efficiency  gap p50 ms  gap p99 ms |", end="")
     print(" naive wall s  naive eff.  naive gap p50")
     for n in (int(s) for s in options.sizes.split(",")):
-        with tempfile.TemporaryDirectory() as tmp:
-            fig = run_size(n, options.per_backend, options.prefetch, Path(tmp), external)
+        fig = median_run(n, options.per_backend, options.prefetch, external, options.repeat)
         print(
             f"{n:4d}  {fig['wall']:7.2f}  {ideal / fig['wall']:10.3f}  {fig['gap50']:10.1f}  "
             f"{fig['gap99']:10.1f} | {fig['naive_wall']:12.2f}  {ideal / fig['naive_wall']:10.3f}  "

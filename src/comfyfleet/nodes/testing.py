@@ -11,36 +11,30 @@ import asyncio
 import time
 from typing import Any
 
-from comfyfleet.engine.context import ProgressBar, current_node
+from comfyfleet.engine.context import ProgressBar
 
 ANY = "*"
 TESTING = "_for_testing"
-# How fast a sleeping node notices an interrupt.
-_TICK = 0.01
 # How often `Sleep` reports progress: 20 times a second, about what a sampler sends (one
-# report per step). TestSleep reports every tick, as ComfyUI's does.
+# report per step). TestSleep reports every 10 ms, as ComfyUI's does.
 _SLEEP_REPORT_EVERY = 0.05
+_TEST_SLEEP_REPORT_EVERY = 0.01
 
 
-async def _sleep_with_progress(seconds: float, unique_id: str | None, every: float = 0.0) -> None:
-    """Sleep, reporting elapsed time at most once per `every` seconds (and at the end);
-    raises when interrupted."""
+async def _sleep_with_progress(seconds: float, unique_id: str | None, every: float) -> None:
+    """Sleep, reporting elapsed time every `every` seconds and at the end. It wakes only
+    to report: an interrupt cancels the node's task (and a report raises when the prompt
+    is interrupted)."""
     if seconds <= 0:
         return
     bar = ProgressBar(seconds, node_id=unique_id)
-    node = current_node()
     start = time.monotonic()
-    reported = -every
     while True:
         elapsed = time.monotonic() - start
-        if elapsed >= seconds or elapsed - reported >= every:
-            bar.update_absolute(min(elapsed, seconds))
-            reported = elapsed
-        elif node is not None:
-            node.throw_if_interrupted()
+        bar.update_absolute(min(elapsed, seconds))
         if elapsed >= seconds:
             return
-        await asyncio.sleep(min(_TICK, seconds - elapsed))
+        await asyncio.sleep(min(every, seconds - elapsed))
 
 
 class Sleep:
@@ -134,7 +128,7 @@ class TestSleep:
     CATEGORY = TESTING
 
     async def sleep(self, value: Any, seconds: float, unique_id: str | None = None) -> tuple[Any]:
-        await _sleep_with_progress(seconds, unique_id)
+        await _sleep_with_progress(seconds, unique_id, _TEST_SLEEP_REPORT_EVERY)
         return (value,)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -81,6 +82,42 @@ async def test_sleep_stops_when_interrupted(as_node) -> None:
             await testing.Sleep().sleep(value=1, seconds=30.0, unique_id="3")
     assert time.monotonic() - start < 2.0
     assert len(control.progress) == 5
+
+
+@pytest.mark.parametrize("node", [testing.Sleep, testing.TestSleep])
+async def test_a_cancelled_sleep_stops_at_once(as_node, node: type) -> None:
+    # The engine interrupts an async node by cancelling its task: the sleep, which wakes
+    # only to report, must not outlast the cancel.
+    with as_node("3") as control:
+        task = asyncio.create_task(node().sleep(value=1, seconds=30.0, unique_id="3"))
+        await asyncio.sleep(0.12)
+        cancelled = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert time.monotonic() - cancelled < 0.05
+    assert control.progress and control.progress[-1][1] < 1.0
+
+
+async def test_sleep_reports_at_its_own_pace(as_node, monkeypatch) -> None:
+    # Sleep reports 20 times a second (as a sampler would), TestSleep every 10 ms (as
+    # ComfyUI's does); each wakes only to report (16 idle backends sleeping add no load).
+    naps: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def counted(delay: float) -> None:
+        naps.append(delay)
+        await real_sleep(delay)
+
+    monkeypatch.setattr(testing.asyncio, "sleep", counted)
+    with as_node("3") as control:
+        await testing.Sleep().sleep(value=1, seconds=0.5, unique_id="3")
+    assert 8 <= len(control.progress) <= 12
+    assert len(naps) == len(control.progress) - 1  # one nap between two reports
+    monkeypatch.undo()
+    with as_node("3") as control:
+        await testing.TestSleep().sleep(value=1, seconds=0.5, unique_id="3")
+    assert 30 <= len(control.progress) <= 52
 
 
 async def test_sleep_for_zero_seconds_returns_at_once(as_node) -> None:
