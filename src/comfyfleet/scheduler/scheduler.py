@@ -229,8 +229,10 @@ class Scheduler:
     async def _recall_avoided(self, requeued: list[Job]) -> None:
         """Re-queued jobs keep leaving the lanes they were given back from (failed there,
         or taken back from there) across a restart: the reasons are in the store."""
-        for job in requeued:
-            notes = await self.store.attempt_notes(job.prompt_id)
+        every_notes = await asyncio.gather(
+            *(self.store.attempt_notes(j.prompt_id) for j in requeued)
+        )
+        for job, notes in zip(requeued, every_notes, strict=True):
             lanes = frozenset(note["lane"] for _, note in notes if note.get("lane"))
             if lanes:
                 self._avoid[job.prompt_id] = lanes
