@@ -119,9 +119,9 @@ class _LaneSlots:
     retiring: bool = False
     busy: int = 0  # jobs running there now
     warmth: Warmth = field(default_factory=Warmth)  # what it ran last
-    # Slots with nothing to claim, each waiting on its future: None to look again,
-    # or a job `submit` claimed for it (the hand-off).
-    parked: deque[asyncio.Future[Running | None]] = field(default_factory=deque)
+    # Slots with nothing to claim, each waiting for a wake-up or for a job `submit`
+    # claimed for it and started there (the hand-off).
+    parked: deque[_Parked] = field(default_factory=deque)
     # Slots whose backend has queued their prompt: each may set its next job aside.
     accepted: set[_Slot] = field(default_factory=set)
 
@@ -151,6 +151,22 @@ class _Slot:
     idled: bool = False  # its last wait for work timed out
     reserving: asyncio.Task[None] | None = None  # setting its next job aside
     last_run: float = 0.0  # how long its last job kept it busy (s)
+
+
+@dataclass(eq=False)
+class _Parked:
+    """A slot waiting for work: `started` gets None to look at the queue again, or the
+    run of a job handed over (already started, so its submit is not held up by the
+    slot's own wake-up)."""
+
+    slot: _Slot
+    started: asyncio.Future[_Started | None]
+
+
+@dataclass(frozen=True)
+class _Started:
+    entry: Running
+    finishing: asyncio.Task[None]  # the attempt, then the recording of its end
 
 
 @dataclass
@@ -352,9 +368,7 @@ class Scheduler:
         self._reserve_ahead()
         return job
 
-    def _idle_slot_for(
-        self, new: NewJob
-    ) -> tuple[_LaneSlots, asyncio.Future[Running | None]] | None:
+    def _idle_slot_for(self, new: NewJob) -> tuple[_LaneSlots, _Parked] | None:
         """A parked slot to give a new job straight to, when nothing else is queued or
         being queued: the job would be the next one claimed anyway. The warmest wins."""
         if self.pending > 0 or self._submitting:
@@ -371,23 +385,23 @@ class Scheduler:
         entry = max(ready, key=lambda e: (not e.would_queue, e.warmth.score(new.prompt)))
         return entry, entry.parked.popleft()
 
-    async def _hand_off(
-        self, new: NewJob, entry: _LaneSlots, parked: asyncio.Future[Running | None]
-    ) -> Job:
+    async def _hand_off(self, new: NewJob, entry: _LaneSlots, parked: _Parked) -> Job:
         """Queue the job as claimed by `entry`'s lane in one transaction (one commit fewer
-        than queue-then-claim) and give it to the parked slot."""
+        than queue-then-claim), start it on the parked slot's behalf and give it the run."""
         try:
             job = await self.store.submit(new, claim_for=entry.lane.name)
         except BaseException:
-            if not parked.done():
-                parked.set_result(None)  # the slot looks at the queue again
+            if not parked.started.done():
+                parked.started.set_result(None)  # the slot looks at the queue again
             raise
-        running = Running(job, entry.lane, EventGate(None))
-        if parked.done():  # the slot was stopped meanwhile: the job goes to the queue
+        if parked.started.done():  # the slot was stopped meanwhile: the job goes to the queue
             await self._give_back(job, None)
         else:
-            self.running[job.prompt_id] = running  # cancellable from here on
-            parked.set_result(running)
+            # Started here, not by the slot once it wakes: in a burst of submits every
+            # hop through the event loop waits behind all the other requests.
+            parked.started.set_result(self._start(entry.lane, job, parked.slot))
+            # ComfyUI sends two `status` frames as a prompt starts at once: queued, then
+            # taken by its worker; `_start` sent the second.
             self._queue_changed()
         return job
 
@@ -437,8 +451,8 @@ class Scheduler:
         for entry in self._lanes.values():
             while entry.parked:
                 parked = entry.parked.popleft()
-                if not parked.done():
-                    parked.set_result(None)
+                if not parked.started.done():
+                    parked.started.set_result(None)
 
     def _forget_pending(self, count: int) -> None:
         if count:
@@ -490,11 +504,11 @@ class Scheduler:
         elif wakes == self._wakes:  # nothing new since the queue was looked at: wait
             if await self._take_back_for(entry):
                 return  # it is about to be queued again: claim it
-            handed = await self._park(entry)
+            handed = await self._park(entry, slot)
             if handed is None:
                 slot.idled = wakes == self._wakes  # timed out, not woken
             else:
-                await self._run(lane, handed.job, slot, entry=handed)
+                await self._until_released(handed, slot)
 
     # -- taking back -------------------------------------------------------------
 
@@ -669,23 +683,25 @@ class Scheduler:
             await self.store.unreserve(ids)
             self._wake()
 
-    async def _park(self, entry: _LaneSlots) -> Running | None:
+    async def _park(self, entry: _LaneSlots, slot: _Slot) -> _Started | None:
         """Wait (a second at most) for a wake-up, or for a job `submit` hands over."""
-        parked: asyncio.Future[Running | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        parked = _Parked(slot, loop.create_future())
         entry.parked.append(parked)
+        # Awaited directly (no wait_for): a hand-off reaches the slot in one loop pass.
+        timer = loop.call_later(1.0, _unpark, entry, parked)
         try:
             async with entry.waiting():
-                return await asyncio.wait_for(asyncio.shield(parked), timeout=1.0)
-        except TimeoutError:
-            if parked in entry.parked:
-                entry.parked.remove(parked)
-                return None
-            return await parked  # a submit took this slot: its commit is under way
+                return await parked.started  # a cancel here cancels it: see _hand_off
         except asyncio.CancelledError:
             if parked in entry.parked:
                 entry.parked.remove(parked)
-            parked.cancel()  # a hand-off under way sends its job back to the queue
+            handed = parked.started
+            if handed.done() and not handed.cancelled() and (run := handed.result()) is not None:
+                await self._abandon(run, slot)  # handed over a moment ago
             raise
+        finally:
+            timer.cancel()
 
     def _avoided(self, entry: _LaneSlots, job: Job) -> bool:
         """A re-queued job leaves the lanes it failed on to any other lane that can run it."""
@@ -729,18 +745,25 @@ class Scheduler:
         slot: _Slot | None = None,
         *,
         resume: bool = False,
-        entry: Running | None = None,
         reserved: Job | None = None,
     ) -> asyncio.Task[None]:
         """Run one attempt until the lane's slot is free again: the attempt ended, or the
         lane released the slot early. What is left (reading the result, recording the end)
         goes on in the task returned (also the slot's `previous`), so the slot takes its
         next job meanwhile; that job's events wait for this one's done signal."""
+        return await self._until_released(self._start(lane, job, slot, resume, reserved), slot)
+
+    def _start(
+        self,
+        lane: Lane,
+        job: Job,
+        slot: _Slot | None,
+        resume: bool = False,
+        reserved: Job | None = None,
+    ) -> _Started:
+        """Count the job as running on the lane and start its attempt."""
         after = slot.previous if slot is not None else None
-        if entry is None:
-            entry = Running(job, lane, EventGate(after), reserved=reserved)
-        else:
-            entry.gate = EventGate(after)  # handed over: nothing has run yet
+        entry = Running(job, lane, EventGate(after), reserved=reserved)
         self.running[job.prompt_id] = entry
         slots = self._lanes.get(lane.name)
         if slots is not None:
@@ -757,27 +780,43 @@ class Scheduler:
             assert entry.starting is not None
             # Cancelled in the queue before its start was recorded: stop it there.
             entry.starting.add_done_callback(lambda done: _stop_if_refused(done, entry.handle))
+        return _Started(entry, finishing)
+
+    async def _until_released(self, started: _Started, slot: _Slot | None) -> asyncio.Task[None]:
+        """Wait until the lane frees the slot; the rest of the attempt goes on in the
+        task returned."""
         began = time.monotonic()
         try:
-            await entry.handle.released.wait()  # set early by the lane, or by `_finish`
+            await started.entry.handle.released.wait()  # set early by the lane, or by `_finish`
         except asyncio.CancelledError:
-            # Stopped mid-run: the job stays running in the store; the next start
-            # recovers it (re-queued, or asked after on its backend).
-            finishing.cancel()
-            await asyncio.wait([finishing])
-            if self.running.get(job.prompt_id) is entry:
-                del self.running[job.prompt_id]
+            await self._abandon(started, slot)
             raise
-        finally:
-            if slots is not None:
-                slots.busy -= 1
-                if slot is not None:
-                    slots.accepted.discard(slot)
+        self._slot_freed(started, slot)
         if slot is not None:
             slot.last_run = time.monotonic() - began
+        finishing = started.finishing
         self._settling.add(finishing)
         finishing.add_done_callback(self._settling.discard)
         return finishing
+
+    async def _abandon(self, started: _Started, slot: _Slot | None) -> None:
+        """The slot was stopped mid-run: the job stays running in the store; the next
+        start recovers it (re-queued, or asked after on its backend)."""
+        entry = started.entry
+        try:
+            started.finishing.cancel()
+            await asyncio.wait([started.finishing])
+            if self.running.get(entry.job.prompt_id) is entry:
+                del self.running[entry.job.prompt_id]
+        finally:
+            self._slot_freed(started, slot)
+
+    def _slot_freed(self, started: _Started, slot: _Slot | None) -> None:
+        slots = self._lanes.get(started.entry.lane.name)
+        if slots is not None:
+            slots.busy -= 1
+            if slot is not None:
+                slots.accepted.discard(slot)
 
     async def _finish(self, entry: Running, resume: bool) -> None:
         try:
@@ -936,6 +975,14 @@ class Scheduler:
         if await self.store.requeue(job.prompt_id, job.attempt, reason):
             self.pending += 1
             self._wake()
+
+
+def _unpark(entry: _LaneSlots, parked: _Parked) -> None:
+    """A parked slot's wait timed out: it looks at the queue again, unless a submit took
+    it meanwhile (its commit is under way, and the slot gets the job)."""
+    if parked in entry.parked:
+        entry.parked.remove(parked)
+        parked.started.set_result(None)
 
 
 def _runs_there(run: Running) -> bool:
