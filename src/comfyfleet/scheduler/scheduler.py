@@ -161,6 +161,7 @@ class _Parked:
 
     slot: _Slot
     started: asyncio.Future[_Started | None]
+    task: asyncio.Task[Any]  # the slot's own
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,9 @@ class Scheduler:
             # Started here, not by the slot once it wakes: in a burst of submits every
             # hop through the event loop waits behind all the other requests.
             parked.started.set_result(self._start(entry.lane, job, parked.slot))
+            # It holds a job now, though its task has not woken yet: a lane retiring
+            # meanwhile must wait for it, not cancel it as idle.
+            entry.idle.discard(parked.task)
             # ComfyUI sends two `status` frames as a prompt starts at once: queued, then
             # taken by its worker; `_start` sent the second.
             self._queue_changed()
@@ -686,7 +690,9 @@ class Scheduler:
     async def _park(self, entry: _LaneSlots, slot: _Slot) -> _Started | None:
         """Wait (a second at most) for a wake-up, or for a job `submit` hands over."""
         loop = asyncio.get_running_loop()
-        parked = _Parked(slot, loop.create_future())
+        task = asyncio.current_task()
+        assert task is not None
+        parked = _Parked(slot, loop.create_future(), task)
         entry.parked.append(parked)
         # Awaited directly (no wait_for): a hand-off reaches the slot in one loop pass.
         timer = loop.call_later(1.0, _unpark, entry, parked)

@@ -2,8 +2,9 @@
 
 The store queues it as already claimed (one transaction, not queue-then-claim)
 and the parked slot runs it, also when several arrive at once while as many slots
-wait; queued work is never overtaken by a hand-off, and a hand-off can be
-cancelled like any running job.
+wait; queued work is never overtaken by a hand-off, a hand-off can be
+cancelled like any running job, and a job handed over just as its lane retires
+(or the scheduler stops) still runs to its end.
 """
 
 from __future__ import annotations
@@ -135,3 +136,22 @@ async def test_a_job_handed_over_can_be_cancelled(setup: Setup) -> None:
     assert await setup.scheduler.cancel([prompt_id]) == [prompt_id]
     job = await setup.ended(prompt_id)
     assert job.status == JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("ending", ["remove the lane", "stop the scheduler"])
+async def test_a_job_handed_over_as_its_slot_winds_down_runs_to_its_end(
+    setup: Setup, ending: str
+) -> None:
+    await setup.parked()
+    # The submit has started the job for the parked slot, whose task has not woken yet:
+    # winding down now must let that job finish, not cancel the slot as idle.
+    prompt_id = await setup.submit(0.2, 1)
+    # Awaited directly: no loop pass between the hand-off and the wind-down.
+    if ending == "remove the lane":
+        await setup.scheduler.remove_lane("local")
+    else:
+        await setup.scheduler.stop(grace=5.0)
+    job = await setup.store.get(prompt_id)
+    assert job is not None
+    assert (job.status, job.attempt) == (JobStatus.SUCCESS, 1)
+    assert prompt_id not in setup.scheduler.running
