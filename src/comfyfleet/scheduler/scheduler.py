@@ -246,13 +246,11 @@ class Scheduler:
     async def _recall_avoided(self, requeued: list[Job]) -> None:
         """Re-queued jobs keep leaving the lanes they were given back from (failed there,
         or taken back from there) across a restart: the reasons are in the store."""
-        every_notes = await asyncio.gather(
-            *(self.store.attempt_notes(j.prompt_id) for j in requeued)
-        )
-        for job, notes in zip(requeued, every_notes, strict=True):
+        notes_of = await self.store.attempt_notes_of([job.prompt_id for job in requeued])
+        for prompt_id, notes in notes_of.items():
             lanes = frozenset(note["lane"] for _, note in notes if note.get("lane"))
             if lanes:
-                self._avoid[job.prompt_id] = lanes
+                self._avoid[prompt_id] = lanes
 
     async def _recover_reserved(self, jobs: list[Job]) -> list[Job]:
         """Jobs reserved when the gateway stopped: one may have been submitted to its

@@ -126,6 +126,11 @@ class JobStore(RemoteJobJournal, Protocol):
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
         """(attempt, reason) of each attempt that was given back, oldest first."""
 
+    async def attempt_notes_of(
+        self, prompt_ids: Sequence[str]
+    ) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+        """`attempt_notes` of many jobs in one read; jobs with none are left out."""
+
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Every job running on a lane whose name starts with `lane_prefix` goes back to
         pending (used at start-up for the local lane). Returns their ids, in

@@ -130,6 +130,10 @@ INSERT_OUTPUT = "INSERT INTO outputs (prompt_id, filename, subfolder, type) VALU
 ATTEMPT_NOTES = """
 SELECT attempt, data FROM events WHERE prompt_id = ? AND type = 'requeued' ORDER BY attempt
 """
+ATTEMPT_NOTES_OF = """
+SELECT prompt_id, attempt, data FROM events WHERE prompt_id IN ({marks}) AND type = 'requeued'
+ORDER BY prompt_id, attempt
+"""
 REQUEUE_JOB = """
 UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
 WHERE prompt_id = ? AND status = 'running' AND attempt = ?
@@ -395,6 +399,12 @@ class SQLiteStore:
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
         """The reasons earlier attempts were given back, oldest first."""
         return await self._read(functools.partial(_attempt_notes, prompt_id=prompt_id))
+
+    async def attempt_notes_of(
+        self, prompt_ids: Sequence[str]
+    ) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+        """The reasons of many jobs in one read (e.g. every re-queued job at start)."""
+        return await self._read(functools.partial(_attempt_notes_of, ids=list(prompt_ids)))
 
     # -- fleet ------------------------------------------------------------------------
 
@@ -766,6 +776,15 @@ def _requeue(
 def _attempt_notes(conn: sqlite3.Connection, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
     rows = conn.execute(ATTEMPT_NOTES, (prompt_id,)).fetchall()
     return [(attempt, json.loads(data)) for attempt, data in rows]
+
+
+def _attempt_notes_of(
+    conn: sqlite3.Connection, ids: Sequence[str]
+) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for prompt_id, attempt, data in _rows_for(conn, ATTEMPT_NOTES_OF, ids):
+        found.setdefault(prompt_id, []).append((attempt, json.loads(data)))
+    return found
 
 
 def _backends(conn: sqlite3.Connection) -> list[dict[str, Any]]:
