@@ -127,9 +127,6 @@ INSERT INTO history (prompt_id, status, outputs, meta, completed_at) VALUES (?, 
 """
 INSERT_EVENT = "INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES (?, ?, ?, ?, ?)"
 INSERT_OUTPUT = "INSERT INTO outputs (prompt_id, filename, subfolder, type) VALUES (?, ?, ?, ?)"
-ATTEMPT_NOTES = """
-SELECT attempt, data FROM events WHERE prompt_id = ? AND type = 'requeued' ORDER BY attempt
-"""
 ATTEMPT_NOTES_OF = """
 SELECT prompt_id, attempt, data FROM events WHERE prompt_id IN ({marks}) AND type = 'requeued'
 ORDER BY prompt_id, attempt
@@ -398,7 +395,7 @@ class SQLiteStore:
 
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
         """The reasons earlier attempts were given back, oldest first."""
-        return await self._read(functools.partial(_attempt_notes, prompt_id=prompt_id))
+        return (await self.attempt_notes_of([prompt_id])).get(prompt_id, [])
 
     async def attempt_notes_of(
         self, prompt_ids: Sequence[str]
@@ -771,11 +768,6 @@ def _requeue(
     if reason is not None:
         conn.execute(INSERT_EVENT, (prompt_id, attempt, -1, "requeued", _dumps(reason)))
     return True
-
-
-def _attempt_notes(conn: sqlite3.Connection, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
-    rows = conn.execute(ATTEMPT_NOTES, (prompt_id,)).fetchall()
-    return [(attempt, json.loads(data)) for attempt, data in rows]
 
 
 def _attempt_notes_of(
