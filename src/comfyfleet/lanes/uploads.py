@@ -1,14 +1,17 @@
 """Pushing the gateway's uploaded input files to a backend before a prompt runs there.
 
-A tenant other than `default` has its files pushed under `_tenants/<name>/` on the
-backend, and the prompt sent there names them so: tenants sharing a backend never read
-(or overwrite) each other's files, whatever names they chose.
+Every tenant, `default` included, has its files pushed under
+`_tenants/<name>/<content hash>/` on the backend, and the prompt sent there names them
+so. No prompt may name that space itself (the gateway refuses such a name), so a
+tenant sharing a backend never reads or overwrites another's files, and a file once
+pushed is known by its content, whatever happened to other names since.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import posixpath
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +24,27 @@ from comfyfleet.protocol.prompt import is_link
 from comfyfleet.tenants import DEFAULT_TENANT
 
 UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
-#: Where a tenant's files go on a backend (under its input, output or temp folder).
+#: Where tenants' files go on a backend (under its input, output or temp folder).
 TENANT_PREFIX = "_tenants"
+
+
+class ForeignFile(ValueError):
+    """A prompt names a file in the tenants' space on a backend (which only the gateway
+    fills) or outside the backend's folder, and the gateway has no such file of its own."""
+
+    def __init__(self, node_id: str, name: str, value: str) -> None:
+        super().__init__(f"node {node_id}: {name} {value!r} is not a file of yours")
+        self.node_id, self.name, self.value = node_id, name, value
+
+
+def forbidden(relative: str) -> bool:
+    """Whether a file name, as a prompt gives it, points into the tenants' space on a
+    backend or out of its folder (absolute, a drive, `..`)."""
+    path = relative.replace("\\", "/")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        return True
+    first = posixpath.normpath(path).split("/")[0]
+    return first in (TENANT_PREFIX, "..")
 
 
 def _upload_inputs(info: dict[str, Any]) -> set[str]:
@@ -51,7 +73,7 @@ class InputPusher:
         self.client = client
         self.folders = folders
         self.object_info = object_info
-        self._pushed: set[tuple[str, str]] = set()  # (relative path, sha256) already there
+        self._pushed: set[tuple[str, str]] = set()  # (folder type, path) already there
 
     def file_inputs(self, prompt: dict[str, Any]) -> list[tuple[str, str, str]]:
         """(node id, input, value) of every input that names an uploaded file: no file
@@ -89,31 +111,40 @@ class InputPusher:
         tenant: str = DEFAULT_TENANT,
     ) -> dict[str, Any]:
         """Push the files `prompt` names (from `folders`); the prompt to send the backend,
-        which names another tenant's files where they were pushed."""
+        which names them where they were pushed. ForeignFile if it names the tenants'
+        space on the backend (a file of the tenant's own is pushed out of it first)."""
         candidates = self.file_inputs(prompt)
         if not candidates:
             return prompt
         named = await asyncio.to_thread(self.files_for, candidates, folders)
-        prefix = "" if tenant == DEFAULT_TENANT else f"{TENANT_PREFIX}/{tenant}/"
-        if prefix and named:
+        found = {(node_id, name) for node_id, name, *_ in named}
+        for node_id, name, value in candidates:
+            if (node_id, name) not in found and forbidden(_split_annotation(value)[0]):
+                raise ForeignFile(node_id, name, value)
+        if named:
             prompt = {node_id: dict(node) for node_id, node in prompt.items()}
         for node_id, name, relative, kind, path in named:
-            if prefix:
-                node = prompt[node_id]
-                node["inputs"] = {**node["inputs"], name: f"{prefix}{relative} [{kind}]"}
-                relative = prefix + relative
             data = await asyncio.to_thread(path.read_bytes)
-            key = (f"{kind}/{relative}", hashlib.sha256(data).hexdigest())
-            if key in self._pushed:
-                continue
-            subfolder, _, filename = relative.rpartition("/")
-            form = aiohttp.FormData()
-            form.add_field("image", data, filename=filename)
-            form.add_field("subfolder", subfolder)
-            form.add_field("type", kind)
-            form.add_field("overwrite", "true")
-            answer = await self.client.request("POST", "/upload/image", data=form, timeout=120.0)
-            if not isinstance(answer, dict) or answer.get("name") != filename:
-                raise BackendError(f"backend stored {relative} as {answer}, not under its name")
-            self._pushed.add(key)
+            digest = hashlib.sha256(data).hexdigest()
+            place = f"{TENANT_PREFIX}/{tenant}/{digest[:32]}"
+            filename = posixpath.basename(relative.replace("\\", "/"))
+            node = prompt[node_id]
+            node["inputs"] = {**node["inputs"], name: f"{place}/{filename} [{kind}]"}
+            await self._push(kind, place, filename, data)
         return prompt
+
+    async def _push(self, kind: str, subfolder: str, filename: str, data: bytes) -> None:
+        """Upload once per place: a place is named by its content, and no prompt can name
+        (or write) it but through the gateway."""
+        key = (kind, f"{subfolder}/{filename}")
+        if key in self._pushed:
+            return
+        form = aiohttp.FormData()
+        form.add_field("image", data, filename=filename)
+        form.add_field("subfolder", subfolder)
+        form.add_field("type", kind)
+        form.add_field("overwrite", "true")
+        answer = await self.client.request("POST", "/upload/image", data=form, timeout=120.0)
+        if not isinstance(answer, dict) or answer.get("name") != filename:
+            raise BackendError(f"backend stored {subfolder}/{filename} as {answer}, not so")
+        self._pushed.add(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 
@@ -46,8 +47,11 @@ async def test_upload_pushed_and_output_copied(make_fleet: MakeFleet) -> None:
         prompt_id = fleet.submit(prompt)
         job = fleet.wait_job(prompt_id, "completed", "failed")
         assert (job["status"], job["lane"]) == ("completed", "backend:s0"), job
-        # Pushed before the prompt ran there, byte for byte.
-        assert (backend.data_dir / "input" / image).read_bytes() == data
+        # Pushed before the prompt ran there, byte for byte, to a place named by its
+        # content in the `default` tenant's space.
+        digest = hashlib.sha256(data).hexdigest()[:32]
+        pushed = backend.data_dir / "input" / "_tenants" / "default" / digest / "fleet_in.png"
+        assert pushed.read_bytes() == data
 
         (saved,) = fleet.history()[prompt_id]["outputs"]["2"]["images"]
         assert saved["type"] == "output" and saved["subfolder"] == "fleetio"

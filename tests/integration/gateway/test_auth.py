@@ -280,9 +280,11 @@ def png_bytes(color: tuple[int, int, int]) -> bytes:
     return out.getvalue()
 
 
-async def upload(client: Served, name: str, data: bytes) -> dict[str, Any]:
+async def upload(client: Served, name: str, data: bytes, subfolder: str = "") -> dict[str, Any]:
     form = aiohttp.FormData()
     form.add_field("image", data, filename=name, content_type="image/png")
+    if subfolder:
+        form.add_field("subfolder", subfolder)
     async with client.session.post(f"{client.url}/upload/image", data=form) as response:
         assert response.status == 200, await response.text()
         answer: dict[str, Any] = await response.json()
