@@ -23,6 +23,7 @@ import aiohttp
 
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
 from comfyfleet.protocol import frames
+from comfyfleet.protocol.events import END_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,6 @@ class BackendSpec:
         """Whether the auth header names a variable rather than holding the secret."""
         value = (self.auth_header or "").partition(":")[2].strip()
         return value.startswith("env:")
-
-
-#: The events that end a prompt's run on a backend (its done signal follows).
-END_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
 
 
 @dataclass
@@ -190,12 +187,26 @@ class BackendClient:
         found = await self.request("GET", f"/history/{prompt_id}")
         return found.get(prompt_id) if isinstance(found, dict) else None
 
-    async def queue_ids(self) -> tuple[set[str], set[str]]:
-        """(running, pending) prompt ids on the backend."""
-        queue = await self.request("GET", "/queue") or {}
-        running = {item[1] for item in queue.get("queue_running", []) if len(item) > 1}
-        pending = {item[1] for item in queue.get("queue_pending", []) if len(item) > 1}
-        return running, pending
+    async def queue_ids(self, *, mine: bool = False) -> tuple[set[str], set[str]]:
+        """(running, pending) prompt ids on the backend; with `mine`, only those this
+        connection's client id submitted (others may share the backend)."""
+        queue = await self.request("GET", "/queue")
+        if not isinstance(queue, dict):
+            raise BackendError("/queue is not a JSON object")
+        return self._ids(queue.get("queue_running"), mine), self._ids(
+            queue.get("queue_pending"), mine
+        )
+
+    def _ids(self, items: Any, mine: bool) -> set[str]:
+        """The prompt ids of `/queue` items: `[number, prompt_id, prompt, extra_data, ...]`."""
+        found = set()
+        for item in items if isinstance(items, list) else []:
+            if not (isinstance(item, list) and len(item) > 1 and isinstance(item[1], str)):
+                continue
+            extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
+            if not mine or extra.get("client_id") == self.client_id:
+                found.add(item[1])
+        return found
 
     async def interrupt(self, prompt_id: str) -> None:
         await self.request("POST", "/interrupt", json={"prompt_id": prompt_id})

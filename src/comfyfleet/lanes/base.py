@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from comfyfleet.engine.events import EventSink
@@ -54,6 +54,16 @@ class LaneRun(RunHandle):
         self.queued_there = queued_there
 
 
+#: Of the prompts a lane finds on its backend as it (re)connects (those it submitted),
+#: the ones to stay there: followed as the jobs' current attempts. The lane takes the
+#: others out of the backend's queue (or interrupts them): the jobs went elsewhere.
+Adopt = Callable[[Sequence[str]], Awaitable[set[str]]]
+
+
+async def adopt_none(found: Sequence[str]) -> set[str]:
+    return set()
+
+
 class Lane(Protocol):
     """Somewhere prompts run, with a number of slots.
 
@@ -71,8 +81,8 @@ class Lane(Protocol):
     #: In-process lanes lose their running jobs with the process: re-queue them at
     #: start-up. Remote lanes may still be running them: ask (`resume`).
     in_process: bool
-    #: A node error there may be the machine's fault (out of memory, a broken
-    #: install): try another lane once before calling it the prompt's fault.
+    #: Running out of memory there may be the machine's fault, not the prompt's: try
+    #: another lane once before calling it the prompt's fault.
     retry_node_errors: bool
 
     def can_run(self, job: Job) -> bool:
@@ -81,7 +91,7 @@ class Lane(Protocol):
     async def wait_ready(self) -> None:
         """Return when the lane can take work (at once for the local lane)."""
 
-    async def start(self) -> None: ...
+    async def start(self, adopt: Adopt = adopt_none) -> None: ...
 
     async def run(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult: ...
 

@@ -19,11 +19,12 @@ from comfyfleet.lanes.backend import (
     PromptWatch,
     Withdrawn,
 )
-from comfyfleet.lanes.base import LaneRun
+from comfyfleet.lanes.base import Adopt, LaneRun, adopt_none
 from comfyfleet.lanes.capabilities import Capabilities
 from comfyfleet.lanes.outputs import OutputCopier, OutputReferencer, output_files
-from comfyfleet.lanes.uploads import InputPusher
+from comfyfleet.lanes.uploads import ForeignFile, InputPusher
 from comfyfleet.protocol import events
+from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
 
@@ -32,6 +33,18 @@ log = logging.getLogger(__name__)
 
 class BackendHung(BackendError):
     """No frame for a running prompt within the hang timeout."""
+
+
+class PromptRefused(Exception):
+    """The backend answered 400 to the prompt: its validation refused it (or the id)."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__(str(answer.get("error")))
+        self.answer = answer
+
+    @property
+    def duplicate(self) -> bool:
+        return bool(self.answer["error"].get("type") == "duplicate_prompt_id")
 
 
 class Submits:
@@ -94,6 +107,9 @@ class ComfyUILane:
         self.draining = False
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
+        # Connected, and what an earlier connection left there sorted out: takes work.
+        self.ready = asyncio.Event()
+        self._adopt: Adopt = adopt_none
         self.submits = submits or Submits()  # shared by the lanes of one fleet
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], Awaitable[None]] = _nothing
@@ -105,22 +121,46 @@ class ComfyUILane:
     def can_run(self, job: Job) -> bool:
         # Runs in the store's writer thread: reads a few fields, changes nothing.
         return (
-            self.client.connected.is_set()
+            self.up
             and not self.draining
             and not self.suspect
             and self.capabilities.can_run(job.prompt)
         )
 
+    @property
+    def up(self) -> bool:
+        """Connected and sorted out (see `_reconcile`): it takes work."""
+        return self.ready.is_set() and self.client.connected.is_set()
+
     async def wait_ready(self) -> None:
-        await self.client.connected.wait()
+        await self.ready.wait()
 
     async def run(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult:
-        if not self.client.connected.is_set():
+        if not self.up:
             raise BackendError(f"backend {self.client.spec.name} is down")
         watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
-            prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
-            await self._submit(replace(job, prompt=prompt))
+            if job.attempt > 1:
+                # An earlier attempt may have reached it (and ended there) unbeknown.
+                known = await self._rejoin(job, watch, sink, handle, successes_only=True)
+                if known is not None:
+                    return known
+            try:
+                prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
+            except ForeignFile as foreign:
+                return refused_result(job, foreign_file_answer(job, foreign))
+            try:
+                await self._submit(replace(job, prompt=prompt))
+            except PromptRefused as refused:
+                if not refused.duplicate:
+                    return refused_result(job, refused.answer)
+                # A backend that keeps ids (another comfyfleet) has it from before.
+                known = await self._rejoin(job, watch, sink, handle, successes_only=True)
+                if known is None:
+                    raise BackendError(
+                        f"{self.client.spec.name} holds {job.prompt_id} but cannot run it again"
+                    ) from refused
+                return known
             handle.accept()
             handle.on_interrupt(lambda: self._interrupt_soon(watch))
             handle.offer_back(lambda: self._withdraw(watch), lambda: not watch.started)
@@ -136,26 +176,44 @@ class ComfyUILane:
         await asyncio.wait_for(self.client.connected.wait(), timeout=30.0)
         watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
-            entry = await self.client.history(job.prompt_id)
-            if entry is not None:
-                return await self._result(job, entry, self._outputs(job))
-            running, pending = await self.client.queue_ids()
-            if job.prompt_id not in running | pending:
-                # It may have ended between the two questions.
-                entry = await self.client.history(job.prompt_id)
-                if entry is None:
-                    return None
-                return await self._result(job, entry, self._outputs(job))
-            watch.started = job.prompt_id in running
-            handle.on_interrupt(lambda: self._interrupt_soon(watch))
-            return await self._follow(job, watch, sink, handle)
+            return await self._rejoin(job, watch, sink, handle)
         except Withdrawn:
             handle.withdrawn = True
             return withdrawn_result(job)
         finally:
             self.client.unwatch(job.prompt_id)
 
-    async def start(self) -> None:
+    async def _rejoin(
+        self,
+        job: Job,
+        watch: PromptWatch,
+        sink: EventSink,
+        handle: LaneRun,
+        *,
+        successes_only: bool = False,
+    ) -> JobResult | None:
+        """The result of a prompt the backend already knows: collected from its history
+        (its files and `executed` frames re-sent: the client missed them), or followed
+        if it is queued or running there; None if it has never heard of it (or, with
+        `successes_only`, holds no success for it)."""
+        entry = await self.client.history(job.prompt_id)
+        if entry is None:
+            running, pending = await self.client.queue_ids()
+            if job.prompt_id in running | pending:
+                watch.started = job.prompt_id in running
+                handle.accept()
+                handle.on_interrupt(lambda: self._interrupt_soon(watch))
+                return await self._follow(job, watch, sink, handle)
+            entry = await self.client.history(job.prompt_id)  # it may have just ended
+        if entry is None or (successes_only and not _succeeded(entry)):
+            return None
+        result = await self._result(job, entry, self._outputs(job))
+        for node_id, output in result.outputs.items():
+            sink(Message("executed", events.executed(job.prompt_id, node_id, output)))
+        return result
+
+    async def start(self, adopt: Adopt = adopt_none) -> None:
+        self._adopt = adopt
         self._maintainer = asyncio.create_task(self._maintain(), name=f"{self.name}-health")
 
     async def close(self) -> None:
@@ -174,6 +232,7 @@ class ComfyUILane:
                 await self._watch_health()
             except BackendError as exc:
                 log.info("backend %s unavailable: %s", self.client.spec.name, exc)
+            self.ready.clear()
             await self.client.close()
             await asyncio.sleep(backoff)
             backoff = min(self.settings.max_backoff, backoff * 2)
@@ -182,8 +241,28 @@ class ComfyUILane:
         await self._refresh()
         await self.on_change()  # the node union knows it before it takes work
         await self.client.connect()
+        await self._reconcile()
+        self.ready.set()
         info = self.capabilities.object_info
         log.info("backend %s up: %d node classes", self.client.spec.name, len(info))
+
+    async def _reconcile(self) -> None:
+        """Before new work: what this gateway left on the backend either stays (the
+        scheduler follows it as the job's attempt) or goes, so nothing runs twice."""
+        running, pending = await self.client.queue_ids(mine=True)
+        if not running | pending:
+            return
+        keep = await self._adopt(sorted(running | pending))
+        stale = sorted((running | pending) - keep)
+        for prompt_id in stale:
+            if prompt_id in pending:
+                await self.client.delete_pending(prompt_id)
+            else:
+                await self.client.interrupt(prompt_id)
+        if stale:
+            log.info(
+                "backend %s: withdrew %d prompts run elsewhere", self.client.spec.name, len(stale)
+            )
 
     async def _refresh(self) -> None:
         """Read what the backend can run: its nodes, and the files of its model folders."""
@@ -223,6 +302,8 @@ class ComfyUILane:
             body["partial_execution_targets"] = job.outputs
         with self.submits.sending():
             status, answer = await self.client.submit(body)
+        if status == 400 and isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+            raise PromptRefused(answer)
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
 
@@ -338,6 +419,64 @@ class ComfyUILane:
 
 async def _nothing() -> None:
     return None
+
+
+def _succeeded(entry: dict[str, Any]) -> bool:
+    status = entry.get("status") or {}
+    return bool(status.get("completed") or status.get("status_str") == "success")
+
+
+def foreign_file_answer(job: Job, foreign: ForeignFile) -> dict[str, Any]:
+    """ComfyUI's answer to a prompt naming a file it does not have (`value_not_in_list`)."""
+    node = job.prompt.get(foreign.node_id) or {}
+    problem = error(
+        "value_not_in_list",
+        "Value not in list",
+        f"{foreign.name}: '{foreign.value}' not in list",
+        input_name=foreign.name,
+        received_value=foreign.value,
+    )
+    return prompt_error_body(
+        error("prompt_outputs_failed_validation", "Prompt outputs failed validation"),
+        {
+            foreign.node_id: {
+                "errors": [problem],
+                "dependent_outputs": [],
+                "class_type": node.get("class_type"),
+            }
+        },
+    )
+
+
+def refused_result(job: Job, answer: dict[str, Any]) -> JobResult:
+    """A prompt the backend's own validation refused (a node's VALIDATE_INPUTS, say): it
+    ends as an error at once, carrying ComfyUI's `error` and `node_errors`."""
+    err = answer["error"]
+    node_errors = answer.get("node_errors")
+    node_errors = node_errors if isinstance(node_errors, dict) else {}
+    lines = [f"{err.get('message', 'Prompt refused')}: {err.get('details', '')}".rstrip(": ")]
+    for node_id, found in node_errors.items():
+        found = found if isinstance(found, dict) else {}
+        lines.append(f"{found.get('class_type')} {node_id}:")
+        for item in found.get("errors") or []:
+            if isinstance(item, dict):
+                lines.append(f"- {item.get('message')}: {item.get('details')}")
+    first = next(iter(node_errors.items()), None)
+    error: dict[str, Any] = {
+        "prompt_id": job.prompt_id,
+        "node_id": first[0] if first else None,
+        "node_type": first[1].get("class_type") if first and isinstance(first[1], dict) else None,
+        "executed": [],
+        "exception_message": "\n".join(lines) + "\n",
+        "exception_type": str(err.get("type") or "invalid_prompt"),
+        "traceback": [],
+        "current_inputs": {},
+        "current_outputs": [],
+        "error": err,
+        "node_errors": node_errors,
+        "timestamp": events.timestamp_ms(),
+    }
+    return JobResult(JobStatus.ERROR, {}, {}, [["execution_error", error]], error, [])
 
 
 def withdrawn_result(job: Job) -> JobResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
+from comfyfleet.lanes.base import Adopt, adopt_none
 from comfyfleet.lanes.outputs import output_files
 from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
@@ -35,7 +36,7 @@ class LocalLane:
     async def wait_ready(self) -> None:
         return None
 
-    async def start(self) -> None:
+    async def start(self, adopt: Adopt = adopt_none) -> None:
         return None
 
     async def resume(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult | None:

@@ -58,21 +58,25 @@ class Sleep:
         return (value,)
 
 
+#: What `Fail` can raise: a node's own error, or the machine running out of memory.
+FAILURES: dict[str, type[Exception]] = {"RuntimeError": RuntimeError, "MemoryError": MemoryError}
+
+
 class Fail:
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         return {
             "required": {"message": ("STRING", {"default": "Intentional failure"})},
-            "optional": {"value": (ANY, {})},
+            "optional": {"value": (ANY, {}), "error": (list(FAILURES),)},
         }
 
     RETURN_TYPES = (ANY,)
     FUNCTION = "fail"
     CATEGORY = TESTING
-    DESCRIPTION = "Raises RuntimeError(message)."
+    DESCRIPTION = "Raises RuntimeError(message) (or the `error` chosen)."
 
-    def fail(self, message: str, value: Any = None) -> tuple[Any]:
-        raise RuntimeError(message)
+    def fail(self, message: str, value: Any = None, error: str = "RuntimeError") -> tuple[Any]:
+        raise FAILURES[error](message)
 
 
 class Progress:

@@ -5,9 +5,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+#: The events that end a prompt's run: exactly one of them closes each prompt's stream.
+END_EVENTS = frozenset({"execution_success", "execution_error", "execution_interrupted"})
+
 
 def timestamp_ms() -> int:
     return int(time.time() * 1000)
+
+
+def execution_start(prompt_id: str) -> dict[str, Any]:
+    return {"prompt_id": prompt_id, "timestamp": timestamp_ms()}
 
 
 def executing(

@@ -4,9 +4,10 @@
   job, up to `max_attempts` attempts in all (a prompt taken back from a
   backend's queue for a free slot elsewhere did not fail: that attempt does not
   count).
-- A node error on a lane that may be at fault (a ComfyUI backend) is retried
-  once elsewhere; the same error on a second lane is the prompt's fault and
-  ends it as an error, not retried again.
+- A node error is the prompt's own (its node raised it): it ends the job at
+  once, as on ComfyUI. The one exception is running out of memory on a lane that
+  may be at fault (a ComfyUI backend): that is retried once on another lane; the
+  same error there ends the job.
 - Anything else is the job's end.
 """
 
@@ -28,6 +29,17 @@ class Decision:
     result: JobResult | None = None
 
 
+#: Exception types that say the machine ran out of memory, not that the prompt is wrong.
+OUT_OF_MEMORY_TYPES = frozenset(
+    {"torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "MemoryError"}
+)
+
+
+def out_of_memory(error: dict[str, Any] | None) -> bool:
+    """Whether a node error is the lane running out of memory (worth another lane)."""
+    return str((error or {}).get("exception_type")) in OUT_OF_MEMORY_TYPES
+
+
 def error_signature(error: dict[str, Any] | None) -> list[Any]:
     """What makes two node errors "the same": node, class, exception type and message."""
     error = error or {}
@@ -47,7 +59,11 @@ class RetryPolicy:
     async def decide(
         self, job: Job, lane: Lane, result: JobResult | None, failure: dict[str, Any] | None
     ) -> Decision:
-        if result is not None and (result.status != JobStatus.ERROR or not lane.retry_node_errors):
+        if result is not None and not (
+            result.status == JobStatus.ERROR
+            and lane.retry_node_errors
+            and out_of_memory(result.error)
+        ):
             return Decision(False, result=result)
         notes = await self.store.attempt_notes(job.prompt_id)
         failed = job.attempt - sum(note.get("kind") == "taken_back" for _, note in notes)

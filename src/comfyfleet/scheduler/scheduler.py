@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
 from comfyfleet.scheduler.retry import RetryPolicy
+from comfyfleet.scheduler.streams import EventRouter, PromptStreams
 from comfyfleet.store.base import JobStore, StoreError
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob
 
@@ -39,21 +41,6 @@ RECORD_RETRY_MAX = 2.0
 #: A reservation that has waited this many times as long as a slot's last run goes to
 #: that slot even if it has one of its own: no job waits long behind a long prompt.
 RESERVATION_PATIENCE = 1.5
-
-
-class EventRouter(Protocol):
-    """Where job events go (the server's WebSocket hub)."""
-
-    def job_event(self, job: Job, event: EngineEvent) -> None: ...
-
-    def job_finished(self, job: Job, status: JobStatus) -> None:
-        """Called once the job's end is durably recorded."""
-
-    def job_stopped(self, job: Job) -> None:
-        """The job stopped running without an end recorded: it went back to the queue
-        (or its end could not be written); nothing of it is current any more."""
-
-    def queue_changed(self, remaining: int) -> None: ...
 
 
 class QueueFull(Exception):
@@ -189,6 +176,7 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.router = router
+        self.streams = PromptStreams(router)
         self.max_pending = max_pending
         self.retry = RetryPolicy(store, max_attempts)
         self.running: dict[str, Running] = {}
@@ -239,9 +227,7 @@ class Scheduler:
                 log.info("re-queued %d jobs that were running on %s", len(requeued), lane.name)
             return
         for job in jobs:
-            task = asyncio.create_task(self._resume(lane, job), name=f"resume-{job.prompt_id}")
-            self._resumes.add(task)
-            task.add_done_callback(self._resumes.discard)
+            self._follow(lane, job)
 
     async def _recall_avoided(self, requeued: list[Job]) -> None:
         """Re-queued jobs keep leaving the lanes they were given back from (failed there,
@@ -270,10 +256,38 @@ class Scheduler:
         return running
 
     async def _start_lane(self, entry: _LaneSlots) -> None:
-        await entry.lane.start()
+        await entry.lane.start(functools.partial(self._adopt, entry.lane))
         for slot in range(entry.lane.slots):
             name = f"{entry.lane.name}-slot-{slot}"
             entry.tasks.append(asyncio.create_task(self._slot_loop(entry), name=name))
+
+    async def _adopt(self, lane: Lane, found: Sequence[str]) -> set[str]:
+        """Of the prompts `lane`'s backend holds for this gateway, those to stay there:
+        the jobs running there (or set aside for it), and re-queued jobs no other lane
+        has taken since, started on `lane` now and followed there (not run twice)."""
+        keep: set[str] = set()
+        for prompt_id in found:
+            running = self.running.get(prompt_id)
+            job = running.job if running is not None else await self.store.get(prompt_id)
+            if job is None or job.lane not in (None, lane.name):
+                continue
+            if job.status == JobStatus.RUNNING:
+                keep.add(prompt_id)
+            elif job.status == JobStatus.PENDING and prompt_id not in self.running:
+                started = await self.store.start_reserved(job, lane.name)
+                if started is not None:
+                    keep.add(prompt_id)
+                    self._reserved.pop(prompt_id, None)
+                    self._avoid.pop(prompt_id, None)
+                    self.pending -= 1
+                    self._follow(lane, started)
+        return keep
+
+    def _follow(self, lane: Lane, job: Job) -> None:
+        """Follow a job already on `lane`'s backend (found there, not submitted now)."""
+        task = asyncio.create_task(self._resume(lane, job), name=f"resume-{job.prompt_id}")
+        self._resumes.add(task)
+        task.add_done_callback(self._resumes.discard)
 
     async def add_lane(self, lane: Lane) -> None:
         if lane.name in self._lanes:
@@ -424,13 +438,13 @@ class Scheduler:
         for prompt_id in prompt_ids:
             self._reserved.pop(prompt_id, None)
         removed = await self.store.cancel(prompt_ids, pending_only=True)
-        self._forget_pending(len(removed))
+        self._forget_pending(removed)
         return removed
 
     async def clear_pending(self) -> list[str]:
         self._reserved.clear()
         removed = await self.store.cancel_all_pending()
-        self._forget_pending(len(removed))
+        self._forget_pending(removed)
         return removed
 
     async def cancel(self, prompt_ids: Sequence[str]) -> list[str]:
@@ -456,9 +470,12 @@ class Scheduler:
                 if not parked.started.done():
                     parked.started.set_result(None)
 
-    def _forget_pending(self, count: int) -> None:
-        if count:
-            self.pending -= count
+    def _forget_pending(self, removed: list[str]) -> None:
+        for prompt_id in removed:
+            self.streams.forget(prompt_id)
+            self._avoid.pop(prompt_id, None)
+        if removed:
+            self.pending -= len(removed)
             self._queue_changed()
 
     # -- dispatch -------------------------------------------------------------
@@ -838,6 +855,7 @@ class Scheduler:
             self.running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             await entry.gate.opened.wait()
+            self.streams.forget(entry.job.prompt_id)
             self.router.job_stopped(entry.job)
 
     async def _start_recorded(self, entry: Running) -> bool:
@@ -882,7 +900,7 @@ class Scheduler:
         self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
     ) -> None:
         job = entry.job
-        finished: JobStatus | None = None
+        finished: JobResult | None = None
         try:
             finished = await self._settle_retrying(entry, result, failure)
         except Exception:
@@ -890,16 +908,19 @@ class Scheduler:
             log.exception("could not record the end of %s", job.prompt_id)
         finally:
             self.running.pop(job.prompt_id, None)
-            self._queue_changed()
+            if finished is not None:
+                ended = finished
+                entry.gate.pass_on(lambda: self.streams.end(job, ended))
+            self._queue_changed()  # as from ComfyUI: the end event, the count, the done signal
         await entry.gate.opened.wait()  # after the previous job's done signal
         if finished is not None:
-            self.router.job_finished(job, finished)
+            self.router.job_finished(job, finished.status)
         else:
             self.router.job_stopped(job)
 
     async def _settle_retrying(
         self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
-    ) -> JobStatus | None:
+    ) -> JobResult | None:
         """Record the end, retrying while the store refuses (a full disk, say)."""
         return await self._retrying(
             "the end", entry.job.prompt_id, lambda: self._settle(entry, result, failure)
@@ -923,28 +944,21 @@ class Scheduler:
     def _sink_for(self, entry: Running) -> Any:
         job = entry.job
 
-        def deliver(event: EngineEvent) -> None:
-            # A job being handed back at shutdown is not over: it runs again later.
-            interrupted = isinstance(event, Message) and event.type == "execution_interrupted"
-            if interrupted and entry.requeue:
-                return
-            self.router.job_event(job, event)
-
         def sink(event: EngineEvent) -> None:
-            # The done signal waits until the end is recorded (job_finished sends it).
+            # The done signal waits until the end is recorded (`_record` sends it).
             if (
                 isinstance(event, Message)
                 and event.type == "executing"
                 and event.data["node"] is None
             ):
                 return
-            entry.gate.pass_on(lambda: deliver(event))
+            entry.gate.pass_on(lambda: self.streams.event(job, event))
 
         return sink
 
     async def _settle(
         self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
-    ) -> JobStatus | None:
+    ) -> JobResult | None:
         """Record how the attempt ended; None when the job went back to the queue."""
         job = entry.job
         if entry.requeue and not entry.cancelled:
@@ -968,7 +982,7 @@ class Scheduler:
         assert result is not None
         self._avoid.pop(job.prompt_id, None)
         if await self.store.finish(job.prompt_id, job.attempt, result):
-            return result.status
+            return result
         return None
 
     async def _give_back(self, job: Job, reason: dict[str, Any] | None) -> None:

@@ -106,7 +106,8 @@ class JobStore(RemoteJobJournal, Protocol):
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
         """Start a job reserved for `job.lane` on `lane` (running, attempt + 1), or
-        None when it is no longer reserved for `job.lane` (cancelled, given back)."""
+        None when it is no longer reserved for `job.lane` (cancelled, given back). With
+        `job.lane` None, a pending job set aside for no lane is started so."""
 
     async def unreserve(self, prompt_ids: Sequence[str]) -> None:
         """Give reserved jobs back to the queue: claims see them again."""

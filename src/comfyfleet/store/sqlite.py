@@ -113,9 +113,10 @@ WHERE prompt_id = ? AND status = 'pending'
 """
 # A reserved job stays pending, set aside for the lane named in `lane` (see `reserve`).
 RESERVE_JOB = "UPDATE jobs SET lane = ? WHERE prompt_id = ? AND status = 'pending'"
+# `lane IS ?`: a job set aside for no lane (NULL) is started the same way.
 START_RESERVED = """
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane = ?
+WHERE prompt_id = ? AND status = 'pending' AND lane IS ?
 """
 UNRESERVE_JOB = "UPDATE jobs SET lane = NULL WHERE prompt_id = ? AND status = 'pending'"
 FINISH_JOB = """
@@ -355,8 +356,9 @@ class SQLiteStore:
         return await self._write(op)
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
-        """Run a job reserved for `job.lane` on `lane` (running, attempt + 1); None when
-        it is no longer reserved so (cancelled, or given back meanwhile)."""
+        """Run a job reserved for `job.lane` (or, with `job.lane` None, a pending job set
+        aside for no lane) on `lane` (running, attempt + 1); None when it is no longer
+        pending so (cancelled, claimed, or given back meanwhile)."""
         now = self._clock()
         op = functools.partial(_start_reserved, job=job, lane=lane, now=now)
         if not await self._write(op):

@@ -13,7 +13,6 @@ from tests.integration.fleet.harness import (
     Fleet,
     backend_history,
     call,
-    fail_prompt,
     last_message,
     poll,
     sleep_prompt,
@@ -84,31 +83,6 @@ def test_hung_backend_job_is_requeued_and_backend_marked_suspect(make_fleet: Mak
         frames.close()
         fleet.resume("d0")
     assert fleet.backends["d0"].get("/prompt")  # it answers again
-
-
-def test_same_node_error_on_two_backends_is_the_prompts_fault(make_fleet: MakeFleet) -> None:
-    fleet = make_fleet(shared=2)
-    prompt_id = fleet.submit(fail_prompt("boom on purpose"))
-    job = fleet.wait_job(prompt_id, "failed", "completed", timeout=20)
-    assert job["status"] == "failed"
-    assert job["attempt"] == 2
-    assert job["execution_error"]["exception_message"].strip() == "boom on purpose"
-    assert job["execution_error"]["node_type"] == "Fail"
-
-    history = fleet.history()
-    assert history[prompt_id]["status"]["status_str"] == "error"
-    assert last_message(history[prompt_id]) == "execution_error"
-    # Each backend ran it once and failed the same way.
-    entries = [backend_history(b, prompt_id) for b in fleet.backends.values()]
-    assert all(e is not None for e in entries), entries
-    assert {last_message(e) for e in entries if e} == {"execution_error"}
-
-    # Not a third time (the attempt cap is 3): it stays failed, on attempt 2.
-    time.sleep(0.5)
-    job = fleet.job(prompt_id)
-    assert (job["status"], job["attempt"]) == ("failed", 2)
-    for backend in fleet.backends.values():
-        assert backend.get("/prompt")["exec_info"]["queue_remaining"] == 0
 
 
 def test_a_requeued_job_is_not_replayed_as_running_to_a_reconnecting_client(

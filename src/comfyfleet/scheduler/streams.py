@@ -1,0 +1,83 @@
+"""Each prompt's events as its client sees them: one stream, whatever its attempts.
+
+A prompt may run more than once (its backend died, hung or ran out of memory),
+but a client expects what ComfyUI sends: one `execution_start`, the prompt's
+progress, and exactly one of `execution_success`, `execution_error` or
+`execution_interrupted` before the done signal. So the attempts' own end events
+never reach the client; the end recorded in the store is sent instead, once.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from comfyfleet.engine.events import EngineEvent, Message
+from comfyfleet.protocol import events
+from comfyfleet.store.records import Job, JobResult, JobStatus
+
+
+class EventRouter(Protocol):
+    """Where job events go (the server's WebSocket hub)."""
+
+    def job_event(self, job: Job, event: EngineEvent) -> None: ...
+
+    def job_finished(self, job: Job, status: JobStatus) -> None:
+        """Called once the job's end is durably recorded."""
+
+    def job_stopped(self, job: Job) -> None:
+        """The job stopped running without an end recorded: it went back to the queue
+        (or its end could not be written); nothing of it is current any more."""
+
+    def queue_changed(self, remaining: int) -> None: ...
+
+
+class PromptStreams:
+    """Shapes the events of every attempt into one stream per prompt."""
+
+    def __init__(self, router: EventRouter) -> None:
+        self.router = router
+        self._begun: set[str] = set()  # prompts whose client has had `execution_start`
+
+    def event(self, job: Job, event: EngineEvent) -> None:
+        """An event of a running attempt."""
+        if isinstance(event, Message):
+            if event.type in events.END_EVENTS:
+                return  # the recorded end is sent by `end`
+            if event.type == "execution_start":
+                if job.prompt_id not in self._begun:
+                    self._begun.add(job.prompt_id)
+                    self.router.job_event(job, event)
+                return  # a later attempt: the client's stream is under way
+        self._begin(job)
+        self.router.job_event(job, event)
+
+    def end(self, job: Job, result: JobResult) -> None:
+        """The job's end is recorded: its end event, if it has one (the done signal
+        follows). A job cancelled before it ever started ends silently, like a deleted
+        queue item."""
+        end = _end_message(result)
+        if end is not None and (
+            job.prompt_id in self._begun or result.status != JobStatus.CANCELLED
+        ):
+            self._begin(job)
+            self.router.job_event(job, end)
+        self._begun.discard(job.prompt_id)
+
+    def forget(self, prompt_id: str) -> None:
+        """The job left the queue without running again (deleted, cancelled)."""
+        self._begun.discard(prompt_id)
+
+    def _begin(self, job: Job) -> None:
+        if job.prompt_id not in self._begun:
+            self._begun.add(job.prompt_id)
+            self.router.job_event(
+                job, Message("execution_start", events.execution_start(job.prompt_id))
+            )
+
+
+def _end_message(result: JobResult) -> Message | None:
+    """The end event among the result's recorded messages, if there is one."""
+    for kind, data in reversed(result.messages):
+        if kind in events.END_EVENTS and isinstance(data, dict):
+            return Message(str(kind), data)
+    return None
