@@ -2,11 +2,13 @@
 
 A key is named by reference: `env:NAME` (an environment variable), `secret:NAME`
 (an entry of the secrets file named in the config), or typed into the workflow
-as is. A typed key is swapped for a marker (`<redacted-key 0123abcd...>`) before
-the prompt is stored or run, in the prompt and anywhere in its extra data (the
-UI workflow saved into PNGs); the key itself stays in this process's memory
-only. A prompt run again after a restart finds the marker but no key, and
-fails saying so.
+as is, in the settings node or in any node whose output flows into its key
+input through links. A typed key is swapped for a marker (`<redacted-key
+0123abcd...>`) before the prompt is stored or run, in the prompt and anywhere in
+its extra data (the UI workflow saved into PNGs); the marker flows along the
+links in its place, and the key itself stays in this process's memory only. A
+prompt run again after a restart finds the marker but no key, and fails saying
+so.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comfyfleet.protocol.prompt import is_link
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.store.records import NewJob
 
@@ -113,15 +116,9 @@ class SecretVault:
     def scrub(
         self, prompt: dict[str, Any], extra_data: dict[str, Any], registry: NodeRegistry
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Copies of a prompt and its extra data with every typed key replaced by its marker."""
-        replacements: dict[str, str] = {}
-        for node in prompt.values():
-            if not isinstance(node, dict) or not isinstance(node.get("inputs"), dict):
-                continue
-            for name in _secret_inputs(registry, node.get("class_type")):
-                value = node["inputs"].get(name)
-                if isinstance(value, str) and parse_reference(value)[0] == "typed":
-                    replacements[value] = self.remember(value)
+        """Copies of a prompt and its extra data with every typed key replaced by its marker
+        (see typed_keys)."""
+        replacements = {key: self.remember(key) for key in typed_keys(prompt, registry)}
         if not replacements:
             return prompt, extra_data
         replace = _replacer(replacements)
@@ -153,6 +150,61 @@ def parse_reference(reference: str) -> tuple[str, str]:
         if text.startswith(prefix + ":") and len(text) > len(prefix) + 1:
             return prefix, text[len(prefix) + 1 :]
     return "typed", reference
+
+
+def typed_keys(prompt: dict[str, Any], registry: NodeRegistry) -> set[str]:
+    """The keys typed into a prompt, recognised by where they flow, not where they are typed.
+
+    A key is a string literal of a secret input, or of any node whose output reaches
+    a secret input through links, however many nodes it passes on the way (a String
+    node, a pass-through, anything). Numbers and booleans upstream are left alone:
+    a key is text, and redacting a number by value would mask that number wherever
+    it appears. So are combo choices: they come from the server's own list, and a
+    marker in their place would no longer be one of them.
+    """
+    nodes = {
+        node_id: node
+        for node_id, node in prompt.items()
+        if isinstance(node, dict) and isinstance(node.get("inputs"), dict)
+    }
+    keys: set[str] = set()
+    upstream: list[str] = []
+    for node in nodes.values():
+        for name in _secret_inputs(registry, node.get("class_type")):
+            value = node["inputs"].get(name)
+            if is_link(value):
+                upstream.append(value[0])
+            elif _is_typed(value):
+                keys.add(value)
+    seen: set[str] = set()
+    while upstream:  # iterative: a chain of links may be longer than the stack is deep
+        node_id = upstream.pop()
+        if node_id in seen or node_id not in nodes:
+            continue
+        seen.add(node_id)
+        inputs: dict[str, Any] = nodes[node_id]["inputs"]
+        upstream.extend(value[0] for value in inputs.values() if is_link(value))
+        typed = {name: value for name, value in inputs.items() if _is_typed(value)}
+        if typed:
+            choices = _choice_inputs(registry, nodes[node_id].get("class_type"))
+            keys.update(value for name, value in typed.items() if name not in choices)
+    return keys
+
+
+def _is_typed(value: Any) -> bool:
+    return isinstance(value, str) and parse_reference(value)[0] == "typed"
+
+
+def _choice_inputs(registry: NodeRegistry, class_type: Any) -> set[str]:
+    """The names of a node class's combo inputs (none known: every literal may be a key)."""
+    node = registry.get(class_type) if isinstance(class_type, str) else None
+    if node is None:
+        return set()
+    try:
+        declared = node.input_types().declared()
+    except Exception:  # a broken INPUT_TYPES: scrub rather than keep
+        return set()
+    return {info.name for info in declared if info.combo_options is not None}
 
 
 def _secret_inputs(registry: NodeRegistry, class_type: Any) -> tuple[str, ...]:

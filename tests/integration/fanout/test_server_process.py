@@ -14,7 +14,9 @@ import aiohttp
 import pytest
 from PIL import Image
 
+from comfyfleet.fanout.secrets import parse_reference
 from tests.integration.fanout.conftest import KEY, KEY_ENV, Emulator, Graph, start_emulator
+from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
 WRONG_TYPED = "typed-WRONG-key-9f8e7d6c5b4a"
@@ -200,3 +202,72 @@ async def test_a_batch_cut_off_by_sigterm_is_re_attached_not_cancelled_or_resent
             assert (stats["jobs"], stats["duplicates"], stats["cancels"]) == (6, 0, 0)
         finally:
             await asyncio.to_thread(second.terminate)
+
+
+def linked_key_graph(url: str) -> tuple[Graph, dict[str, Any]]:
+    """The key typed into a String node whose output reaches the settings' api_key through a
+    pass-through node (what the editor's "convert widget to input" makes), and the editor's
+    UI workflow, which holds the key among the String node's widget values."""
+    graph = Graph(url, poll=0.1)
+    graph.prompt["key"] = {"class_type": "PrimitiveString", "inputs": {"value": KEY}}
+    graph.prompt["via"] = {"class_type": "Sleep", "inputs": {"value": ["key", 0], "seconds": 0}}
+    graph.prompt[graph.settings]["inputs"]["api_key"] = ["via", 0]
+    graph.collect("c", [graph.submit("s", "linked key", seed=1)])
+    graph.save("saved", "c", 0, prefix="linked")
+    workflow = {
+        "nodes": [
+            {"id": 5, "type": "PrimitiveString", "widgets_values": [KEY]},
+            {"id": 6, "type": "APISettings", "widgets_values": [url, KEY, 0, 0.0, 0.1, 900.0]},
+        ],
+        "links": [[1, 5, 0, 6, 1, "STRING"]],
+    }
+    return graph, workflow
+
+
+async def frames(session: aiohttp.ClientSession, url: str, client_id: str, into: list[str]) -> None:
+    """Every text frame the server sends this client, until cancelled."""
+    async with session.ws_connect(f"{url}/ws?clientId={client_id}") as ws:
+        async for message in ws:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                into.append(message.data)
+
+
+async def test_a_key_linked_into_api_key_runs_but_is_never_stored_logged_or_shown(
+    tmp_path: Path, emulator: Emulator
+) -> None:
+    data = tmp_path / "data"
+    graph, workflow = linked_key_graph(emulator.url)
+    extra = {"client_id": "watcher", "extra_pnginfo": {"workflow": workflow}}
+    received: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        server = await asyncio.to_thread(
+            ServerProcess(data, "--local-slots", "1", "--log-level", "DEBUG").start
+        )
+        watcher = asyncio.create_task(frames(session, server.url, "watcher", received))
+        try:
+            # The only slot is busy: the keyed prompt waits in the queue, where /queue shows it.
+            await post(session, server, {"prompt": sleep_prompt(2.0), "client_id": "watcher"})
+            body = {"prompt": graph.prompt, "client_id": "watcher", "extra_data": extra}
+            prompt_id = (await post(session, server, body))["prompt_id"]
+            queue = await read(session, f"{server.url}/queue")
+            assert prompt_id in [item[1] for item in json.loads(queue)["queue_pending"]]
+            entry = await history(session, server, prompt_id)
+            assert entry["status"]["status_str"] == "success", entry["status"]
+            report = json.loads(entry["outputs"]["c"]["text"][0])
+            assert report["slots"][0]["state"] == "success"
+            assert emulator.stats()["jobs"] == 1  # the linked key reached the provider
+            texts = [
+                queue,
+                await read(session, f"{server.url}/history"),
+                await read(session, f"{server.url}/api/jobs/{prompt_id}"),
+            ]
+            await until(lambda: any("execution_success" in f for f in received), "the frames")
+            grep_everywhere(data, server, [*texts, *received], KEY)  # the WAL is still there
+        finally:
+            watcher.cancel()
+            await asyncio.to_thread(server.terminate)
+    stored = json.loads(texts[1])[prompt_id]["prompt"][2]
+    assert parse_reference(stored["key"]["inputs"]["value"])[0] == "memory"
+    assert stored["via"]["inputs"]["seconds"] == 0  # only the key was taken out
+    assert list((data / "output").rglob("linked*.png"))
+    grep_everywhere(data, server, [*texts, *received], KEY)

@@ -102,3 +102,51 @@ def test_deeply_nested_extra_data_is_scrubbed_without_recursion(nodes: NodeRegis
     while isinstance(inner, list):
         inner = inner[0]
     assert inner == prompt["1"]["inputs"]["api_key"]
+
+
+def linked_prompt(key: str) -> dict[str, object]:
+    """The key in a String node, reaching api_key through a pass-through node."""
+    return {
+        "1": {"class_type": "APISettings", "inputs": {"base_url": "http://x", "api_key": ["3", 0]}},
+        "2": {"class_type": "PrimitiveString", "inputs": {"value": key}},
+        "3": {"class_type": "Sleep", "inputs": {"value": ["2", 0], "seconds": 0.5}},
+        "4": {"class_type": "PrimitiveString", "inputs": {"value": "a prompt, not a key"}},
+        "5": {"class_type": "Sleep", "inputs": {"value": ["4", 0], "seconds": 0.5}},
+    }
+
+
+def test_a_key_linked_into_a_secret_input_is_swapped_for_a_marker(nodes: NodeRegistry) -> None:
+    vault = SecretVault(env={})
+    workflow = {"nodes": [{"type": "PrimitiveString", "widgets_values": [KEY]}]}
+    extra = {"extra_pnginfo": {"workflow": workflow}}
+    prompt, scrubbed_extra = vault.scrub(linked_prompt(KEY), extra, nodes)
+    assert KEY not in json.dumps([prompt, scrubbed_extra])
+    marker = prompt["2"]["inputs"]["value"]
+    assert vault.resolve(marker) == KEY  # what APISettings receives through the links
+    assert scrubbed_extra["extra_pnginfo"]["workflow"]["nodes"][0]["widgets_values"] == [marker]
+    # Only strings that flow into the key: the rest of the prompt is as it was.
+    assert prompt["1"]["inputs"] == {"base_url": "http://x", "api_key": ["3", 0]}
+    assert prompt["3"]["inputs"] == {"value": ["2", 0], "seconds": 0.5}
+    assert prompt["4"]["inputs"]["value"] == "a prompt, not a key"
+
+
+def test_numbers_choices_and_references_upstream_of_a_key_stay(nodes: NodeRegistry) -> None:
+    prompt = {
+        "1": {"class_type": "APISettings", "inputs": {"base_url": "http://x", "api_key": ["2", 0]}},
+        "2": {"class_type": "Sleep", "inputs": {"value": ["3", 0], "seconds": 0.5}},
+        "3": {"class_type": "PrimitiveString", "inputs": {"value": "env:BFL_API_KEY"}},
+        "4": {
+            "class_type": "Concurrent Collect Images (30)",
+            "inputs": {"failure_mode": "fail_fast"},
+        },
+        "5": {"class_type": "APISettings", "inputs": {"base_url": "http://x", "api_key": ["4", 6]}},
+    }
+    assert SecretVault(env={}).scrub(prompt, {}, nodes)[0] is prompt
+
+
+def test_links_that_loop_or_lead_nowhere_end_the_search(nodes: NodeRegistry) -> None:
+    prompt = linked_prompt(KEY)
+    prompt["2"] = {"class_type": "Sleep", "inputs": {"value": ["3", 0], "seconds": 0.5}}  # a loop
+    prompt["6"] = {"class_type": "APISettings", "inputs": {"base_url": "x", "api_key": ["9", 0]}}
+    prompt["7"] = {"class_type": "APISettings", "inputs": {"base_url": "x", "api_key": ["2", 0]}}
+    assert SecretVault(env={}).scrub(prompt, {}, nodes)[0] is prompt

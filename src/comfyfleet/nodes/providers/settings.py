@@ -14,8 +14,8 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8299"
 
 
 class APISettings:
-    # Inputs that name keys: a key typed into one of these is taken out of the prompt
-    # before it is stored (see fanout.secrets).
+    # Inputs that name keys: a key typed into one of these, or into a node linked into
+    # one, is taken out of the prompt before it is stored (see fanout.secrets).
     SECRET_INPUTS = ("api_key",)
 
     @classmethod
