@@ -28,7 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from PIL import Image
 
 from comfyfleet import imaging
-from comfyfleet.folders import Folders, UnsafePath, resolve_inside
+from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder, resolve_inside
 from comfyfleet.lanes.outputs import split_reference
 from comfyfleet.server.routing import Route
 
@@ -78,6 +78,9 @@ def file_routes(
         if reference is not None and remote is not None:
             backend, subfolder = reference
             query = {**request.rel_url.query, "subfolder": subfolder}
+            refused = _refuse_remote(query)
+            if refused is not None:
+                return web.Response(status=refused)
             return await remote(backend, query) or web.Response(status=404)
         return await _view(folders_of(request), request)
 
@@ -109,6 +112,26 @@ def _split_annotation(name: str) -> tuple[str, str | None]:
 def _has_control(text: str) -> bool:
     # NUL breaks path calls and CR/LF would end the Content-Disposition header early.
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def _refuse_remote(query: Mapping[str, str]) -> int | None:
+    """The status refusing a `/view` of a file kept on a backend, None if it may be asked
+    for there: plain names only (the gateway cannot resolve paths on the backend), with
+    the statuses of local files (400 for the name, 403 for the subfolder)."""
+    if "filename" not in query:
+        return 404  # as for a local file
+    name, subfolder = query["filename"], query["subfolder"]
+    if _has_control(name) or _has_control(subfolder):
+        return 400
+    try:
+        plain_name(name)
+    except UnsafePath:
+        return 400
+    try:
+        plain_subfolder(subfolder)
+    except UnsafePath:
+        return 403
+    return None
 
 
 def _locate(folders: Folders, query: Mapping[str, str], *, flatten: bool = True) -> tuple[str, str]:

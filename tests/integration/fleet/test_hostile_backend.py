@@ -1,6 +1,6 @@
 """A backend is not trusted with the gateway's disk: the output names it reports are
-checked before anything is written, kept in history or later deleted (a scripted
-backend on loopback)."""
+checked before anything is written, kept in history or later deleted, and `/view` of a
+file kept on a backend only passes plain names on (a scripted backend on loopback)."""
 
 from __future__ import annotations
 
@@ -143,3 +143,36 @@ async def test_retention_never_deletes_a_file_a_backend_named(tmp_path: Path) ->
 
         assert list(await served.get("/history")) == [second]
         assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("subfolder", "filename", "status"),
+    [
+        ("@evil/../..", "x.png", 403),
+        ("@evil/..", "x.png", 403),
+        ("@evil/a/../../b", "x.png", 403),
+        ("@evil//etc", "passwd", 403),
+        ("@evil/..\\..", "x.png", 403),
+        ("@evil/C:/Windows", "x.png", 403),
+        ("@evil/a\x00b", "x.png", 400),
+        ("@evil/ref", "../x.png", 400),
+        ("@evil/ref", "..\\x.png", 400),
+        ("@evil/ref", "/etc/passwd", 400),
+        ("@evil/ref", "C:x.png", 400),
+        ("@nobody/ref", "x.png", 404),
+    ],
+)
+async def test_reference_view_passes_only_plain_names_on(
+    tmp_path: Path, subfolder: str, filename: str, status: int
+) -> None:
+    backend = ScriptedBackend()
+    async with behind(tmp_path, backend, output_mode="reference") as served:
+        params = {"filename": filename, "subfolder": subfolder, "type": "output"}
+        async with served.session.get(f"{served.url}/view", params=params) as response:
+            await response.read()
+            assert response.status == status
+        assert backend.views == []  # never asked
+        fine = {**params, "filename": "x.png", "subfolder": "@evil/ref/sub"}
+        async with served.session.get(f"{served.url}/view", params=fine) as response:
+            assert (response.status, await response.read()) == (200, PAYLOAD)
+        assert backend.views == [{"filename": "x.png", "subfolder": "ref/sub", "type": "output"}]
