@@ -37,7 +37,7 @@ class VideoFile:
 
 def placeholder_clip() -> VideoFile:
     """A blank clip in the temp folder, for a failed slot."""
-    folder = current_folders().temp / "fanout"
+    folder = current_folders().resolve_inside("temp", "fanout")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"placeholder-{uuid.uuid4().hex}.gif"
     path.write_bytes(imaging.blank_clip(PLACEHOLDER_SIZE, PLACEHOLDER_SIZE))

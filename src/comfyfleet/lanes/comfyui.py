@@ -21,7 +21,12 @@ from comfyfleet.lanes.backend import (
 )
 from comfyfleet.lanes.base import Adopt, LaneRun, adopt_none
 from comfyfleet.lanes.capabilities import Capabilities
-from comfyfleet.lanes.outputs import OutputCopier, OutputReferencer, output_files
+from comfyfleet.lanes.outputs import (
+    OutputCopier,
+    OutputReferencer,
+    UnsafeOutput,
+    output_files,
+)
 from comfyfleet.lanes.uploads import ForeignFile, InputPusher
 from comfyfleet.protocol import events
 from comfyfleet.protocol.errors import error, prompt_error_body
@@ -347,6 +352,7 @@ class ComfyUILane:
         history write): the watch releases the slot there, so the next prompt is on its
         way while this one's outputs are copied and its history written and read."""
         copier = self._outputs(job)
+        copied: dict[str, Any] = {}  # node -> its output, as relayed
         watch.start_ticks(1.0)
         while True:
             event = await self._next(job, watch)
@@ -354,7 +360,13 @@ class ComfyUILane:
                 if event.type == "executing" and event.data.get("node") is None:
                     break
                 if event.type == "executed":
-                    output = await copier.localize(event.data.get("output"))
+                    node = event.data.get("node")
+                    try:
+                        output = await copier.localize(event.data.get("output"))
+                    except UnsafeOutput as exc:
+                        self._interrupt_soon(watch)  # the prompt has failed: stop it there
+                        return self._refused(job, node, exc, copied)
+                    copied[str(node)] = output
                     event = Message("executed", {**event.data, "output": output})
             sink(event)
         entry = await self._history_after_done(job.prompt_id)
@@ -398,12 +410,19 @@ class ComfyUILane:
         return await self.client.read_bytes("/view", params)
 
     async def _result(
-        self, job: Job, entry: dict[str, Any], copier: OutputCopier | OutputReferencer
+        self,
+        job: Job,
+        entry: dict[str, Any],
+        copier: OutputCopier | OutputReferencer,
     ) -> JobResult:
         status = entry.get("status") or {}
         messages = status.get("messages") or []
-        outputs = entry.get("outputs") or {}
-        outputs = {node: await copier.localize(ui) for node, ui in outputs.items()}
+        outputs: dict[str, Any] = {}
+        for node, ui in (entry.get("outputs") or {}).items():
+            try:
+                outputs[node] = await copier.localize(ui)
+            except UnsafeOutput as exc:
+                return self._refused(job, node, exc, outputs)
         last_event, last_data = messages[-1] if messages else ("", {})
         error: dict[str, Any] | None = last_data if isinstance(last_data, dict) else None
         if status.get("completed") or status.get("status_str") == "success":
@@ -415,6 +434,29 @@ class ComfyUILane:
         return JobResult(
             state, outputs, entry.get("meta") or {}, messages, error, output_files(outputs)
         )
+
+    def _refused(
+        self, job: Job, node: Any, exc: UnsafeOutput, outputs: dict[str, Any]
+    ) -> JobResult:
+        """The end of a prompt whose backend named an output file the gateway refuses: an
+        error of the node that output it (the client's end event), kept in history with
+        the outputs copied before it."""
+        node_id = node if isinstance(node, str) and node in job.prompt else None
+        error: dict[str, Any] = {
+            "prompt_id": job.prompt_id,
+            "node_id": node_id,
+            "node_type": job.prompt[node_id].get("class_type") if node_id else None,
+            "executed": list(outputs),
+            "exception_message": f"backend {self.client.spec.name}: {exc}",
+            "exception_type": "comfyfleet.UnsafeOutput",
+            "traceback": [],
+            "current_inputs": {},
+            "current_outputs": [],
+            "timestamp": events.timestamp_ms(),
+        }
+        log.warning("backend %s: prompt %s: %s", self.client.spec.name, job.prompt_id, exc)
+        messages: list[Any] = [["execution_error", error]]
+        return JobResult(JobStatus.ERROR, outputs, {}, messages, error, output_files(outputs))
 
 
 async def _nothing() -> None:

@@ -3,25 +3,59 @@
 History and `/view` then keep working after the backend restarts or forgets
 its history. Names are kept when free; a different file under the same name
 gets a numbered name, so nothing is ever overwritten.
+
+A backend is not trusted with the gateway's disk: every file it names must be one
+plain file name in a plain relative subfolder (`UnsafeOutput` otherwise), and the
+folder a copy goes to is resolved and checked to lie in the tenant's folder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from comfyfleet.folders import Folders
+from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
+from comfyfleet.lanes.backend import BackendError
 from comfyfleet.store.records import OutputFile
 
 Fetch = Callable[[str, str, str], Awaitable[bytes]]  # (filename, subfolder, type) -> bytes
 COPIED_TYPES = ("output", "temp")
 
 
-def _claim(folder: Path, filename: str, data: bytes) -> str:
-    """Write `data` under `filename` or the first free numbered variant; returns the name."""
+class UnsafeOutput(BackendError):
+    """A backend named an output file the gateway does not write, keep or pass on."""
+
+
+def is_file_item(item: Any) -> bool:
+    """Whether a UI output item names a file (`filename`, `subfolder`, `type`)."""
+    return isinstance(item, dict) and "filename" in item
+
+
+def checked_item(item: dict[str, Any]) -> tuple[str, str, str]:
+    """(filename, subfolder, type) of a file item a backend reported; UnsafeOutput unless
+    the name is one plain file name and the subfolder plain relative names."""
+    kind = item.get("type", "output")
+    try:
+        if not isinstance(kind, str):
+            raise UnsafePath(f"{kind!r} is not a folder type")
+        return plain_name(item["filename"]), plain_subfolder(item.get("subfolder", "")), kind
+    except UnsafePath as exc:
+        raise UnsafeOutput(f"output file refused: {exc}") from exc
+
+
+def _claim(folders: Folders, key: tuple[str, str, str], data: bytes) -> str:
+    """Write `data` under the file `key` names, or the first free numbered variant; returns
+    the name. The folder is resolved and checked to lie in its root (a link there that
+    leads out of it is refused); new names are created exclusively, never through a link."""
+    filename, subfolder, kind = key
+    try:
+        folder = folders.resolve_inside(kind, subfolder)
+    except UnsafePath as exc:
+        raise UnsafeOutput(f"output file refused: {exc}") from exc
     folder.mkdir(parents=True, exist_ok=True)
     stem, suffix = os.path.splitext(filename)
     for n in range(10_000):
@@ -30,13 +64,19 @@ def _claim(folder: Path, filename: str, data: bytes) -> str:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            if path.read_bytes() == data:
+            if _holds(path, data):
                 return name  # the same file copied before (e.g. a resumed job)
             continue
         with os.fdopen(fd, "wb") as file:
             file.write(data)
         return name
     raise OSError(f"no free name for {filename} in {folder}")
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether `path` is a regular file (not a link) holding exactly `data`."""
+    info = os.lstat(path)
+    return stat.S_ISREG(info.st_mode) and info.st_size == len(data) and path.read_bytes() == data
 
 
 class OutputCopier:
@@ -48,7 +88,8 @@ class OutputCopier:
         self._copied: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     async def localize(self, ui: Any) -> Any:
-        """The same UI output with every file item pointing at the gateway's copy."""
+        """The same UI output with every file item pointing at the gateway's copy;
+        UnsafeOutput if one names a file it may not (nothing is written for that one)."""
         if not isinstance(ui, dict):
             return ui
         return {
@@ -57,20 +98,14 @@ class OutputCopier:
         }
 
     async def _item(self, item: Any) -> Any:
-        if not (isinstance(item, dict) and isinstance(item.get("filename"), str)):
+        if not is_file_item(item):
             return item
-        kind = item.get("type", "output")
-        if kind not in COPIED_TYPES:
+        key = checked_item(item)
+        if key[2] not in COPIED_TYPES:
             return item
-        key = (item["filename"], item.get("subfolder", ""), kind)
         if key not in self._copied:
             data = await self.fetch(*key)
-            root = self.folders.of_type(kind)
-            assert root is not None
-            folder = (root / key[1]).resolve()
-            if not folder.is_relative_to(root.resolve()):
-                raise ValueError(f"backend output escapes the {kind} folder: {key[1]!r}")
-            name = await asyncio.to_thread(_claim, folder, key[0], data)
+            name = await asyncio.to_thread(_claim, self.folders, key, data)
             self._copied[key] = {**item, "filename": name}
         return self._copied[key]
 
@@ -96,11 +131,11 @@ class OutputReferencer:
         }
 
     def _item(self, item: Any) -> Any:
-        if not (isinstance(item, dict) and isinstance(item.get("filename"), str)):
+        if not is_file_item(item):
             return item
-        if item.get("type", "output") not in COPIED_TYPES:
+        _name, sub, kind = checked_item(item)
+        if kind not in COPIED_TYPES:
             return item
-        sub = str(item.get("subfolder", ""))
         return {**item, "subfolder": f"{self.PREFIX}{self.backend}" + (f"/{sub}" if sub else "")}
 
 

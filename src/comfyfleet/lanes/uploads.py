@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from comfyfleet.folders import Folders
+from comfyfleet.folders import Folders, UnsafePath
 from comfyfleet.lanes.backend import BackendClient, BackendError
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.tenants import DEFAULT_TENANT
@@ -96,11 +96,11 @@ class InputPusher:
         found = []
         for node_id, name, value in named:
             relative, kind = _split_annotation(value)
-            root = folders.of_type(kind)
-            if root is None:
+            try:
+                path = folders.resolve_inside(kind, relative)
+            except UnsafePath:
                 continue
-            path = (root / relative).resolve()
-            if path.is_relative_to(root.resolve()) and path.is_file():
+            if path.is_file():
                 found.append((node_id, name, relative, kind, path))
         return found
 

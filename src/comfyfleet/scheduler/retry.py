@@ -5,9 +5,10 @@
   backend's queue for a free slot elsewhere did not fail: that attempt does not
   count).
 - A node error is the prompt's own (its node raised it): it ends the job at
-  once, as on ComfyUI. The one exception is running out of memory on a lane that
-  may be at fault (a ComfyUI backend): that is retried once on another lane; the
-  same error there ends the job.
+  once, as on ComfyUI. The exceptions are errors of a lane that may be at fault
+  (a ComfyUI backend): running out of memory, or naming an output file the
+  gateway refuses. Those are retried once on another lane; the same error there
+  ends the job.
 - Anything else is the job's end.
 """
 
@@ -29,15 +30,21 @@ class Decision:
     result: JobResult | None = None
 
 
-#: Exception types that say the machine ran out of memory, not that the prompt is wrong.
-OUT_OF_MEMORY_TYPES = frozenset(
-    {"torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "MemoryError"}
+#: Exception types that say the lane failed (it ran out of memory, or its backend named
+#: an output file the gateway refuses), not that the prompt is wrong.
+LANE_FAULT_TYPES = frozenset(
+    {
+        "torch.OutOfMemoryError",
+        "torch.cuda.OutOfMemoryError",
+        "MemoryError",
+        "comfyfleet.UnsafeOutput",
+    }
 )
 
 
-def out_of_memory(error: dict[str, Any] | None) -> bool:
-    """Whether a node error is the lane running out of memory (worth another lane)."""
-    return str((error or {}).get("exception_type")) in OUT_OF_MEMORY_TYPES
+def lane_fault(error: dict[str, Any] | None) -> bool:
+    """Whether a node error is the lane's fault (worth another lane)."""
+    return str((error or {}).get("exception_type")) in LANE_FAULT_TYPES
 
 
 def error_signature(error: dict[str, Any] | None) -> list[Any]:
@@ -60,9 +67,7 @@ class RetryPolicy:
         self, job: Job, lane: Lane, result: JobResult | None, failure: dict[str, Any] | None
     ) -> Decision:
         if result is not None and not (
-            result.status == JobStatus.ERROR
-            and lane.retry_node_errors
-            and out_of_memory(result.error)
+            result.status == JobStatus.ERROR and lane.retry_node_errors and lane_fault(result.error)
         ):
             return Decision(False, result=result)
         notes = await self.store.attempt_notes(job.prompt_id)

@@ -28,7 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from PIL import Image
 
 from comfyfleet import imaging
-from comfyfleet.folders import Folders
+from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder, resolve_inside
 from comfyfleet.lanes.outputs import split_reference
 from comfyfleet.server.routing import Route
 
@@ -78,6 +78,9 @@ def file_routes(
         if reference is not None and remote is not None:
             backend, subfolder = reference
             query = {**request.rel_url.query, "subfolder": subfolder}
+            refused = _refuse_remote(query)
+            if refused is not None:
+                return web.Response(status=refused)
             return await remote(backend, query) or web.Response(status=404)
         return await _view(folders_of(request), request)
 
@@ -111,8 +114,24 @@ def _has_control(text: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+def _refuse_remote(query: Mapping[str, str]) -> int | None:
+    """The status refusing a `/view` of a file kept on a backend, None if it may be asked
+    for there: plain names only (the gateway cannot resolve paths on the backend), with
+    the statuses of local files (400 for the name, 403 for the subfolder)."""
+    if "filename" not in query:
+        return 404  # as for a local file
+    name, subfolder = query["filename"], query["subfolder"]
+    if _has_control(name) or _has_control(subfolder):
+        return 400
+    try:
+        plain_name(name)
+    except UnsafePath:
+        return 400
+    try:
+        plain_subfolder(subfolder)
+    except UnsafePath:
+        return 403
+    return None
 
 
 def _locate(folders: Folders, query: Mapping[str, str], *, flatten: bool = True) -> tuple[str, str]:
@@ -127,19 +146,16 @@ def _locate(folders: Folders, query: Mapping[str, str], *, flatten: bool = True)
     root = folders.of_type(kind or query.get("type", "output"))
     if root is None:
         raise _Reject(400)
-    real_root = os.path.realpath(root)
-    directory = real_root
-    if "subfolder" in query:
-        if _has_control(query["subfolder"]):
-            raise _Reject(400)
-        directory = os.path.realpath(os.path.join(real_root, query["subfolder"]))
-        if not _within(directory, real_root):
-            raise _Reject(403)
+    subfolder = query.get("subfolder", "")
+    if _has_control(subfolder):
+        raise _Reject(400)
     if flatten:
         name = os.path.basename(name)
-    path = os.path.realpath(os.path.join(directory, name))
-    if not _within(path, real_root):  # a symlink that leads out of the folder
-        raise _Reject(403)
+    try:
+        directory = resolve_inside(root, subfolder)
+        path = str(resolve_inside(root, os.path.join(directory, name)))
+    except UnsafePath as exc:  # a subfolder, or a symlink, that leads out of the folder
+        raise _Reject(403) from exc
     if not os.path.isfile(path):
         raise _Reject(404)
     return path, name
@@ -379,11 +395,10 @@ def _target_dir(root: Path, subfolder: str, filename: str) -> str:
     bad_subfolder = ".." in subfolder.split("/") or _has_control(subfolder)
     if bad_name or bad_subfolder or _has_control(filename):
         raise _Reject(400)
-    real_root = os.path.realpath(root)
-    directory = os.path.realpath(os.path.join(real_root, os.path.normpath(subfolder)))
-    if not _within(directory, real_root):
-        raise _Reject(400)
-    return directory
+    try:
+        return str(resolve_inside(root, os.path.normpath(subfolder)))
+    except UnsafePath as exc:
+        raise _Reject(400) from exc
 
 
 def _candidates(filename: str) -> Iterator[str]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +15,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
-from comfyfleet.folders import Folders, using_folders
+from comfyfleet.folders import Folders, UnsafePath, using_folders
 from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet, parse_spec
 from comfyfleet.scheduler.scheduler import Scheduler
@@ -121,11 +121,17 @@ class Gateway:
         def remove() -> int:
             removed = 0
             for item in files:
-                folder = self.tenants.of(item.tenant).of_type(item.type)
-                if folder is None:
+                folders = self.tenants.of(item.tenant)
+                relative = os.path.join(item.subfolder, item.filename)
+                try:
+                    # The entry itself goes (a link, not what it points to), and only
+                    # when its folder, links resolved, lies in the tenant's folder.
+                    folders.resolve_inside(item.type, relative, follow_last=False).unlink()
+                except UnsafePath as exc:
+                    log.warning("retention left a file alone: %s", exc)
+                except OSError:
                     continue
-                with contextlib.suppress(OSError):
-                    (folder / item.subfolder / item.filename).unlink()
+                else:
                     removed += 1
             return removed
 

@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from comfyfleet import imaging
-from comfyfleet.folders import current_folders
+from comfyfleet.folders import UnsafePath, current_folders, resolve_inside
 from comfyfleet.nodes.core.saving import SaveTarget, format_prefix
 
 # Formats Pillow reads that `mimetypes` does not know on every platform.
@@ -31,21 +31,30 @@ def _is_image_name(name: str) -> bool:
 
 
 def input_images() -> list[str]:
-    """The image files directly inside the input folder, sorted."""
+    """The image files directly inside the input folder, sorted (a link only when it
+    leads to a file inside the folder)."""
     folder = current_folders().input
     try:
-        names = os.listdir(folder)
+        entries = list(os.scandir(folder))
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if _is_image_name(n) and (folder / n).is_file())
+    return sorted(e.name for e in entries if _is_image_name(e.name) and _file_inside(folder, e))
+
+
+def _file_inside(folder: Path, entry: os.DirEntry[str]) -> bool:
+    if not entry.is_symlink():
+        return entry.is_file()
+    try:
+        return resolve_inside(folder, entry.name).is_file()
+    except UnsafePath:
+        return False
 
 
 def annotated_path(name: str) -> Path:
     """The file a LoadImage value names: `sub/x.png` in the input folder, or `x.png [output]`.
 
-    Raises ValueError when the name points outside its folder.
+    Raises ValueError (UnsafePath) when the name, symlinks resolved, points outside its folder.
     """
-    folders = current_folders()
     kind = "input"
     for candidate in _ANNOTATIONS:
         tag = f"[{candidate}]"
@@ -53,11 +62,7 @@ def annotated_path(name: str) -> Path:
             name = name.removesuffix(tag).removesuffix(" ")
             kind = candidate
             break
-    root = os.path.abspath(folders.of_type(kind) or folders.input)
-    path = os.path.abspath(os.path.join(root, name))
-    if path == root or os.path.commonpath([root, path]) != root:
-        raise ValueError(f"Image path outside the {kind} folder: {name!r}")
-    return Path(path)
+    return current_folders().resolve_inside(kind, name)
 
 
 class LoadImage:

@@ -10,6 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.folders import UnsafePath, resolve_inside
+
 _VARIABLE = re.compile(r"%([^%]+)%")
 _DATE_FIELD = re.compile(r"y+|M+|d+|h+|m+|s+")
 
@@ -93,16 +95,17 @@ class SaveTarget:
 
     @classmethod
     def resolve(cls, root: Path, prefix: str) -> SaveTarget:
-        """Split `prefix` ("a/b/name") into subfolder and name; refuse anything outside `root`."""
+        """Split `prefix` ("a/b/name") into subfolder and name; refuse anything outside
+        `root` (symlinks resolved: a linked subfolder leading out of it too)."""
         subfolder, name = os.path.split(os.path.normpath(prefix))
-        base = os.path.abspath(root)
-        folder = os.path.abspath(os.path.join(base, subfolder))
-        if os.path.commonpath([base, folder]) != base:
+        try:
+            folder = resolve_inside(root, subfolder)
+        except UnsafePath as exc:
             raise ValueError(
-                f"Saving outside the {Path(base).name} folder is not allowed: "
-                f"filename prefix {prefix!r} points to {folder}"
-            )
-        return cls(Path(folder), name, subfolder)
+                f"Saving outside the {Path(root).name} folder is not allowed: "
+                f"filename prefix {prefix!r}"
+            ) from exc
+        return cls(folder, name, subfolder)
 
     def next_counter(self, count: int = 1) -> int:
         """Reserve `count` counters past the highest used by `<name>_<counter>` files.

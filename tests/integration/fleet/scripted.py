@@ -1,0 +1,150 @@
+"""A scripted ComfyUI backend on loopback: it speaks the protocol a ComfyUI lane uses
+(`/object_info`, `/models`, `/prompt`, `/ws`, `/queue`, `/interrupt`, `/history/{id}`,
+`/view`) and reports whatever outputs a test tells it to, with bytes of its choosing.
+
+It plays a hostile (or broken) backend: nothing in it runs a node. Every prompt
+"runs" at once: `execution_start`, one `executed` per scripted output, then
+`execution_success` and the done signal; its history holds the same outputs unless
+`history_outputs` says otherwise. Each `/view` it answers is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from comfyfleet.engine.registry import build_registry
+from tests.servers import free_port
+
+#: What `/view` answers for every file: bytes the backend chose.
+PAYLOAD = b"\x89PNG-not-really: bytes a backend chose"
+
+
+def _node_info(*class_types: str) -> dict[str, Any]:
+    registry = build_registry()
+    info: dict[str, Any] = {}
+    for class_type in class_types:
+        info.update(registry.object_info(class_type))
+    return info
+
+
+@dataclass
+class ScriptedBackend:
+    outputs: dict[str, Any] = field(default_factory=dict)  # node id -> UI output
+    history_outputs: dict[str, Any] | None = None  # None: the same as `outputs`
+    class_types: tuple[str, ...] = ("EmptyImage", "SaveImage")
+    views: list[dict[str, str]] = field(default_factory=list)  # every /view query
+    prompts: list[str] = field(default_factory=list)  # prompt ids, as submitted
+    _history: dict[str, Any] = field(default_factory=dict)
+    _sockets: list[web.WebSocketResponse] = field(default_factory=list)
+    _server: TestServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.port}"
+
+    async def start(self) -> ScriptedBackend:
+        app = web.Application()
+        app.router.add_get("/object_info", self._object_info)
+        app.router.add_get("/models", self._models)
+        app.router.add_get("/prompt", self._prompt_info)
+        app.router.add_post("/prompt", self._submit)
+        app.router.add_get("/queue", self._queue)
+        app.router.add_post("/queue", self._ok)
+        app.router.add_post("/interrupt", self._ok)
+        app.router.add_get("/history/{prompt_id}", self._history_of)
+        app.router.add_get("/view", self._view)
+        app.router.add_get("/ws", self._ws)
+        self._server = TestServer(app, host="127.0.0.1", port=free_port())
+        await self._server.start_server()
+        return self
+
+    async def close(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._server is not None:
+            await self._server.close()
+
+    # -- routes ------------------------------------------------------------------
+
+    async def _object_info(self, _request: web.Request) -> web.Response:
+        return web.json_response(_node_info(*self.class_types))
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        return web.json_response([])
+
+    async def _prompt_info(self, _request: web.Request) -> web.Response:
+        return web.json_response({"exec_info": {"queue_remaining": 0}})
+
+    async def _queue(self, _request: web.Request) -> web.Response:
+        return web.json_response({"queue_running": [], "queue_pending": []})
+
+    async def _ok(self, _request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def _history_of(self, request: web.Request) -> web.Response:
+        prompt_id = request.match_info["prompt_id"]
+        entry = self._history.get(prompt_id)
+        return web.json_response({prompt_id: entry} if entry is not None else {})
+
+    async def _view(self, request: web.Request) -> web.Response:
+        self.views.append(dict(request.rel_url.query))
+        return web.Response(body=PAYLOAD, content_type="image/png")
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        await ws.send_json({"type": "status", "data": {"status": {"exec_info": {}}}})
+        try:
+            async for _message in ws:
+                pass  # feature flags: nothing to answer
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    async def _submit(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        prompt_id = body.get("prompt_id") or str(uuid.uuid4())
+        self.prompts.append(prompt_id)
+        asyncio.get_running_loop().create_task(self._run(prompt_id))
+        return web.json_response({"prompt_id": prompt_id, "number": 0, "node_errors": {}})
+
+    # -- a prompt's "run" ------------------------------------------------------------
+
+    async def _send(self, kind: str, data: dict[str, Any]) -> None:
+        for ws in list(self._sockets):
+            await ws.send_json({"type": kind, "data": data})
+
+    async def _run(self, prompt_id: str) -> None:
+        await asyncio.sleep(0.01)  # the submit's answer goes first
+        stamp = int(time.time() * 1000)
+        await self._send("execution_start", {"prompt_id": prompt_id, "timestamp": stamp})
+        for node, ui in self.outputs.items():
+            meta = {"node": node, "display_node": node, "prompt_id": prompt_id}
+            await self._send("executing", meta)
+            await self._send("executed", {**meta, "output": ui})
+        success = {"prompt_id": prompt_id, "timestamp": stamp}
+        outputs = self.outputs if self.history_outputs is None else self.history_outputs
+        self._history[prompt_id] = {
+            "prompt": [0, prompt_id, {}, {}, list(outputs)],
+            "outputs": outputs,
+            "status": {
+                "status_str": "success",
+                "completed": True,
+                "messages": [
+                    ["execution_start", {"prompt_id": prompt_id, "timestamp": stamp}],
+                    ["execution_success", success],
+                ],
+            },
+            "meta": {},
+        }
+        await self._send("execution_success", success)
+        await self._send("executing", {"node": None, "prompt_id": prompt_id})
