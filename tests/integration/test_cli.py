@@ -111,3 +111,34 @@ def test_nodes_lists_builtins_and_failed_packs(tmp_path: Path) -> None:
     assert "not_a_real_module" in body["failed"][0]["error"]
     table = comfyfleet("nodes", "--testing-nodes", cwd=tmp_path)
     assert "TestSleep" in table.stdout
+
+
+def test_install_comfyui_pack_copies_a_pack_that_loads_quietly(tmp_path: Path) -> None:
+    comfy = tmp_path / "ComfyUI"
+    (comfy / "custom_nodes").mkdir(parents=True)
+    for target in (comfy, comfy / "custom_nodes"):  # the folder or its custom_nodes
+        done = comfyfleet("install-comfyui-pack", str(target), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    pack = comfy / "custom_nodes" / "comfyfleet_pack"
+    assert (pack / "__init__.py").is_file()
+    assert not list(pack.rglob("__pycache__"))
+    # As ComfyUI loads it (a package under custom_nodes), outside ComfyUI it adds nothing.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import custom_nodes.comfyfleet_pack as p; print(p.NODE_CLASS_MAPPINGS, p.VERSION)",
+        ],
+        cwd=comfy,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["{}", "1"]
+
+
+def test_install_comfyui_pack_refuses_a_folder_that_is_not_comfyui(tmp_path: Path) -> None:
+    done = comfyfleet("install-comfyui-pack", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "neither a ComfyUI folder" in done.stderr

@@ -1,4 +1,4 @@
-"""The `comfyfleet` command: serve, run, validate and list nodes."""
+"""The `comfyfleet` command: serve, run, validate, list nodes, install the ComfyUI pack."""
 
 from __future__ import annotations
 
@@ -51,10 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_args(validate)
 
     from comfyfleet.cli.emulate import add_emulate_parser
+    from comfyfleet.cli.pack import add_pack_parser
     from comfyfleet.cli.serve import add_serve_parser
 
     add_serve_parser(commands)
     add_emulate_parser(commands)
+    add_pack_parser(commands)
 
     nodes = commands.add_parser("nodes", help="list the loaded nodes and packs that failed")
     nodes.add_argument("--json", action="store_true", help="print object_info and failures as JSON")
@@ -72,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         from comfyfleet.cli.emulate import emulate_main
 
         return emulate_main(args)
+    if args.command == "install-comfyui-pack":
+        from comfyfleet.cli.pack import install_pack
+
+        return install_pack(args)
     if args.command == "nodes":
         from comfyfleet.cli.nodes import list_nodes
 

@@ -106,6 +106,8 @@ class NodeDef:
         self.validate_fn: Callable[..., Any] | None = getattr(cls, "VALIDATE_INPUTS", None)
         self.validate_args: tuple[str, ...] = ()
         self.validate_has_kwargs = False
+        # A stand-in for a backend's node: its own code (unseen here) may lift min/max.
+        self.ranges_checked_elsewhere = bool(getattr(cls, "RANGES_CHECKED_ELSEWHERE", False))
         if self.validate_fn is not None:
             spec = inspect.getfullargspec(self.validate_fn)
             self.validate_args = tuple(a for a in spec.args if a not in ("self", "cls", "s"))

@@ -519,6 +519,8 @@ def _check_constant(node: NodeDef, info: InputInfo, inputs: dict[str, Any]) -> E
     # A node that validates an input itself turns the built-in checks off for it.
     if name in node.validate_args or node.validate_has_kwargs:
         return None
+    if node.ranges_checked_elsewhere:
+        return _combo_error(info, value)
     return _range_error(info, value) or _combo_error(info, value)
 
 

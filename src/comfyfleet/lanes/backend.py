@@ -170,10 +170,13 @@ class BackendClient:
 
     async def submit(self, body: dict[str, Any]) -> tuple[int, Any]:
         """POST /prompt as this connection's client; (status, JSON body) — 400s included."""
-        body = {**body, "client_id": self.client_id}
+        return await self.post_json("/prompt", {**body, "client_id": self.client_id})
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """(status, JSON body) of a POST, error statuses included."""
         try:
             async with self.session.post(
-                self.base + "/prompt",
+                self.base + path,
                 json=body,
                 headers=self.spec.headers(),
                 timeout=aiohttp.ClientTimeout(total=30.0),
@@ -181,7 +184,7 @@ class BackendClient:
                 text = await response.text()
                 return response.status, json.loads(text) if text.strip() else None
         except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
-            raise BackendError(f"POST /prompt: {type(exc).__name__}: {exc}") from exc
+            raise BackendError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
 
     async def history(self, prompt_id: str) -> dict[str, Any] | None:
         found = await self.request("GET", f"/history/{prompt_id}")

@@ -40,6 +40,11 @@ class BackendHung(BackendError):
     """No frame for a running prompt within the hang timeout."""
 
 
+#: The companion pack's routes (comfyfleet.comfyui_pack; comfyfleet serves them too).
+PACK_ROUTE = "/comfyfleet/pack"
+VALIDATE_ROUTE = "/comfyfleet/validate"
+
+
 class PromptRefused(Exception):
     """The backend answered 400 to the prompt: its validation refused it (or the id)."""
 
@@ -109,6 +114,7 @@ class ComfyUILane:
         self.runs_at_once = client.spec.slots
         self.capabilities = Capabilities()
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
+        self.validates = False  # it has the companion pack: `validate` asks it
         self.draining = False
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
@@ -269,8 +275,38 @@ class ComfyUILane:
                 "backend %s: withdrew %d prompts run elsewhere", self.client.spec.name, len(stale)
             )
 
+    async def validate(
+        self, prompt: dict[str, Any], targets: list[str] | None
+    ) -> tuple[bool, dict[str, Any]] | None:
+        """The backend's own verdict on `prompt`, as its `POST /prompt` would give it:
+        (True, {outputs, node_errors}) or (False, {error, node_errors}); None when it
+        cannot say (no companion pack, down, or an answer out of protocol)."""
+        if not (self.validates and self.up):
+            return None
+        body: dict[str, Any] = {"prompt": prompt}
+        if targets is not None:
+            body["partial_execution_targets"] = targets
+        try:
+            status, answer = await self.client.post_json(VALIDATE_ROUTE, body)
+        except BackendError as exc:
+            log.info("backend %s could not validate: %s", self.client.spec.name, exc)
+            return None
+        if not isinstance(answer, dict) or not isinstance(answer.get("node_errors"), dict):
+            return None
+        if status == 200 and isinstance(answer.get("outputs"), list):
+            return True, answer
+        if status == 400 and isinstance(answer.get("error"), dict):
+            return False, answer
+        return None
+
     async def _refresh(self) -> None:
-        """Read what the backend can run: its nodes, and the files of its model folders."""
+        """Read what the backend can run: its nodes, the files of its model folders, and
+        whether it has the companion pack (it then validates prompts for the gateway)."""
+        try:
+            pack = await self.client.request("GET", PACK_ROUTE, timeout=10.0)
+        except BackendError:
+            pack = None
+        self.validates = isinstance(pack, dict) and pack.get("pack") == "comfyfleet"
         object_info = await self.client.request("GET", "/object_info", timeout=60.0)
         if not isinstance(object_info, dict):
             raise BackendError("object_info is not a JSON object")

@@ -165,6 +165,24 @@ class Fleet:
         local = self.engine.registry
         self.registry = await asyncio.to_thread(union_registry, local, remote) if remote else local
 
+    def runs_remotely(self, prompt: dict[str, Any]) -> bool:
+        """Whether `prompt` can only run on a backend (the local lane lacks a class)."""
+        if self.local is None:
+            return True
+        return any(node.get("class_type") not in self.engine.registry for node in prompt.values())
+
+    async def validate_on_backend(
+        self, prompt: dict[str, Any], targets: list[str] | None
+    ) -> tuple[bool, dict[str, Any]] | None:
+        """The verdict of a backend that could run `prompt` and validates for the gateway
+        (see `ComfyUILane.validate`); None when there is none."""
+        for lane in self.backends.values():
+            if lane.validates and not lane.draining and not lane.capabilities.missing_for(prompt):
+                verdict = await lane.validate(prompt, targets)
+                if verdict is not None:
+                    return verdict
+        return None
+
     def unrunnable(self, prompt: dict[str, Any]) -> dict[str, list[str]] | None:
         """None when some lane can run `prompt`; else, per lane, what it lacks."""
         reasons: dict[str, list[str]] = {}

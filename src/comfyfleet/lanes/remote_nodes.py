@@ -2,8 +2,9 @@
 
 The gateway validates every prompt with ComfyUI's rules before queueing it.
 For nodes that only backends have, it builds a stand-in class from their
-object_info (inputs, outputs, output node flag); the stand-in validates but
-never runs here. When several backends offer a class, combo options are the
+object_info (inputs, outputs, output node flag); the stand-in validates what
+object_info tells (types, links, combo values, but not min/max) and never runs
+here. A backend with the companion pack validates such prompts itself. When several backends offer a class, combo options are the
 union of theirs (a prompt then only goes to a backend that has the value).
 """
 
@@ -17,9 +18,14 @@ from comfyfleet.engine.registry import NodeRegistry
 
 
 class RemoteOnlyNode:
-    """Base of the stand-ins: running one here is a routing bug, said plainly."""
+    """Base of the stand-ins: running one here is a routing bug, said plainly.
+
+    A stand-in never checks min/max: object_info cannot tell whether the node's own
+    VALIDATE_INPUTS takes an input (ComfyUI then skips those checks), and the gateway
+    must never refuse what its backend accepts. The backend checks them."""
 
     FUNCTION = "run_remote"
+    RANGES_CHECKED_ELSEWHERE = True
 
     def run_remote(self, **_inputs: Any) -> tuple[Any, ...]:
         raise RuntimeError(f"{type(self).__name__} runs on a ComfyUI backend only")

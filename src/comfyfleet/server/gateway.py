@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -84,9 +84,22 @@ class Gateway:
         self, prompt: Any, targets: list[str] | None, folders: Folders | None = None
     ) -> ValidationResult:
         """ComfyUI's validation against every node the fleet knows, with the files of
-        `folders` (the submitting tenant's; by default the gateway's own)."""
+        `folders` (the submitting tenant's; by default the gateway's own). A prompt only
+        backends can run is judged by one that can and has the companion pack: its own
+        node code (VALIDATE_INPUTS) decides, as ComfyUI's `POST /prompt` would."""
         with using_folders(folders or self.folders):
-            return await validate_prompt(self.fleet.registry, prompt, targets)
+            checked = await validate_prompt(self.fleet.registry, prompt, targets)
+        if not (checked.prompt and self.fleet.runs_remotely(checked.prompt)):
+            return checked
+        verdict = await self.fleet.validate_on_backend(checked.prompt, targets)
+        if verdict is None:
+            return checked
+        ok, answer = verdict
+        outputs = [o for o in answer.get("outputs", []) if o in checked.prompt] if ok else []
+        error = None if ok else answer["error"]
+        return replace(
+            checked, ok=ok, error=error, outputs=outputs, node_errors=answer["node_errors"]
+        )
 
     async def drain(self) -> None:
         """Stop taking work: running prompts get the grace period, sockets close."""

@@ -11,6 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet import comfyui_pack
+from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_link
@@ -65,24 +67,10 @@ async def post_prompt(request: web.Request) -> web.Response:
         return bad_request(
             "invalid_prompt", "number must be a number", _short_repr(body.get("number"))
         )
-    if "prompt" not in body:
-        return bad_request("no_prompt", "No prompt provided", "No prompt provided")
-    targets = body.get("partial_execution_targets")
-    if targets is not None and not (
-        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
-    ):
-        return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
+    checked = await _validated(request, gw, body)
+    if isinstance(checked, web.Response):
+        return checked
     tenant = tenant_name(request)
-    checked = await gw.validate(body["prompt"], targets, gw.tenants.of(tenant))
-    if not checked.ok:
-        return web.json_response(
-            prompt_error_body(checked.error or {}, checked.node_errors), status=400
-        )
-    lacking = gw.fleet.unrunnable({k: checked.prompt[k] for k in _needed(checked)})
-    if lacking is not None:
-        details = "; ".join(f"{lane}: {', '.join(why)}" for lane, why in lacking.items())
-        err = error("no_lane_can_run", "No lane can run this prompt", details, lanes=lacking)
-        return web.json_response(prompt_error_body(err), status=400)
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
@@ -107,6 +95,57 @@ async def post_prompt(request: web.Request) -> web.Response:
     return web.json_response(
         {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     )
+
+
+async def _validated(
+    request: web.Request, gw: Gateway, body: dict[str, Any]
+) -> ValidationResult | web.Response:
+    """The prompt of a `POST /prompt` body validated (for the caller's tenant), or the
+    400 that ComfyUI would answer, or `no_lane_can_run`."""
+    if "prompt" not in body:
+        return bad_request("no_prompt", "No prompt provided", "No prompt provided")
+    targets = body.get("partial_execution_targets")
+    if targets is not None and not (
+        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
+    ):
+        return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
+    checked = await gw.validate(body["prompt"], targets, gw.tenants.of(tenant_name(request)))
+    if not checked.ok:
+        return web.json_response(
+            prompt_error_body(checked.error or {}, checked.node_errors), status=400
+        )
+    lacking = gw.fleet.unrunnable({k: checked.prompt[k] for k in _needed(checked)})
+    if lacking is not None:
+        details = "; ".join(f"{lane}: {', '.join(why)}" for lane, why in lacking.items())
+        err = error("no_lane_can_run", "No lane can run this prompt", details, lanes=lacking)
+        return web.json_response(prompt_error_body(err), status=400)
+    return checked
+
+
+async def validate_only(request: web.Request) -> web.Response:
+    """`POST /comfyfleet/validate`: what `POST /prompt` would answer, nothing queued (the
+    route the companion pack adds to a ComfyUI, so a gateway in front of this server
+    validates exactly)."""
+    gw = request.app[GATEWAY]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        return bad_request("invalid_prompt", "The request body must be a JSON object")
+    checked = await _validated(request, gw, body)
+    if isinstance(checked, web.Response):
+        return checked
+    prompt_id = body.get("prompt_id")
+    return web.json_response(
+        {
+            "prompt_id": prompt_id if isinstance(prompt_id, str) else str(uuid.uuid4()),
+            "outputs": checked.outputs,
+            "node_errors": checked.node_errors,
+        }
+    )
+
+
+async def pack_info(request: web.Request) -> web.Response:
+    """`GET /comfyfleet/pack`: this server validates as the companion pack does."""
+    return web.json_response({"pack": "comfyfleet", "version": comfyui_pack.VERSION})
 
 
 def _needed(checked: Any) -> list[str]:
@@ -293,4 +332,6 @@ def prompt_routes() -> list[Route]:
         Route("GET", "/history/{prompt_id}", get_history_entry),
         Route("POST", "/history", post_history),
         Route("POST", "/interrupt", post_interrupt),
+        Route("GET", "/comfyfleet/pack", pack_info, api_alias=False),
+        Route("POST", "/comfyfleet/validate", validate_only, api_alias=False),
     ]

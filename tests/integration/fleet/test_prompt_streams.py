@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.fleet.conftest import MakeFleet
-from tests.integration.fleet.harness import Fleet, backend_history, fail_prompt, last_message
+from tests.integration.fleet.harness import (
+    Fleet,
+    backend_history,
+    call,
+    fail_prompt,
+    last_message,
+)
 from tests.integration.gateway.processes import Frames
 
 END_EVENTS = ("execution_success", "execution_error", "execution_interrupted")
@@ -105,30 +111,29 @@ NODE_CLASS_MAPPINGS = {"CheckBelow": CheckBelow}
 """
 
 
-def test_a_prompt_its_backend_refuses_ends_at_once_with_its_node_errors(
+def test_a_prompt_its_backend_refuses_is_refused_as_the_backend_does(
     make_fleet: MakeFleet, tmp_path: Path
 ) -> None:
+    """A backend that validates for the gateway (comfyfleet does; a ComfyUI with the
+    companion pack does): the gateway answers its 400, and queues nothing."""
     packs = tmp_path / "packs"
     packs.mkdir()
     (packs / "check_below.py").write_text(CHECK_PACK, encoding="utf-8")
     fleet = make_fleet(dedicated=[("--custom-nodes", str(packs))])
-    frames = Frames(fleet.gateway)
+    backend = fleet.backends["d0"]
+    assert backend.get("/comfyfleet/pack")["pack"] == "comfyfleet"
     prompt = {
         "1": {"class_type": "CheckBelow", "inputs": {"value": 5.0, "limit": 3.0}},
         "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
     }
-    try:
-        prompt_id = fleet.submit(prompt, frames.client_id)
-        assert_one_stream(stream_of(frames, prompt_id), "execution_error")
-        [sent] = [e for e in frames.events if e["type"] == "execution_error"]
-    finally:
-        frames.close()
-    job = fleet.job(prompt_id)
-    assert (job["status"], job["attempt"]) == ("failed", 1)
-    error = error_of(fleet, prompt_id)
-    assert sent["data"] == error
-    assert error["node_id"] == "1" and error["node_type"] == "CheckBelow"
-    assert error["error"]["type"] == "prompt_outputs_failed_validation"
-    assert "above the limit" in error["node_errors"]["1"]["errors"][0]["details"]
-    assert "above the limit" in error["exception_message"]
-    assert ran_on(fleet, prompt_id) == []  # refused there, never queued
+    status, answer = call(fleet.gateway.url, "POST", "/prompt", {"prompt": prompt})
+    direct = call(backend.url, "POST", "/comfyfleet/validate", {"prompt": prompt})
+    assert (status, answer) == direct
+    assert status == 400 and answer["error"]["type"] == "prompt_outputs_failed_validation"
+    assert "above the limit" in answer["node_errors"]["1"]["errors"][0]["details"]
+    assert fleet.gateway.get("/queue") == {"queue_running": [], "queue_pending": []}
+
+    # What the backend accepts, the gateway accepts: the backend's outputs run.
+    prompt["1"]["inputs"]["value"] = 2.0
+    prompt_id = fleet.submit(prompt)
+    assert fleet.wait_job(prompt_id, "completed", "failed")["status"] == "completed"
