@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
+from tests.comfyui_replay import ComfyUIReplay
 from tests.integration.fleet.scripted import PAYLOAD, ScriptedBackend
 from tests.integration.gateway.wire import Served, poll, save_prompt, serve
 
 
 @asynccontextmanager
 async def behind(
-    tmp_path: Path, backend: ScriptedBackend, **settings: Any
+    tmp_path: Path, backend: ScriptedBackend | ComfyUIReplay, **settings: Any
 ) -> AsyncIterator[Served]:
     """A gateway (no local slots) whose one backend, `evil`, is `backend`; once it is up."""
     await backend.start()
