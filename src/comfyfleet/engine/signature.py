@@ -44,6 +44,11 @@ def signatures(
             node_id, expanded = stack.pop()
             if node_id in result:
                 continue
+            if node_id not in prompt:
+                # A link to a missing node (its output failed validation and will not
+                # run): nothing can match it, as in ComfyUI.
+                result[node_id] = uuid.uuid4().hex
+                continue
             links = [v[0] for v in prompt[node_id].get("inputs", {}).values() if is_link(v)]
             if not expanded:
                 on_path.add(node_id)

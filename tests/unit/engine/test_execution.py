@@ -477,3 +477,22 @@ async def test_progress_from_threads_reaches_only_its_own_prompt(engine: Engine)
         assert [m.data["value"] for m in progress] == list(range(1, steps + 1))
         assert {m.data["prompt_id"] for m in progress} == {pid}
         assert {m.data["node"] for m in progress} == {"2"}
+
+
+async def test_only_the_outputs_that_validated_run(engine: Engine) -> None:
+    # Output 5 links to a node that is not in the prompt: it fails validation, output 4 runs.
+    prompt = {
+        "1": {"class_type": "Const", "inputs": {"value": 1}},
+        "2": {"class_type": "AddOne", "inputs": {"value": ["1", 0]}},
+        "3": {"class_type": "AddOne", "inputs": {"value": ["removeme", 0]}},
+        "4": {"class_type": "Show", "inputs": {"value": ["2", 0]}},
+        "5": {"class_type": "Show", "inputs": {"value": ["3", 0]}},
+    }
+    sink = Recorder()
+    checked, result = await engine.run_prompt(prompt, sink=sink)
+    assert checked.ok and checked.outputs == ["4"]
+    assert checked.node_errors["3"]["dependent_outputs"] == ["5"]
+    assert result is not None and result.status == "success", result.error
+    assert result.outputs == {"4": {"value": ["2"], "thread": result.outputs["4"]["thread"]}}
+    assert CALLS == [("Const", 1), ("AddOne", 1)]
+    assert "execution_success" in sink.types()
