@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.engine.blocker import Blocker, is_blocker
 from comfyfleet.engine.nodedef import InputTypes, NodeDef
 from comfyfleet.protocol.prompt import Prompt, is_link
 
@@ -101,13 +101,13 @@ def call_arguments(values: dict[str, list[Any]], input_is_list: bool) -> list[di
     return [{k: v[i] if len(v) > i else v[-1] for k, v in values.items()} for i in range(longest)]
 
 
-def blocker_in(kwargs: dict[str, Any], input_is_list: bool) -> ExecutionBlocker | None:
+def blocker_in(kwargs: dict[str, Any], input_is_list: bool) -> Blocker | None:
     for value in kwargs.values():
         if input_is_list and isinstance(value, list):
-            found = next((e for e in value if isinstance(e, ExecutionBlocker)), None)
+            found = next((e for e in value if is_blocker(e)), None)
             if found is not None:
                 return found
-        elif isinstance(value, ExecutionBlocker):
+        elif is_blocker(value):
             return value
     return None
 
@@ -139,7 +139,7 @@ def merge_results(node: NodeDef, returns: list[Any]) -> NodeResult:
             merged: list[Any] = []
             for result in results:
                 item = result[index]
-                merged.extend([item] if isinstance(item, ExecutionBlocker) else item)
+                merged.extend([item] if is_blocker(item) else item)
             outputs.append(merged)
         else:
             outputs.append([result[index] for result in results])
@@ -150,7 +150,7 @@ def merge_results(node: NodeDef, returns: list[Any]) -> NodeResult:
 
 
 def _as_tuple(node: NodeDef, value: Any, width: int) -> tuple[Any, ...]:
-    if isinstance(value, ExecutionBlocker):
+    if is_blocker(value):
         return (value,) * width
     if not isinstance(value, tuple | list):
         raise TypeError(

@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.engine.blocker import Blocker, ExecutionBlocker
 from comfyfleet.engine.cache import CacheEntry, OutputCache
 from comfyfleet.engine.calls import (
     blocker_in,
@@ -436,7 +436,7 @@ class PromptRun:
         names = {name for answer in answers if isinstance(answer, list) for name in answer}
         return [n for n in names if isinstance(n, str) and (n not in values or n in missing)]
 
-    def _blocked(self, node_id: str, node: NodeDef, blocker: ExecutionBlocker) -> ExecutionBlocker:
+    def _blocked(self, node_id: str, node: NodeDef, blocker: Blocker) -> Blocker:
         """A blocker with a message reports it once, as ComfyUI does, then goes silent."""
         if blocker.message is None:
             return blocker
