@@ -20,7 +20,7 @@ from typing import Any
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.protocol.prompt import is_link
 
-_PLAIN = (str, int, float, bool, type(None))
+_PLAIN = (str, bytes, int, float, bool, type(None))
 
 
 def _stable_repr(value: Any) -> str:
@@ -29,7 +29,7 @@ def _stable_repr(value: Any) -> str:
         return "{" + items + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_stable_repr(v) for v in value) + "]"
-    if type(value) in _PLAIN:
+    if isinstance(value, _PLAIN):
         return f"{type(value).__name__}:{value!r}"
     # Any other object: its repr may be shortened (arrays) or hold an address.
     return f"unhashable:{uuid.uuid4().hex}"

@@ -13,6 +13,7 @@ import time
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 
 from comfyfleet.engine.executor import Engine
@@ -367,8 +368,38 @@ class BuilderUser:
         }
 
 
+class Total:
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"values": ("ARRAY", {})}}
+
+    RETURN_TYPES = ("FLOAT",)
+    FUNCTION = "run"
+
+    def run(self, values: Any) -> tuple[float]:
+        return (float(np.sum(values)),)
+
+
+class TotalViaGraph:
+    """Hands a 100x100 array (zeros but its centre) to a subgraph node as a constant."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"centre": ("FLOAT", {})}, "hidden": {"unique_id": "UNIQUE_ID"}}
+
+    RETURN_TYPES = ("FLOAT",)
+    FUNCTION = "run"
+
+    def run(self, centre: float, unique_id: str) -> dict[str, Any]:
+        values = np.zeros((100, 100))
+        values[50, 50] = centre
+        node = f"{unique_id}.total"
+        graph = {node: {"class_type": "Total", "inputs": {"values": values}}}
+        return {"result": ([node, 0],), "expand": graph}
+
+
 NODES = (Num, Add, Show, Collect, Range, AddViaGraph, Mixed, Repeat, WhileOpen, WhileClose)
-NODES += (Switch, LazyPick, Nap, ParallelNaps, Boom, Expand, BuilderUser)
+NODES += (Switch, LazyPick, Nap, ParallelNaps, Boom, Expand, BuilderUser, Total, TotalViaGraph)
 
 
 @pytest.fixture
@@ -666,3 +697,14 @@ async def test_interrupting_a_subgraph_reports_the_submitted_node(engine: Engine
     assert result is not None and result.status == "interrupted"
     stopped = sink.messages("execution_interrupted")[0].data
     assert stopped["node_id"] == "1" and stopped["node_type"] == "ParallelNaps"
+
+
+async def test_object_constants_in_a_subgraph_never_match_in_the_cache(engine: Engine) -> None:
+    # The two arrays print the same (numpy elides their middle): only values may match.
+    for centre in (1.0, 2.0):
+        prompt = {
+            "1": {"class_type": "TotalViaGraph", "inputs": {"centre": centre}},
+            "2": {"class_type": "Show", "inputs": {"value": ["1", 0]}},
+        }
+        _, result = await engine.run_prompt(prompt)
+        assert result is not None and result.outputs["2"]["value"] == [centre]
