@@ -38,8 +38,12 @@ def blank(batch: int, height: int, width: int, color: int = 0) -> ImageArray:
 
 
 def to_pil(frame: NDArray[Any]) -> Image.Image:
-    """One [H, W, C] frame in 0..1 to an 8-bit Pillow image (RGB, RGBA or L)."""
-    data = np.clip(np.asarray(frame, dtype=np.float32) * 255.0, 0, 255).round().astype(np.uint8)
+    """One [H, W, C] frame in 0..1 to an 8-bit Pillow image (RGB, RGBA or L).
+
+    The cast truncates, as ComfyUI's does (0.25 gives 63, not 64): the same workflow must
+    save the same pixels on either.
+    """
+    data = np.clip(np.asarray(frame, dtype=np.float32) * 255.0, 0, 255).astype(np.uint8)
     if data.ndim == 3 and data.shape[2] == 1:
         data = data[:, :, 0]
     return Image.fromarray(data)

@@ -8,46 +8,16 @@ item. Results are merged per output: OUTPUT_IS_LIST outputs are concatenated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.engine.blocker import Blocker, is_blocker
+from comfyfleet.engine.dynamic import DynamicPrompt
 from comfyfleet.engine.nodedef import InputTypes, NodeDef
-from comfyfleet.protocol.prompt import Prompt, is_link
+from comfyfleet.protocol.prompt import is_link
 
 HIDDEN_KINDS = ("PROMPT", "DYNPROMPT", "EXTRA_PNGINFO", "UNIQUE_ID")
-
-
-class GraphExpansionUnsupported(RuntimeError):
-    """A node returned `expand` (a subgraph); the built-in engine runs fixed graphs."""
-
-
-class DynamicPrompt:
-    """What a node asking for the hidden DYNPROMPT input receives."""
-
-    def __init__(self, prompt: Prompt) -> None:
-        self._prompt = prompt
-
-    def get_node(self, node_id: str) -> dict[str, Any]:
-        return self._prompt[node_id]
-
-    def has_node(self, node_id: str) -> bool:
-        return node_id in self._prompt
-
-    def all_node_ids(self) -> set[str]:
-        return set(self._prompt)
-
-    def get_original_prompt(self) -> Prompt:
-        return self._prompt
-
-    def get_real_node_id(self, node_id: str) -> str:
-        return node_id
-
-    def get_display_node_id(self, node_id: str) -> str:
-        return node_id
-
-    def get_parent_node_id(self, node_id: str) -> str | None:
-        return None
 
 
 @dataclass
@@ -63,7 +33,7 @@ def gather_inputs(
     inputs: dict[str, Any],
     types: InputTypes,
     outputs: dict[str, list[list[Any]]],
-    prompt: Prompt,
+    dynprompt: DynamicPrompt,
     extra_data: dict[str, Any],
 ) -> NodeInputs:
     gathered = NodeInputs()
@@ -81,8 +51,8 @@ def gather_inputs(
             gathered.values[name] = [value]
     for info in types.hidden():
         hidden = {
-            "PROMPT": prompt,
-            "DYNPROMPT": DynamicPrompt(prompt),
+            "PROMPT": dynprompt.get_original_prompt(),
+            "DYNPROMPT": dynprompt,
             "EXTRA_PNGINFO": extra_data.get("extra_pnginfo"),
             "UNIQUE_ID": node_id,
         }
@@ -101,56 +71,88 @@ def call_arguments(values: dict[str, list[Any]], input_is_list: bool) -> list[di
     return [{k: v[i] if len(v) > i else v[-1] for k, v in values.items()} for i in range(longest)]
 
 
-def blocker_in(kwargs: dict[str, Any], input_is_list: bool) -> ExecutionBlocker | None:
+def blocker_in(kwargs: dict[str, Any], input_is_list: bool) -> Blocker | None:
     for value in kwargs.values():
         if input_is_list and isinstance(value, list):
-            found = next((e for e in value if isinstance(e, ExecutionBlocker)), None)
+            found = next((e for e in value if is_blocker(e)), None)
             if found is not None:
                 return found
-        elif isinstance(value, ExecutionBlocker):
+        elif is_blocker(value):
             return value
     return None
 
 
+@dataclass(frozen=True)
+class CallResult:
+    """One call's result tuple. When the call expanded, an entry may be a link into
+    the subgraph: it stands for what that output holds once the subgraph has run."""
+
+    values: tuple[Any, ...]
+    expanded: bool = False
+
+
 @dataclass
-class NodeResult:
-    outputs: list[list[Any]]
+class NodeReturns:
+    """What a node's calls returned: results, subgraphs (`expand`) and one merged `ui`."""
+
+    calls: list[CallResult]
+    subgraphs: list[Any]
     ui: dict[str, list[Any]]
 
 
-def merge_results(node: NodeDef, returns: list[Any]) -> NodeResult:
-    """Turn the per-call returns into per-output lists and one merged `ui`."""
+def split_returns(node: NodeDef, returns: list[Any]) -> NodeReturns:
     width = len(node.return_types)
-    results: list[tuple[Any, ...]] = []
+    calls: list[CallResult] = []
+    subgraphs: list[Any] = []
     uis: list[dict[str, Any]] = []
     for ret in returns:
-        if isinstance(ret, dict):
-            if "expand" in ret:
-                raise GraphExpansionUnsupported(f"{node.name} returned a subgraph ('expand')")
-            if isinstance(ret.get("ui"), dict):
-                uis.append(ret["ui"])
-            if "result" in ret:
-                results.append(_as_tuple(node, ret["result"], width))
-        else:
-            results.append(_as_tuple(node, ret, width))
-    outputs: list[list[Any]] = []
-    for index in range(width if results else 0):
-        if index < len(node.output_is_list) and node.output_is_list[index]:
-            merged: list[Any] = []
-            for result in results:
-                item = result[index]
-                merged.extend([item] if isinstance(item, ExecutionBlocker) else item)
-            outputs.append(merged)
-        else:
-            outputs.append([result[index] for result in results])
+        if not isinstance(ret, dict):
+            calls.append(CallResult(_as_tuple(node, ret, width)))
+            continue
+        if isinstance(ret.get("ui"), dict):
+            uis.append(ret["ui"])
+        if "expand" in ret:
+            subgraphs.append(ret["expand"])
+            calls.append(CallResult(_as_tuple(node, ret.get("result", ()), width), True))
+        elif "result" in ret:
+            calls.append(CallResult(_as_tuple(node, ret["result"], width)))
     ui: dict[str, list[Any]] = {}
     if uis:
         ui = {key: [item for u in uis for item in u.get(key, [])] for key in uis[0]}
-    return NodeResult(outputs, ui)
+    return NodeReturns(calls, subgraphs, ui)
+
+
+def merge_outputs(
+    node: NodeDef, calls: list[CallResult], linked: Callable[[Any], list[Any]]
+) -> list[list[Any]]:
+    """Per-output item lists over all calls: OUTPUT_IS_LIST outputs are concatenated.
+
+    `linked(link)` gives the items a linked output holds (an expanded call's link).
+    """
+    width = len(node.return_types)
+    outputs: list[list[Any]] = [[] for _ in range(width)] if calls else []
+    for call in calls:
+        for index in range(width):
+            outputs[index].extend(_items(node, index, call, linked))
+    return outputs
+
+
+def _items(
+    node: NodeDef, index: int, call: CallResult, linked: Callable[[Any], list[Any]]
+) -> list[Any]:
+    value = call.values[index]
+    if call.expanded and is_link(value):
+        held = linked(value)
+        if len(held) != 1:
+            return list(held)  # a list output's items, each one item here too
+        value = held[0]  # the value, as if the node had returned it (ComfyUI's reading)
+    if index < len(node.output_is_list) and node.output_is_list[index] and not is_blocker(value):
+        return list(value)
+    return [value]
 
 
 def _as_tuple(node: NodeDef, value: Any, width: int) -> tuple[Any, ...]:
-    if isinstance(value, ExecutionBlocker):
+    if is_blocker(value):
         return (value,) * width
     if not isinstance(value, tuple | list):
         raise TypeError(

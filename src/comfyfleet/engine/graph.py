@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from comfyfleet.engine.dynamic import NodeNotFoundError
 from comfyfleet.engine.nodedef import InputTypes, NodeDef
-from comfyfleet.protocol.prompt import Prompt, is_link
+from comfyfleet.protocol.prompt import is_link
+
+
+class DependencyCycleError(RuntimeError):
+    """Pending nodes wait on each other (only expansions and lazy inputs can make this
+    happen at run time: validation refuses a submitted cycle)."""
 
 
 class PendingGraph:
     """Pending nodes with the count of pending nodes each one waits for.
 
     Lazy inputs are left out until a node asks for them (`require`); nodes
-    whose outputs are already known (`is_ready`) are never added.
+    whose outputs are already known (`is_ready`) are never added. `prompt` may
+    grow while the graph is used (expansions add nodes to it).
     """
 
     def __init__(
         self,
-        prompt: Prompt,
+        prompt: Mapping[str, dict[str, Any]],
         node_of: Callable[[str], NodeDef],
         types_of: Callable[[str], InputTypes],
         is_ready: Callable[[str], bool],
@@ -39,6 +47,8 @@ class PendingGraph:
             current = stack.pop()
             if current in self.pending:
                 continue
+            if current not in self._prompt:
+                raise NodeNotFoundError(f"Node {current} not found")
             self.pending[current] = None
             self._blockers[current] = 0
             self._blocking[current] = set()
@@ -57,9 +67,14 @@ class PendingGraph:
     def require(self, node_id: str, input_name: str) -> None:
         """Make a lazy input of `node_id` a real dependency."""
         value = self._prompt[node_id]["inputs"].get(input_name)
-        if is_link(value) and not self._is_ready(value[0]):
-            self.add(value[0])
-            self._link(value[0], node_id)
+        if is_link(value):
+            self.depend(node_id, value[0])
+
+    def depend(self, node_id: str, source: str) -> None:
+        """Make `node_id` wait for `source` (added if pending work) to run."""
+        if not self._is_ready(source):
+            self.add(source)
+            self._link(source, node_id)
 
     def _link(self, source: str, target: str) -> None:
         if target not in self._blocking[source]:

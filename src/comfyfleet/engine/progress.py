@@ -4,30 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from comfyfleet.engine.dynamic import DynamicPrompt
 from comfyfleet.engine.events import EventSink, Message
 
 
 class ProgressTracker:
     """The state of every node started so far in one prompt.
 
-    Each `progress_state` carries all of them, as ComfyUI sends it.
+    Each `progress_state` carries all of them, as ComfyUI sends it; a node an
+    expansion added names its display, parent and real node (from `dynprompt`).
     """
 
-    def __init__(self, prompt_id: str, sink: EventSink) -> None:
+    def __init__(
+        self, prompt_id: str, sink: EventSink, dynprompt: DynamicPrompt | None = None
+    ) -> None:
         self.prompt_id = prompt_id
         self._sink = sink
+        self._dynprompt = dynprompt
         self._nodes: dict[str, dict[str, Any]] = {}
 
     def _entry(self, node_id: str, value: float, total: float, state: str) -> dict[str, Any]:
+        dyn = self._dynprompt
         return {
             "value": value,
             "max": total,
             "state": state,
             "node_id": node_id,
             "prompt_id": self.prompt_id,
-            "display_node_id": node_id,
-            "parent_node_id": None,
-            "real_node_id": node_id,
+            "display_node_id": dyn.get_display_node_id(node_id) if dyn else node_id,
+            "parent_node_id": dyn.get_parent_node_id(node_id) if dyn else None,
+            "real_node_id": dyn.get_real_node_id(node_id) if dyn else node_id,
         }
 
     def _emit(self) -> None:

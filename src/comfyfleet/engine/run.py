@@ -12,13 +12,15 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.engine.blocker import Blocker, ExecutionBlocker
 from comfyfleet.engine.cache import CacheEntry, OutputCache
 from comfyfleet.engine.calls import (
+    NodeReturns,
     blocker_in,
     call_arguments,
     gather_inputs,
-    merge_results,
+    merge_outputs,
+    split_returns,
 )
 from comfyfleet.engine.context import (
     InterruptProcessingException,
@@ -27,15 +29,17 @@ from comfyfleet.engine.context import (
     reset_current_node,
     set_current_node,
 )
+from comfyfleet.engine.dynamic import DynamicPrompt
 from comfyfleet.engine.events import EventSink, Message, PreviewImage, ProgressText
-from comfyfleet.engine.graph import PendingGraph
+from comfyfleet.engine.expansion import PendingExpansion, add_subgraph, use_builder_prefix
+from comfyfleet.engine.graph import DependencyCycleError, PendingGraph
 from comfyfleet.engine.nodedef import InputTypes, NodeDef
 from comfyfleet.engine.progress import ProgressTracker
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.signature import changed_token, signatures
 from comfyfleet.protocol import events
 from comfyfleet.protocol.errors import full_type_name
-from comfyfleet.protocol.prompt import Prompt
+from comfyfleet.protocol.prompt import Prompt, is_link
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +124,13 @@ def _all_done(calls: list[asyncio.Future[Any]]) -> bool:
     return all(call.done() for call in calls)
 
 
+async def _call_async(
+    fn: Callable[..., Any], kwargs: dict[str, Any], node_id: str, index: int
+) -> Any:
+    use_builder_prefix(node_id, index)  # in the call's first step, right before its code
+    return await fn(**kwargs)
+
+
 def _format_value(value: Any) -> Any:
     if value is None or isinstance(value, int | float | bool | str):
         return value
@@ -143,12 +154,14 @@ class PromptRun:
         self.executor = executor
         self.request = request
         self.prompt_id = request.prompt_id
-        self.prompt = request.prompt
+        self.prompt = request.prompt  # as submitted
+        self.dynprompt = DynamicPrompt(request.prompt)
+        self.nodes = self.dynprompt.nodes  # as submitted, plus what expansions add
         self.handle = handle
         self._sink = sink
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self.tracker = ProgressTracker(self.prompt_id, self._emit)
+        self.tracker = ProgressTracker(self.prompt_id, self._emit, self.dynprompt)
         self.messages: list[list[Any]] = []
         self.values: dict[str, list[list[Any]]] = {}
         self.ui: dict[str, dict[str, Any]] = {}
@@ -158,6 +171,7 @@ class PromptRun:
         self._types: dict[str, InputTypes] = {}
         self._inflight: dict[str, list[asyncio.Future[Any]]] = {}
         self._async_returns: dict[str, list[Any]] = {}
+        self._expanded: dict[str, PendingExpansion] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._current: str | None = None
 
@@ -203,20 +217,21 @@ class PromptRun:
     # -- helpers ----------------------------------------------------------
 
     def node_of(self, node_id: str) -> NodeDef:
-        node = self.registry.get(self.prompt[node_id]["class_type"])
+        node = self.registry.get(self.nodes[node_id]["class_type"])
         if node is None:
-            raise KeyError(f"node class {self.prompt[node_id]['class_type']!r} is not registered")
+            raise KeyError(f"node class {self.nodes[node_id]['class_type']!r} is not registered")
         return node
 
     def types_of(self, node_id: str) -> InputTypes:
-        class_type = self.prompt[node_id]["class_type"]
+        class_type = self.nodes[node_id]["class_type"]
         types = self._types.get(class_type)
         if types is None:
             types = self._types[class_type] = self.node_of(node_id).input_types()
         return types
 
     def context_for(self, node_id: str, index: int | None) -> NodeContext:
-        return NodeContext(self.prompt_id, node_id, node_id, index, self)
+        display = self.dynprompt.get_display_node_id(node_id)
+        return NodeContext(self.prompt_id, node_id, display, index, self)
 
     # -- the run ----------------------------------------------------------
 
@@ -226,7 +241,7 @@ class PromptRun:
         failure: dict[str, Any] | None = None
         status: Status = "success"
         try:
-            await self._look_up_cache()
+            await self._look_up_cache(list(self.prompt))
             self._record(
                 "execution_cached", {"nodes": list(self.hits), "prompt_id": self.prompt_id}
             )
@@ -254,18 +269,19 @@ class PromptRun:
         self._emit(Message("executing", events.executing(self.prompt_id, None)))
         return result
 
-    async def _look_up_cache(self) -> None:
-        changed = await self._changed_tokens()
-        self.sigs = signatures(self.registry, self.prompt, list(self.prompt), changed)
-        for node_id in self.prompt:
+    async def _look_up_cache(self, node_ids: list[str]) -> None:
+        """Sign `node_ids` (the prompt's, then each expansion's) and take their cache hits."""
+        changed = await self._changed_tokens(node_ids)
+        signatures(self.registry, self.nodes, node_ids, changed, self.sigs)
+        for node_id in node_ids:
             entry = self.cache.get(self.sigs[node_id])
             if entry is not None:
                 self.hits[node_id] = entry
                 self.values[node_id] = entry.outputs
 
-    async def _changed_tokens(self) -> dict[str, str]:
-        """Evaluate every `IS_CHANGED` of the prompt in one worker-thread hop."""
-        wanting = [n for n in self.prompt if self.node_of(n).is_changed is not None]
+    async def _changed_tokens(self, node_ids: list[str]) -> dict[str, str]:
+        """Evaluate the `IS_CHANGED` of `node_ids` in one worker-thread hop."""
+        wanting = [n for n in node_ids if self.node_of(n).is_changed is not None]
         if not wanting:
             return {}
 
@@ -276,10 +292,10 @@ class PromptRun:
                 try:
                     values = gather_inputs(
                         node_id,
-                        self.prompt[node_id].get("inputs", {}),
+                        self.nodes[node_id].get("inputs", {}),
                         self.types_of(node_id),
                         {},
-                        self.prompt,
+                        self.dynprompt,
                         self.request.extra_data,
                     ).values
                     calls = call_arguments(values, node.input_is_list)
@@ -298,7 +314,7 @@ class PromptRun:
         return await self._loop.run_in_executor(self.executor, context.run, fn)
 
     async def _drive(self) -> None:
-        graph = PendingGraph(self.prompt, self.node_of, self.types_of, self._has_value)
+        graph = PendingGraph(self.nodes, self.node_of, self.types_of, self._has_value)
         for output in self.request.outputs:
             graph.add(output)
         while graph.pending:
@@ -311,8 +327,8 @@ class PromptRun:
                 raise Interrupted(busy or (graph.pick(ready) if ready else self._current or ""))
             if not ready:
                 if not self._inflight:
-                    cycle = graph.cycle()
-                    raise NodeFailure(cycle[0], RuntimeError("Dependency cycle detected"), {})
+                    error = DependencyCycleError("Dependency cycle detected")
+                    raise NodeFailure(self._blame(graph.cycle()), error, {})
                 waiting = [c for calls in self._inflight.values() for c in calls if not c.done()]
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 continue
@@ -323,6 +339,15 @@ class PromptRun:
 
     def _has_value(self, node_id: str) -> bool:
         return node_id in self.values
+
+    def _blame(self, cycle: list[str]) -> str:
+        """The node a dynamic cycle is reported on: the one that expanded into it, if any
+        (as ComfyUI reports it: a cycle of submitted nodes fails validation)."""
+        for node_id in cycle:
+            display = self.dynprompt.get_display_node_id(node_id)
+            if display != node_id:
+                return display
+        return cycle[0]
 
     def _collect(self, node_id: str) -> None:
         """Take the results of a node's finished async calls (or raise its failure)."""
@@ -341,22 +366,25 @@ class PromptRun:
     async def _step(self, node_id: str, graph: PendingGraph) -> bool:
         """Advance one node; True when it is done, False while it waits."""
         node = self.node_of(node_id)
-        if node_id in self._async_returns:
-            self._finish(node_id, node, self._async_returns.pop(node_id), {})
+        if node_id in self._expanded:
+            self._finish_expanded(node_id, node)
             return True
+        if node_id in self._async_returns:
+            return await self._finish(node_id, node, self._async_returns.pop(node_id), {}, graph)
         if node_id in self.hits:
             self._replay_cached(node_id)
             return True
         self.tracker.start(node_id)
-        self._emit(Message("executing", events.executing(self.prompt_id, node_id)))
+        display = self.dynprompt.get_display_node_id(node_id)
+        self._emit(Message("executing", events.executing(self.prompt_id, node_id, display)))
         inputs: dict[str, list[Any]] = {}
         try:
             gathered = gather_inputs(
                 node_id,
-                self.prompt[node_id].get("inputs", {}),
+                self.nodes[node_id].get("inputs", {}),
                 self.types_of(node_id),
                 self.values,
-                self.prompt,
+                self.dynprompt,
                 self.request.extra_data,
             )
             inputs = gathered.values
@@ -384,8 +412,7 @@ class PromptRun:
             raise Interrupted(node_id) from None
         except Exception as exc:
             raise NodeFailure(node_id, exc, inputs) from exc
-        self._finish(node_id, node, returns, inputs)
-        return True
+        return await self._finish(node_id, node, returns, inputs, graph)
 
     def _call_sync(self, node_id: str, node: NodeDef, calls: list[dict[str, Any]]) -> list[Any]:
         """Runs in a worker thread: one call per list index, each with its node context."""
@@ -400,6 +427,7 @@ class PromptRun:
                 continue
             token = set_current_node(self.context_for(node_id, index))
             try:
+                use_builder_prefix(node_id, index)
                 returns.append(fn(**kwargs))
             finally:
                 reset_current_node(token)
@@ -417,7 +445,7 @@ class PromptRun:
                 continue
             context = contextvars.copy_context()
             context.run(set_current_node, self.context_for(node_id, index))
-            task = asyncio.create_task(fn(**kwargs), context=context)
+            task = asyncio.create_task(_call_async(fn, kwargs, node_id, index), context=context)
             self._tasks.add(task)
             tasks.append(task)
         self._inflight[node_id] = tasks
@@ -436,7 +464,7 @@ class PromptRun:
         names = {name for answer in answers if isinstance(answer, list) for name in answer}
         return [n for n in names if isinstance(n, str) and (n not in values or n in missing)]
 
-    def _blocked(self, node_id: str, node: NodeDef, blocker: ExecutionBlocker) -> ExecutionBlocker:
+    def _blocked(self, node_id: str, node: NodeDef, blocker: Blocker) -> Blocker:
         """A blocker with a message reports it once, as ComfyUI does, then goes silent."""
         if blocker.message is None:
             return blocker
@@ -454,31 +482,91 @@ class PromptRun:
         self._on_loop(self._emit, Message("execution_error", payload))
         return ExecutionBlocker(None)
 
-    def _finish(
-        self, node_id: str, node: NodeDef, returns: list[Any], inputs: dict[str, list[Any]]
-    ) -> None:
+    async def _finish(
+        self,
+        node_id: str,
+        node: NodeDef,
+        returns: list[Any],
+        inputs: dict[str, list[Any]],
+        graph: PendingGraph,
+    ) -> bool:
+        """Take a node's returns: done, or False while the subgraph it returned runs."""
         try:
-            result = merge_results(node, returns)
+            split = split_returns(node, returns)
+            if split.subgraphs:
+                if split.ui:  # shown now, as ComfyUI does; cached with the outputs later
+                    self._show(node_id, split.ui)
+                await self._expand(node_id, split, graph)
+                return False
+            outputs = merge_outputs(node, split.calls, self._linked)
+        except (Interrupted, NodeFailure):
+            raise
         except Exception as exc:
             raise NodeFailure(node_id, exc, inputs) from exc
-        self.values[node_id] = result.outputs
-        if result.ui:
-            self._show(node_id, result.ui)
+        if split.ui:
+            self._show(node_id, split.ui)
+        self._complete(node_id, outputs, split.ui)
+        return True
+
+    async def _expand(self, parent: str, split: NodeReturns, graph: PendingGraph) -> None:
+        """Add the nodes `parent` returned; its output nodes and its result links run."""
+        new_ids: list[str] = []
+        for subgraph in split.subgraphs:
+            new_ids += add_subgraph(self.dynprompt, self.registry, parent, subgraph)
+        await self._look_up_cache(new_ids)
+        for node_id in new_ids:
+            if self.node_of(node_id).is_output:
+                graph.add(node_id)
+        self._expanded[parent] = PendingExpansion(split.calls, split.ui)
+        for call in split.calls:
+            for value in call.values if call.expanded else ():
+                if is_link(value):
+                    graph.depend(parent, value[0])
+
+    def _finish_expanded(self, node_id: str, node: NodeDef) -> None:
+        """The subgraph has run: the node's outputs are what its result links hold."""
+        pending = self._expanded.pop(node_id)
+        try:
+            outputs = merge_outputs(node, pending.calls, self._linked)
+        except Exception as exc:
+            raise NodeFailure(node_id, exc, {}) from exc
+        self._complete(node_id, outputs, pending.ui)
+
+    def _linked(self, link: list[Any]) -> list[Any]:
+        source, index = link[0], int(link[1])
+        produced = self.values.get(source)
+        if produced is None or not 0 <= index < len(produced):
+            raise LookupError(f"node {source} has no output {index} to give as a result")
+        return produced[index]
+
+    def _complete(self, node_id: str, outputs: list[list[Any]], ui: dict[str, Any]) -> None:
+        self.values[node_id] = outputs
         self.tracker.finish(node_id)
         self.executed.append(node_id)
-        self.cache.put(self.sigs[node_id], CacheEntry(result.outputs, result.ui or None))
+        self.cache.put(self.sigs[node_id], CacheEntry(outputs, ui or None))
 
     def _replay_cached(self, node_id: str) -> None:
         ui = self.hits[node_id].ui
         if ui:
             self._show(node_id, ui)
         else:
-            self._emit(Message("executed", events.executed(self.prompt_id, node_id, None)))
+            self._executed(node_id, None)
         self.tracker.finish(node_id)
 
     def _show(self, node_id: str, ui: dict[str, Any]) -> None:
-        self.ui[node_id] = {"meta": events.node_meta(node_id), "output": ui}
-        self._emit(Message("executed", events.executed(self.prompt_id, node_id, ui)))
+        dyn = self.dynprompt
+        meta = events.node_meta(
+            node_id,
+            dyn.get_display_node_id(node_id),
+            dyn.get_parent_node_id(node_id),
+            dyn.get_real_node_id(node_id),
+        )
+        self.ui[node_id] = {"meta": meta, "output": ui}
+        self._executed(node_id, ui)
+
+    def _executed(self, node_id: str, ui: dict[str, Any] | None) -> None:
+        display = self.dynprompt.get_display_node_id(node_id)
+        self._emit(Message("executed", events.executed(self.prompt_id, node_id, ui, display)))
 
     # -- endings ----------------------------------------------------------
 
@@ -493,24 +581,27 @@ class PromptRun:
         self._inflight.clear()
 
     def _error_payload(self, fail: NodeFailure) -> dict[str, Any]:
+        """ComfyUI's `execution_error`, on the submitted node the failing one descends from."""
         exc = fail.exc
-        return {
-            "prompt_id": self.prompt_id,
-            "node_id": fail.node_id,
-            "node_type": self.prompt[fail.node_id]["class_type"],
-            "executed": list(self.executed),
+        payload = {
+            **self._interrupted_payload(fail.node_id),
             "exception_message": f"{exc}\n",
             "exception_type": full_type_name(type(exc)),
             "traceback": traceback.format_tb(exc.__traceback__),
             "current_inputs": {k: [_format_value(v) for v in vs] for k, vs in fail.inputs.items()},
             "current_outputs": list(self.values),
         }
+        if isinstance(exc, DependencyCycleError):  # ComfyUI's own name and shape for it
+            payload.update(exception_type="graph.DependencyCycleError", traceback=[])
+            payload.update(exception_message=str(exc), current_inputs=[])
+        return payload
 
     def _interrupted_payload(self, node_id: str) -> dict[str, Any]:
-        node_type = self.prompt[node_id]["class_type"] if node_id in self.prompt else None
+        real = self.dynprompt.get_real_node_id(node_id)
+        node_type = self.prompt[real]["class_type"] if real in self.prompt else None
         return {
             "prompt_id": self.prompt_id,
-            "node_id": node_id,
+            "node_id": real,
             "node_type": node_type,
             "executed": list(self.executed),
         }

@@ -3,6 +3,10 @@
 A node's signature covers its class, its constant inputs, its `IS_CHANGED`
 value and, through links, the signatures of everything upstream. Nodes that
 are not idempotent, or that ask for their own UNIQUE_ID, also include their id.
+
+Only plain values (JSON's kinds) can be compared: a node an expansion adds may
+hold any object as a constant (an image array, a model), and such a value, like
+an `IS_CHANGED` of NaN, makes a signature nothing else matches (as in ComfyUI).
 """
 
 from __future__ import annotations
@@ -10,10 +14,13 @@ from __future__ import annotations
 import hashlib
 import math
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from comfyfleet.engine.registry import NodeRegistry
-from comfyfleet.protocol.prompt import Prompt, is_link
+from comfyfleet.protocol.prompt import is_link
+
+_PLAIN = (str, bytes, int, float, bool, type(None))
 
 
 def _stable_repr(value: Any) -> str:
@@ -22,7 +29,10 @@ def _stable_repr(value: Any) -> str:
         return "{" + items + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_stable_repr(v) for v in value) + "]"
-    return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, _PLAIN):
+        return f"{type(value).__name__}:{value!r}"
+    # Any other object: its repr may be shortened (arrays) or hold an address.
+    return f"unhashable:{uuid.uuid4().hex}"
 
 
 def changed_token(value: Any) -> str:
@@ -33,10 +43,15 @@ def changed_token(value: Any) -> str:
 
 
 def signatures(
-    registry: NodeRegistry, prompt: Prompt, node_ids: list[str], changed: dict[str, str]
+    registry: NodeRegistry,
+    prompt: Mapping[str, dict[str, Any]],
+    node_ids: list[str],
+    changed: dict[str, str],
+    known: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Signatures of `node_ids` and their ancestors (iterative: deep chains are fine)."""
-    result: dict[str, str] = {}
+    """Signatures of `node_ids` and their ancestors (iterative: deep chains are fine),
+    added to `known` (returned) so a prompt that grows only signs its new nodes."""
+    result: dict[str, str] = {} if known is None else known
     for root in node_ids:
         stack: list[tuple[str, bool]] = [(root, False)]
         on_path: set[str] = set()
@@ -44,7 +59,10 @@ def signatures(
             node_id, expanded = stack.pop()
             if node_id in result:
                 continue
-            links = [v[0] for v in prompt[node_id].get("inputs", {}).values() if is_link(v)]
+            # A link to a node not in the prompt (its output failed validation and will
+            # not run) is left unsigned: `_signature` makes it match nothing, as in ComfyUI.
+            inputs = prompt[node_id].get("inputs", {}).values()
+            links = [v[0] for v in inputs if is_link(v) and v[0] in prompt]
             if not expanded:
                 on_path.add(node_id)
                 stack.append((node_id, True))
@@ -57,7 +75,7 @@ def signatures(
 
 def _signature(
     registry: NodeRegistry,
-    prompt: Prompt,
+    prompt: Mapping[str, dict[str, Any]],
     node_id: str,
     known: dict[str, str],
     changed: dict[str, str],
@@ -71,7 +89,8 @@ def _signature(
     for name in sorted(node.get("inputs", {})):
         value = node["inputs"][name]
         if is_link(value):
-            # A link inside a cycle has no signature: make it unique so nothing matches.
+            # A link inside a cycle or to a missing node has no signature: make it
+            # unique so nothing matches.
             parent = known.get(value[0]) or uuid.uuid4().hex
             parts.append(f"{name}=link:{parent}:{int(value[1])}")
         else:

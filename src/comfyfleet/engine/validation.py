@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.engine.blocker import is_blocker
 from comfyfleet.engine.nodedef import InputInfo, InputTypes, NodeDef
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.protocol.errors import error, full_type_name
@@ -739,7 +739,7 @@ class _Validator:
         result = node.validate_fn(**kwargs)
         if inspect.isawaitable(result):
             result = yield _Pending(result)
-        if result is True or isinstance(result, ExecutionBlocker):
+        if result is True or is_blocker(result):
             return []
         suffix = "" if result is False else f" - {result}"
         return [

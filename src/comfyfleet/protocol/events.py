@@ -41,13 +41,19 @@ def progress(prompt_id: str, node_id: str, value: float, total: float) -> dict[s
     return {"value": value, "max": total, "prompt_id": prompt_id, "node": node_id}
 
 
-def node_meta(node_id: str, display_node: str | None = None) -> dict[str, Any]:
-    """The `meta` entry of a history record for one output node."""
+def node_meta(
+    node_id: str,
+    display_node: str | None = None,
+    parent_node: str | None = None,
+    real_node_id: str | None = None,
+) -> dict[str, Any]:
+    """The `meta` entry of a history record for one output node (an expanded node has
+    a parent, and the submitted node it descends from is its real node)."""
     return {
         "node_id": node_id,
         "display_node": display_node or node_id,
-        "parent_node": None,
-        "real_node_id": node_id,
+        "parent_node": parent_node,
+        "real_node_id": real_node_id or node_id,
     }
 
 

@@ -124,6 +124,45 @@ class Gate:
         return (ExecutionBlocker(message or None),)
 
 
+class PackBlocker:
+    """A node pack's own blocker class, as ComfyUI's `comfy_execution.graph` has."""
+
+    def __init__(self, message: str | None) -> None:
+        self.message = message
+
+
+PackBlocker.__name__ = PackBlocker.__qualname__ = "ExecutionBlocker"
+
+
+class PackGate:
+    """Blocks the items where `block` is true with the pack's own blocker (list-mapped)."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"value": ("*", {}), "block": ("BOOLEAN", {"default": False})}}
+
+    RETURN_TYPES = ("*",)
+    FUNCTION = "run"
+
+    def run(self, value: Any, block: bool) -> tuple[Any]:
+        return (PackBlocker(None) if block else value,)
+
+
+class Bools:
+    """A list of booleans, one per character of `pattern` ("1" is true)."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"pattern": ("STRING", {"default": "010"})}}
+
+    RETURN_TYPES = ("BOOLEAN",)
+    OUTPUT_IS_LIST = (True,)
+    FUNCTION = "run"
+
+    def run(self, pattern: str) -> tuple[list[bool]]:
+        return ([c == "1" for c in pattern],)
+
+
 class Cancellable:
     """Async; records whether it was cancelled."""
 
@@ -220,7 +259,7 @@ class Counter:
 
 
 NODE_CLASSES: tuple[type, ...] = (Const, Many, AddOne, Collect, Show, Switch, Gate, Cancellable)
-NODE_CLASSES += (BlockingSleep, Hidden, BadReturn, Counter)
+NODE_CLASSES += (BlockingSleep, Hidden, BadReturn, Counter, PackGate, Bools)
 TEST_NODES = {cls.__name__: cls for cls in NODE_CLASSES}
 
 
@@ -477,3 +516,40 @@ async def test_progress_from_threads_reaches_only_its_own_prompt(engine: Engine)
         assert [m.data["value"] for m in progress] == list(range(1, steps + 1))
         assert {m.data["prompt_id"] for m in progress} == {pid}
         assert {m.data["node"] for m in progress} == {"2"}
+
+
+async def test_only_the_outputs_that_validated_run(engine: Engine) -> None:
+    # Output 5 links to a node that is not in the prompt: it fails validation, output 4 runs.
+    prompt = {
+        "1": {"class_type": "Const", "inputs": {"value": 1}},
+        "2": {"class_type": "AddOne", "inputs": {"value": ["1", 0]}},
+        "3": {"class_type": "AddOne", "inputs": {"value": ["removeme", 0]}},
+        "4": {"class_type": "Show", "inputs": {"value": ["2", 0]}},
+        "5": {"class_type": "Show", "inputs": {"value": ["3", 0]}},
+    }
+    sink = Recorder()
+    checked, result = await engine.run_prompt(prompt, sink=sink)
+    assert checked.ok and checked.outputs == ["4"]
+    assert checked.node_errors["3"]["dependent_outputs"] == ["5"]
+    assert result is not None and result.status == "success", result.error
+    assert result.outputs == {"4": {"value": ["2"], "thread": result.outputs["4"]["thread"]}}
+    assert CALLS == [("Const", 1), ("AddOne", 1)]
+    assert "execution_success" in sink.types()
+
+
+async def test_a_node_packs_own_execution_blocker_blocks_like_the_engines(engine: Engine) -> None:
+    # The middle item of three is blocked: downstream calls run for the other two only.
+    prompt = {
+        "1": {"class_type": "Many", "inputs": {"count": 3}},
+        "2": {"class_type": "Bools", "inputs": {"pattern": "010"}},
+        "3": {"class_type": "PackGate", "inputs": {"value": ["1", 0], "block": ["2", 0]}},
+        "4": {"class_type": "AddOne", "inputs": {"value": ["3", 0]}},
+        "5": {"class_type": "Show", "inputs": {"value": ["4", 0]}},
+        "6": {"class_type": "Collect", "inputs": {"values": ["4", 0]}},
+    }
+    _, result = await engine.run_prompt(prompt)
+    assert result is not None and result.status == "success", result.error
+    assert CALLS == [("AddOne", 0), ("AddOne", 2)]
+    assert result.outputs["5"]["value"] == ["1", "3"]
+    # A list input holding a blocker blocks the whole call, as in ComfyUI.
+    assert "6" not in result.outputs

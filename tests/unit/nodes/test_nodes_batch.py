@@ -1,10 +1,41 @@
-"""ImageBatch, RepeatImageBatch and ImageFromBatch shapes and frame order."""
+"""ImageBatch, RepeatImageBatch, ImageFromBatch and RebatchImages shapes and frame order."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from comfyfleet.nodes.core.batch import ImageBatch, ImageFromBatch, RepeatImageBatch
+import numpy as np
+import pytest
+
+from comfyfleet.engine.executor import Engine
+from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.nodes.core.batch import (
+    ImageBatch,
+    ImageFromBatch,
+    RebatchImages,
+    RepeatImageBatch,
+)
+
+
+class ImageListOf:
+    """Two IMAGE batches as one list of two."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"first": ("IMAGE",), "second": ("IMAGE",)}}
+
+    RETURN_TYPES = ("IMAGE",)
+    OUTPUT_IS_LIST = (True,)
+    FUNCTION = "run"
+
+    def run(self, first: Any, second: Any) -> tuple[list[Any]]:
+        return ([first, second],)
+
+
+@pytest.fixture
+def registry(registry: NodeRegistry) -> NodeRegistry:
+    registry.add_pack({"ImageListOf": ImageListOf}, pack="tests", python_module="tests")
+    return registry
 
 
 def _frames(count: int, height: int = 2, width: int = 3) -> np.ndarray:
@@ -42,3 +73,35 @@ def test_from_batch_slices_and_clamps() -> None:
     np.testing.assert_allclose(too_long[:, 0, 0, 0], [0.3, 0.4])
     middle[...] = 1.0
     assert frames[1, 0, 0, 0] == np.float32(0.1)
+
+
+async def test_rebatch_images_regroups_a_list_of_batches(engine: Engine) -> None:
+    # Batches of 3 and 2 frames (one list of two) regrouped into batches of 2: 2, 2, 1.
+    prompt = {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 4, "height": 4, "batch_size": 3, "color": 0},
+        },
+        "2": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 4, "height": 4, "batch_size": 2, "color": 0},
+        },
+        "3": {"class_type": "ImageListOf", "inputs": {"first": ["1", 0], "second": ["2", 0]}},
+        "4": {
+            "class_type": "RebatchImages",
+            "inputs": {"images": ["3", 0], "batch_size": 2, "color": 0},
+        },
+        "5": {"class_type": "GetImageSize", "inputs": {"image": ["4", 0]}},
+        "6": {"class_type": "PreviewAny", "inputs": {"source": ["5", 2]}},
+    }
+    checked, result = await engine.run_prompt(prompt)
+    assert checked.ok, checked.error
+    assert result is not None and result.status == "success", result.error
+    assert result.outputs["6"] == {"text": ["2", "2", "1"]}
+
+
+def test_rebatch_keeps_frame_order_across_batches() -> None:
+    (out,) = RebatchImages().rebatch([_frames(3), _frames(2) + 0.5], [2])
+    assert [batch.shape[0] for batch in out] == [2, 2, 1]
+    order = np.concatenate([batch[:, 0, 0, 0] for batch in out])
+    np.testing.assert_allclose(order, [0.0, 0.1, 0.2, 0.5, 0.6])

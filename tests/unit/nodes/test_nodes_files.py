@@ -204,3 +204,14 @@ def test_load_image_is_changed_is_the_file_hash(folders: Folders) -> None:
     assert first == hashlib.sha256(path.read_bytes()).hexdigest()
     Image.new("RGB", (1, 1)).save(path)
     assert LoadImage.IS_CHANGED("h.png") != first
+
+
+def test_save_image_truncates_to_8_bit_as_comfyui_does(folders: Folders) -> None:
+    # 0.25 * 255 = 63.75 and 0.999 * 255 = 254.745: ComfyUI's uint8 cast truncates to 63 and 254.
+    levels = np.array([0.0, 0.25, 0.5, 0.999, 1.5, -0.2], dtype=np.float32)
+    image = np.broadcast_to(levels[None, None, :, None], (1, 1, 6, 3)).copy()
+    SaveImage().save_images(image, "levels")
+    with Image.open(folders.output / "levels_00001_.png") as png:
+        pixels = np.asarray(png.convert("RGB"))[0, :, 0]
+    expected = np.clip(255.0 * levels, 0, 255).astype(np.uint8)
+    assert pixels.tolist() == expected.tolist() == [0, 63, 127, 254, 255, 0]

@@ -1,4 +1,4 @@
-"""Nodes that join, repeat or slice IMAGE batches."""
+"""Nodes that join, repeat, slice or regroup IMAGE batches."""
 
 from __future__ import annotations
 
@@ -69,16 +69,43 @@ class ImageFromBatch:
         return (frames[start : start + length].copy(),)
 
 
+class RebatchImages:
+    """A list of IMAGE batches regrouped, frames in order, into batches of `batch_size`."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "images": ("IMAGE",),
+                "batch_size": ("INT", {"default": 1, "min": 1, "max": 4096}),
+            }
+        }
+
+    RETURN_TYPES = ("IMAGE",)
+    INPUT_IS_LIST = True
+    OUTPUT_IS_LIST = (True,)
+    FUNCTION = "rebatch"
+    CATEGORY = "image/batch"
+
+    def rebatch(self, images: list[Any], batch_size: list[int]) -> tuple[list[imaging.ImageArray]]:
+        size = batch_size[0]
+        frames = [frame for batch in images for frame in np.asarray(batch, dtype=np.float32)]
+        # Frames of different sizes cannot share a batch: that fails, as in ComfyUI.
+        return ([np.stack(frames[i : i + size]) for i in range(0, len(frames), size)],)
+
+
 NODE_CLASS_MAPPINGS: dict[str, type] = {
     "ImageBatch": ImageBatch,
     "RepeatImageBatch": RepeatImageBatch,
     "ImageFromBatch": ImageFromBatch,
+    "RebatchImages": RebatchImages,
 }
 
-NODE_DISPLAY_NAME_MAPPINGS = {"ImageBatch": "Batch Images"}
+NODE_DISPLAY_NAME_MAPPINGS = {"ImageBatch": "Batch Images", "RebatchImages": "Rebatch Images"}
 
 PYTHON_MODULES = {
     "ImageBatch": "nodes",
     "RepeatImageBatch": "comfy_extras.nodes_images",
     "ImageFromBatch": "comfy_extras.nodes_images",
+    "RebatchImages": "comfy_extras.nodes_rebatch",
 }
