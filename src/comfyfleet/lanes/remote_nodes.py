@@ -4,8 +4,9 @@ The gateway validates every prompt with ComfyUI's rules before queueing it.
 For nodes that only backends have, it builds a stand-in class from their
 object_info (inputs, outputs, output node flag); the stand-in validates what
 object_info tells (types, links, combo values, but not min/max) and never runs
-here. A backend with the companion pack validates such prompts itself. When several backends offer a class, combo options are the
-union of theirs (a prompt then only goes to a backend that has the value).
+here. A backend with the companion pack validates such prompts itself. When
+several backends offer a class, combo options are the union of theirs (a prompt
+then only goes to a backend that has the value).
 """
 
 from __future__ import annotations
