@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import struct
 import sys
 import time
@@ -182,6 +183,11 @@ def record(client: Client, name: str, description: str, prompt: Prompt) -> dict[
     return case
 
 
+def scrubbed(text: str) -> str:
+    """The recording with the recording machine's folders (in tracebacks) as `<path>`."""
+    return re.sub(r'File \\"/[^"\\]*/', 'File \\"<path>/', text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default="http://127.0.0.1:8199")
@@ -198,7 +204,7 @@ def main() -> int:
             **case,
         }
         path = args.out / f"{name}.json"
-        path.write_text(json.dumps(case, indent=1) + "\n", encoding="utf-8")
+        path.write_text(scrubbed(json.dumps(case, indent=1)) + "\n", encoding="utf-8")
         print(f"{path}: validate {case['validate']['status']}, submit {case['submit']['status']}")
     return 0
 
