@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint bench run-example clean
+.PHONY: install serve test lint bench conformance run-example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: lint
 # Every benchmark in bench/, one at a time; rewrites BENCHMARKS.md (notes: bench/notes.md).
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# ComfyUI's own execution suite through comfyfleet in every configuration; writes
+# CONFORMANCE.md. Needs COMFYUI_DIR and COMFY_VENV (conformance/README.md); not in `test`.
+conformance: $(STAMP)
+	CF_BIN=$(abspath $(BIN))/comfyfleet $(BIN)/python conformance/report.py $(ARGS)
 
 run-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/invert.json --output-dir output

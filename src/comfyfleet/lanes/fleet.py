@@ -169,7 +169,8 @@ class Fleet:
         """Whether `prompt` can only run on a backend (the local lane lacks a class)."""
         if self.local is None:
             return True
-        return any(node.get("class_type") not in self.engine.registry for node in prompt.values())
+        registry = self.engine.registry
+        return any(str(node.get("class_type")) not in registry for node in prompt.values())
 
     async def validate_on_backend(
         self, prompt: dict[str, Any], targets: list[str] | None

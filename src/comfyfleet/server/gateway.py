@@ -28,6 +28,9 @@ from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
 
+#: ComfyUI's error when every output failed on its nodes' inputs.
+NODES_FAILED = "prompt_outputs_failed_validation"
+
 
 @dataclass
 class Gateway:
@@ -89,7 +92,10 @@ class Gateway:
         node code (VALIDATE_INPUTS) decides, as ComfyUI's `POST /prompt` would."""
         with using_folders(folders or self.folders):
             checked = await validate_prompt(self.fleet.registry, prompt, targets)
-        if not (checked.prompt and self.fleet.runs_remotely(checked.prompt)):
+        # The shape and the classes are checked here either way; what node code decides
+        # (a node's inputs) is the backend's to say.
+        node_level = checked.ok or (checked.error or {}).get("type") == NODES_FAILED
+        if not (node_level and self.fleet.runs_remotely(checked.prompt)):
             return checked
         verdict = await self.fleet.validate_on_backend(checked.prompt, targets)
         if verdict is None:
