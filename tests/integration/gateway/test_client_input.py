@@ -1,0 +1,106 @@
+"""Client input no later step can use: lone surrogates and deep nesting in JSON bodies.
+
+Each is refused where it comes in (ComfyUI's 400): never a 500, never a traceback in the
+log, and the server keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+
+from comfyfleet.server.client_json import MAX_DEPTH
+from comfyfleet.server.config import AuthToken
+from tests.integration.gateway.test_limits import assert_comfyui_error, assert_still_serving
+from tests.integration.gateway.wire import Served, save_prompt, serve
+
+ADMIN = "admin-token-for-client-input"
+#: A lone UTF-16 surrogate as JSON text: a valid escape, but not Unicode text.
+LONE = '"\\ud800"'
+PROMPT = json.dumps(save_prompt(1, "x"))
+NODE = '{"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1}}'
+
+SURROGATE_BODIES = [
+    ("/prompt", f'{{"prompt": {PROMPT}, "prompt_id": {LONE}}}'),
+    ("/prompt", f'{{"prompt": {PROMPT}, "client_id": {LONE}}}'),
+    ("/prompt", f'{{"prompt": {PROMPT}, "extra_data": {{"note": {LONE}}}}}'),
+    ("/prompt", f'{{"prompt": {{{LONE}: {NODE}}}}}'),
+    ("/prompt", f'{{"prompt": {{"1": {{"class_type": {LONE}, "inputs": {{}}}}}}}}'),
+    ("/api/jobs/cancel", f'{{"job_ids": [{LONE}]}}'),
+    ("/queue", f'{{"delete": [{LONE}]}}'),
+    ("/history", f'{{"delete": [{LONE}]}}'),
+    ("/interrupt", f'{{"prompt_id": {LONE}}}'),
+    ("/free", f'{{"free_memory": {LONE}}}'),
+    ("/api/fleet/backends", f'{{"name": {LONE}, "url": "http://127.0.0.1:9"}}'),
+]
+
+
+def _auth(on: bool) -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN}"} if on else {}
+
+
+def _serve(tmp_path: Path, auth: bool, **settings: object) -> AbstractAsyncContextManager[Served]:
+    if auth:
+        settings["auth_tokens"] = (AuthToken(ADMIN, "default", admin=True),)
+    return serve(tmp_path, **settings)
+
+
+async def _post(served: Served, path: str, raw: bytes, auth: bool) -> tuple[int, object]:
+    headers = {"Content-Type": "application/json", **_auth(auth)}
+    reply = await served.request("POST", path, data=raw, headers=headers)
+    return reply.status, (reply.json if reply.text else None)
+
+
+def _no_errors_logged(caplog: pytest.LogCaptureFixture) -> None:
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["open", "auth"])
+async def test_lone_surrogates_are_a_400_in_comfyuis_shape(
+    tmp_path: Path, auth: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with _serve(tmp_path, auth) as served:
+        raw_bytes = f'{{"prompt": {PROMPT}, "prompt_id": "\xed\xa0\x80"}}'
+        for path, body in [*SURROGATE_BODIES, ("/prompt", raw_bytes)]:
+            # The last: a surrogate as raw bytes, which is not UTF-8 at all.
+            raw = body.encode("latin-1") if "\xed" in body else body.encode()
+            status, reply = await _post(served, path, raw, auth)
+            assert status == 400, (path, body, status, reply)
+            assert_comfyui_error(reply, "invalid_json")
+        if not auth:
+            await assert_still_serving(served)
+    _no_errors_logged(caplog)
+
+
+def _nested(depth: int) -> str:
+    """`depth` levels of arrays and objects, the outermost an object."""
+    return (
+        '{"a": ' * (depth // 2)
+        + "[" * (depth - depth // 2)
+        + "]" * (depth - depth // 2)
+        + ("}" * (depth // 2))
+    )
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["open", "auth"])
+async def test_nesting_past_the_cap_is_a_400_in_comfyuis_shape(
+    tmp_path: Path, auth: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with _serve(tmp_path, auth) as served:
+        for path in ("/free", "/prompt", "/queue", "/history", "/interrupt", "/api/jobs/cancel"):
+            for depth in (MAX_DEPTH + 1, 1000, 100_000):
+                status, reply = await _post(served, path, _nested(depth).encode(), auth)
+                assert status == 400, (path, depth, status, reply)
+                assert_comfyui_error(reply, "invalid_json")
+        # At the cap, a body is read as usual.
+        status, _ = await _post(served, "/queue", _nested(MAX_DEPTH).encode(), auth)
+        assert status == 200
+        body = f'{{"prompt": {PROMPT}, "extra_data": {{"x": {"[" * 97}{"]" * 97}}}}}'
+        status, reply = await _post(served, "/prompt", body.encode(), auth)
+        assert status == 200, reply
+    _no_errors_logged(caplog)
