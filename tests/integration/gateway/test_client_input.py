@@ -1,11 +1,12 @@
-"""Client input no later step can use: lone surrogates and deep nesting in JSON bodies.
+"""Client input no later step can use: lone surrogates, deep nesting and oversize bodies.
 
-Each is refused where it comes in (ComfyUI's 400): never a 500, never a traceback in the
-log, and the server keeps serving everyone else.
+Each is refused where it comes in (ComfyUI's 400, a 413): never a 500, never a traceback
+in the log, and the server keeps serving everyone else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from contextlib import AbstractAsyncContextManager
@@ -104,3 +105,33 @@ async def test_nesting_past_the_cap_is_a_400_in_comfyuis_shape(
         status, reply = await _post(served, "/prompt", body.encode(), auth)
         assert status == 200, reply
     _no_errors_logged(caplog)
+
+
+# -- bodies over the cap --------------------------------------------------------------
+
+
+async def _answer_to_headers(served: Served, path: str, length: int) -> bytes:
+    """The status line the server sends after the headers of a POST announcing `length`
+    bytes and only the first few of them: the rest never comes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.server.port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n{{".encode()
+        )
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "path", ["/prompt", "/queue", "/history", "/interrupt", "/free", "/api/jobs/cancel"]
+)
+async def test_a_body_announced_past_the_cap_is_a_413_before_it_is_read(
+    tmp_path: Path, path: str
+) -> None:
+    async with serve(tmp_path, max_upload_bytes=4096) as served:
+        status_line = await _answer_to_headers(served, path, 4097)
+        assert status_line.split()[1:2] == [b"413"], status_line
+        await assert_still_serving(served)
