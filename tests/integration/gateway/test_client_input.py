@@ -1,21 +1,26 @@
-"""Client input no later step can use: lone surrogates, deep nesting and oversize bodies.
+"""Client input no later step can use: lone surrogates, deep nesting, oversize bodies and
+WebSocket messages.
 
-Each is refused where it comes in (ComfyUI's 400, a 413): never a 500, never a traceback
-in the log, and the server keeps serving everyone else.
+Each is refused where it comes in (ComfyUI's 400, a 413, a closed socket): never a 500,
+never a traceback in the log, and the server keeps serving everyone else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
+import os
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from comfyfleet.server.client_json import MAX_DEPTH
 from comfyfleet.server.config import AuthToken
+from comfyfleet.server.ws import MAX_WS_MESSAGE
 from tests.integration.gateway.test_limits import assert_comfyui_error, assert_still_serving
 from tests.integration.gateway.wire import Served, save_prompt, serve
 
@@ -135,3 +140,101 @@ async def test_a_body_announced_past_the_cap_is_a_413_before_it_is_read(
         status_line = await _answer_to_headers(served, path, 4097)
         assert status_line.split()[1:2] == [b"413"], status_line
         await assert_still_serving(served)
+
+
+# -- WebSocket messages -------------------------------------------------------------
+
+
+async def _raw_socket(served: Served) -> aiohttp.ClientWebSocketResponse:
+    ws = await served.session.ws_connect(f"{served.url}/ws?clientId=raw", autoping=False)
+    greeting = await ws.receive_json(timeout=10)
+    assert greeting["type"] == "status"
+    return ws
+
+
+async def _still_open(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """The server answers a ping: it read past what came before and kept the socket."""
+    await ws.ping()
+    message = await ws.receive(timeout=10)
+    assert message.type == aiohttp.WSMsgType.PONG, message
+
+
+async def _upgrade(served: Served) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A `/ws` connection spoken by hand, to send a frame header without its payload."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.server.port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        "GET /ws?clientId=raw HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    writer.write(request.encode())
+    assert b" 101 " in await reader.readline()
+    while await reader.readline() not in (b"\r\n", b""):
+        pass
+    return reader, writer
+
+
+async def _close_code(reader: asyncio.StreamReader) -> int:
+    """Read (unmasked) server frames up to its close frame; the code in it."""
+    while True:
+        opcode, length = await reader.readexactly(2)
+        if length & 0x7F == 126:
+            size = int.from_bytes(await reader.readexactly(2), "big")
+        elif length & 0x7F == 127:
+            size = int.from_bytes(await reader.readexactly(8), "big")
+        else:
+            size = length & 0x7F
+        payload = await reader.readexactly(size)
+        if opcode & 0x0F == 0x8:
+            return int.from_bytes(payload[:2], "big")
+
+
+async def test_a_websocket_message_past_the_cap_is_refused_from_its_header(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A frame announcing a 90 MB text message closes that socket (1009) before any of the
+    message arrives; other clients go on as before."""
+    async with serve(tmp_path) as served:
+        other = await served.connect()
+        reader, writer = await _upgrade(served)
+        mask = os.urandom(4)
+        header = bytes([0x81, 0x80 | 127]) + (90 * 1024 * 1024).to_bytes(8, "big") + mask
+        writer.write(header + bytes(b ^ mask[i % 4] for i, b in enumerate(b'{"type": ')))
+        code = await asyncio.wait_for(_close_code(reader), 10)
+        assert code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        writer.close()
+        prompt_id = await served.submit(save_prompt(2, "other"), other.client_id)
+        await other.done(prompt_id)
+    _no_errors_logged(caplog)
+
+
+async def test_a_first_message_at_the_cap_is_read(tmp_path: Path) -> None:
+    async with serve(tmp_path) as served:
+        ws = await _raw_socket(served)
+        flags = {"type": "feature_flags", "data": {"supports_preview_metadata": True, "pad": ""}}
+        flags["data"]["pad"] = "p" * (MAX_WS_MESSAGE - len(json.dumps(flags)))
+        assert len(json.dumps(flags)) == MAX_WS_MESSAGE
+        await ws.send_str(json.dumps(flags))
+        reply = await ws.receive_json(timeout=10)
+        assert reply["type"] == "feature_flags"
+        await ws.close()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "[" * 30_000 + "]" * 30_000,  # within the cap, past the parser's recursion
+        json.dumps({"type": "feature_flags", "data": {"supports_preview_metadata": "\ud800"}}),
+        "not json",
+    ],
+    ids=["deep", "surrogate", "not-json"],
+)
+async def test_a_first_message_that_is_not_usable_is_ignored(
+    tmp_path: Path, first: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with serve(tmp_path) as served:
+        ws = await _raw_socket(served)
+        await ws.send_str(first)
+        await _still_open(ws)
+        await ws.close()
+    _no_errors_logged(caplog)
