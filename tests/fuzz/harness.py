@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import threading
 from collections.abc import Coroutine, Mapping
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 import aiohttp
 from hypothesis import HealthCheck, settings
 
+from tests.fuzz.strategies import to_json
 from tests.servers import start_in_process
 
 T = TypeVar("T")
@@ -42,6 +44,9 @@ def fuzz_settings(examples: int) -> settings:
         print_blob=True,
     )
 
+
+#: What `LiveServer.websocket` reports for a connection that ended without a close code.
+WS_LOST = -1
 
 #: pytest-timeout for a fuzz test: none in the long run.
 TIMEOUT_MARK_SECONDS = 0 if LONG else 120
@@ -66,10 +71,29 @@ def _not_json(name: str) -> Any:
     raise AssertionError(f"the reply holds {name}, which is not JSON")
 
 
+class ErrorLog(logging.Handler):
+    """What is logged at ERROR or above: a traceback a request caused, for one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def take(self) -> list[str]:
+        """The messages logged since the last call."""
+        messages = [f"{r.name}: {r.getMessage()}" for r in self.records]
+        self.records.clear()
+        return messages
+
+
 class LiveServer:
     """`start_in_process` on a private loop; `request` blocks until the reply or a timeout."""
 
     def __init__(self, data_dir: Path, **settings: Any) -> None:
+        self.errors = ErrorLog()
+        logging.getLogger().addHandler(self.errors)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="fuzz-server", daemon=True
@@ -118,8 +142,37 @@ class LiveServer:
         except TimeoutError:  # aiohttp's own total timeout
             raise AssertionError(f"{method} {path}: no answer within {timeout} s") from None
 
+    def websocket(self, message: str | bytes, *, text: bool = True) -> int | None:
+        """Send `message` as the first message of a `/ws` connection (`text`: as a text frame,
+        its bytes as given), then a ping: None when the pong comes back (the socket is still
+        open), else the code the server closed it with, or WS_LOST when the connection went
+        without one (e.g. closed while a message past the cap was still being sent)."""
+
+        async def exchange() -> int | None:
+            async with self.session.ws_connect(self.url("/ws"), autoping=False) as ws:
+                data = (
+                    message.encode("utf-8", "surrogatepass")
+                    if isinstance(message, str)
+                    else message
+                )
+                try:
+                    await ws.send_frame(
+                        data, aiohttp.WSMsgType.TEXT if text else aiohttp.WSMsgType.BINARY
+                    )
+                    await ws.ping()
+                except ConnectionError:
+                    return ws.close_code or WS_LOST
+                while (reply := await ws.receive()).type != aiohttp.WSMsgType.PONG:
+                    if reply.type == aiohttp.WSMsgType.CLOSE:
+                        return int(reply.data)
+                    if reply.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        return ws.close_code or WS_LOST
+                return None
+
+        return self.run(exchange(), REQUEST_TIMEOUT)
+
     def post_json(self, path: str, body: Any, timeout: float = REQUEST_TIMEOUT) -> Reply:
-        raw = json.dumps(body).encode()
+        raw = to_json(body).encode()
         return self.request(
             "POST", path, data=raw, headers={"Content-Type": "application/json"}, timeout=timeout
         )
@@ -142,6 +195,7 @@ class LiveServer:
         try:
             self.run(stop(), 60)
         finally:
+            logging.getLogger().removeHandler(self.errors)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(30)
             self.loop.close()

@@ -120,7 +120,7 @@ def mutation(draw: st.DrawFn, prompt: dict[str, Any]) -> None:
 @st.composite
 def mutated_request(draw: st.DrawFn) -> dict[str, Any]:
     prompt = base_prompt()
-    for _ in range(draw(st.integers(1, 4))):
+    for _ in range(draw(st.integers(0, 4))):  # none: a valid prompt, so hostile fields get far
         draw(mutation(prompt))
     body: dict[str, Any] = {"prompt": prompt}
     # Top-level fields: absent, sane, or hostile.
@@ -149,7 +149,9 @@ def test_random_json_bodies(live: LiveServer, body: Any) -> None:
 
 
 @fuzz_settings(40)
-@given(raw=st.one_of(st.binary(max_size=200), text.map(str.encode)))
+@given(
+    raw=st.one_of(st.binary(max_size=200), text.map(lambda t: t.encode("utf-8", "surrogatepass")))
+)
 def test_random_bytes(live: LiveServer, raw: bytes) -> None:
     reply = live.request("POST", "/prompt", data=raw, headers={"Content-Type": "application/json"})
     check_prompt_reply(live, reply)

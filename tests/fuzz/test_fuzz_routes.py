@@ -13,11 +13,13 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given
+from aiohttp import WSCloseCode
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tests.fuzz.harness import TIMEOUT_MARK_SECONDS, LiveServer, Reply, fuzz_settings
-from tests.fuzz.strategies import json_values, numbers, text
+from comfyfleet.server.ws import MAX_WS_MESSAGE
+from tests.fuzz.harness import TIMEOUT_MARK_SECONDS, WS_LOST, LiveServer, Reply, fuzz_settings
+from tests.fuzz.strategies import Big, Deep, json_values, numbers, text, to_json
 from tests.integration.server.test_openapi import documented_operations, load_spec
 
 pytestmark = [
@@ -171,7 +173,7 @@ def multipart(draw: st.DrawFn, schema: dict[str, Any]) -> bytes:
             body += _part(name, content, filename, ctype)
         elif name == "original_ref" and draw(st.booleans()):
             ref = draw(from_schema({"type": "object", "properties": _REF_PROPS}))
-            body += _part(name, json.dumps(ref).encode(), None, None)
+            body += _part(name, to_json(ref).encode(), None, None)
         else:
             prop = schema.get("properties", {}).get(name, {"type": "string"})
             value = draw(query_value(prop)).encode("utf-8", "surrogatepass")
@@ -195,7 +197,8 @@ def request_for(
     method, path = operation
     op = OPERATIONS_BY_KEY[operation]
     for name in {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}:
-        path = path.replace("{" + name + "}", quote(draw(path_value(name)), safe=""))
+        value = quote(draw(path_value(name)), safe="", errors="surrogatepass")
+        path = path.replace("{" + name + "}", value)
     params: dict[str, str] = {}
     for param in op.get("parameters", []):
         if param["in"] == "query" and draw(st.booleans()):
@@ -214,7 +217,7 @@ def request_for(
         if path.endswith("/fleet/backends") and isinstance(body, dict) and draw(st.booleans()):
             body["url"] = draw(st.sampled_from(BACKEND_URLS))
             body["name"] = draw(st.sampled_from(BACKEND_NAMES))
-        data = json.dumps(body).encode()
+        data = to_json(body).encode()
         headers["Content-Type"] = "application/json"
     elif choice == 3:
         data = draw(st.binary(max_size=300))
@@ -256,6 +259,40 @@ def test_every_route(live: LiveServer, operation: tuple[str, str], data: st.Data
 def test_ws_without_upgrade(live: LiveServer, params: dict[str, str]) -> None:
     for path in ("/ws", "/api/ws"):
         check_reply("GET", path, live.request("GET", path, params=params))
+
+
+#: First WebSocket messages: text, JSON, feature_flags of any shape and size.
+ws_messages = st.one_of(
+    text,
+    json_values,
+    st.fixed_dictionaries({"type": st.just("feature_flags")}, optional={"data": json_values}),
+    st.builds(Big, st.sampled_from([70_000, 1 << 20])).map(
+        lambda big: {"type": "feature_flags", "data": {"supports_preview_metadata": big}}
+    ),
+)
+
+
+@fuzz_settings(30)
+@given(value=ws_messages, verbatim=st.booleans(), as_text=st.booleans())
+# Always tried: a message far past any client's (it stalled every client while parsed),
+# and nesting past the parser's recursion within the cap (it closed the socket, logging a
+# traceback).
+@example(value={"type": "feature_flags", "data": Big(1 << 20)}, verbatim=False, as_text=True)
+@example(value=Deep(30_000), verbatim=False, as_text=True)
+def test_ws_first_message(live: LiveServer, value: Any, verbatim: bool, as_text: bool) -> None:
+    """Whatever a client's first message holds, its socket stays open (closed 1009 when past
+    the cap, 1007 when a text frame is not UTF-8), and nothing is logged as an error."""
+    message = value if verbatim and isinstance(value, str) else to_json(value)
+    live.errors.take()
+    closed = live.websocket(message, text=as_text)
+    if len(message.encode("utf-8", "surrogatepass")) > MAX_WS_MESSAGE:
+        # Refused from its header: the server may close before the client has sent it all.
+        assert closed in (WSCloseCode.MESSAGE_TOO_BIG, WS_LOST), closed
+    elif as_text and any(0xD800 <= ord(c) <= 0xDFFF for c in message):
+        assert closed == WSCloseCode.INVALID_TEXT, closed
+    else:
+        assert closed is None, closed
+    assert live.errors.take() == []
 
 
 def test_server_still_serves(live: LiveServer) -> None:

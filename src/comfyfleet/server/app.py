@@ -11,7 +11,7 @@ from comfyfleet.server.files import file_routes
 from comfyfleet.server.fleet_api import fleet_routes
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
-from comfyfleet.server.middleware import cors, json_errors, origin_check
+from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
 from comfyfleet.server.prompts import prompt_routes
 from comfyfleet.server.routing import install
 from comfyfleet.server.system import system_routes
@@ -44,8 +44,9 @@ def build_app(gateway: Gateway) -> web.Application:
         redact=tokens.redact,
     )
     middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
-    if tokens:  # innermost: cross-site checks and CORS answers come first
+    if tokens:  # after cross-site checks and CORS answers
         middlewares.append(authenticate(tokens, {r.handler for r in routes if r.admin}))
+    middlewares.append(body_limit(config.max_upload_bytes))  # a refusal gets CORS headers
     app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway
     install(app, routes)

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import errno
 import hashlib
-import json
 import mimetypes
 import os
 import secrets
@@ -30,6 +29,7 @@ from PIL import Image
 from comfyfleet import imaging
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder, resolve_inside
 from comfyfleet.lanes.outputs import split_reference
+from comfyfleet.server.client_json import has_lone_surrogate, loads
 from comfyfleet.server.routing import Route
 
 _ANNOTATIONS = ("output", "input", "temp")
@@ -46,6 +46,8 @@ _SPOOL_IN_MEMORY = 1 << 20
 _BINARY = getattr(os, "O_BINARY", 0)
 # What storing an upload raises when the name or subfolder is taken by the other kind.
 _NAME_CLASHES = (IsADirectoryError, NotADirectoryError, FileExistsError)
+#: Components an upload's subfolder may have: creating each missing one is a stack frame.
+MAX_SUBFOLDER_DEPTH = 64
 
 
 class _Reject(Exception):
@@ -392,8 +394,11 @@ def _target_dir(root: Path, subfolder: str, filename: str) -> str:
     then one a client (and docs/openapi.json) can state without resolving paths.
     """
     bad_name = filename in (".", "..") or "/" in filename or "\\" in filename
-    bad_subfolder = ".." in subfolder.split("/") or _has_control(subfolder)
-    if bad_name or bad_subfolder or _has_control(filename):
+    parts = subfolder.split("/")
+    bad_subfolder = ".." in parts or len(parts) > MAX_SUBFOLDER_DEPTH or _has_control(subfolder)
+    # A lone surrogate (from bytes that are not UTF-8, or a decoded escape) is no file name's.
+    not_unicode = has_lone_surrogate(filename) or has_lone_surrogate(subfolder)
+    if bad_name or bad_subfolder or not_unicode or _has_control(filename):
         raise _Reject(400)
     try:
         return str(resolve_inside(root, os.path.normpath(subfolder)))
@@ -492,8 +497,8 @@ def _same_content(path: str, payload: _Payload) -> bool:
 def _parse_ref(text: str | None) -> dict[str, str]:
     """`original_ref`: JSON naming the image the mask applies to, as `/view` parameters."""
     try:
-        ref: Any = json.loads(text) if text is not None else None
-    except ValueError as exc:
+        ref: Any = loads(text) if text is not None else None
+    except ValueError as exc:  # RefusedJson included
         raise _Reject(400) from exc
     if not isinstance(ref, dict) or not isinstance(ref.get("filename"), str):
         raise _Reject(400)

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.lanes.fleet import FleetError, parse_spec, spec_json
+from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
-from comfyfleet.server.prompts import read_json
 from comfyfleet.server.routing import Route
 
 

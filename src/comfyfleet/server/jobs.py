@@ -8,8 +8,9 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.server.auth import scope, visible
+from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY
-from comfyfleet.server.prompts import clamp_to_sql, own_ids, read_json
+from comfyfleet.server.prompts import clamp_to_sql, own_ids
 from comfyfleet.server.routing import Route
 from comfyfleet.store.records import HistoryEntry, Job, JobStatus
 

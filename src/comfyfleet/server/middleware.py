@@ -1,4 +1,5 @@
-"""Middlewares: ComfyUI's cross-site request guard, and JSON bodies for unexpected errors."""
+"""Middlewares: ComfyUI's cross-site request guard, the request body cap, and JSON bodies for
+unexpected errors."""
 
 from __future__ import annotations
 
@@ -75,6 +76,24 @@ def cors(allowed_origins: Iterable[str]) -> Middleware:
         response.headers[hdrs.ACCESS_CONTROL_ALLOW_HEADERS] = "Content-Type, Authorization"
         response.headers[hdrs.VARY] = "Origin"
         return response
+
+    return middleware
+
+
+def body_limit(max_bytes: int) -> Middleware:
+    """413 at once for a request whose Content-Length is past `max_bytes`, its body unread.
+
+    aiohttp applies its body cap (client_max_size) only while a handler reads the body, so
+    such a request would otherwise be refused after `max_bytes` had arrived, or never, if
+    the client waits before sending the rest. The answer is the upload routes': no body.
+    Bodies without a Content-Length (chunked) are still cut off at the cap as they are read.
+    """
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.content_length is not None and request.content_length > max_bytes:
+            return web.Response(status=413)
+        return await handler(request)
 
     return middleware
 

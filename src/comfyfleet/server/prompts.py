@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
@@ -18,6 +17,7 @@ from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.scheduler.scheduler import QueueFull
 from comfyfleet.server.auth import scope, tenant_name, visible
+from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
 from comfyfleet.store.base import DuplicateJob, StoreError
@@ -37,23 +37,6 @@ SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
 
 def bad_request(type_: str, message: str, details: str = "") -> web.Response:
     return web.json_response(prompt_error_body(error(type_, message, details)), status=400)
-
-
-async def read_json(request: web.Request) -> Any:
-    """The request body as JSON; empty bodies read as {}."""
-    raw = await request.read()
-    if not raw.strip():
-        return {}
-    try:
-        return json.loads(raw)
-    # ValueError also covers integers past Python's digit limit; RecursionError, deep nesting.
-    except (ValueError, RecursionError) as exc:
-        raise web.HTTPBadRequest(
-            text=json.dumps(
-                prompt_error_body(error("invalid_json", "Request body is not JSON", str(exc)))
-            ),
-            content_type="application/json",
-        ) from None
 
 
 async def post_prompt(request: web.Request) -> web.Response:

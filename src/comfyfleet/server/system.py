@@ -22,6 +22,7 @@ from aiohttp import web
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders
+from comfyfleet.server.client_json import read_json
 from comfyfleet.server.routing import Route, empty_ok
 
 log = logging.getLogger(__name__)
@@ -164,10 +165,7 @@ async def _free(engine: Engine, request: web.Request) -> web.StreamResponse:
 
     ComfyUI's free_memory resets its executor caches; the output cache is the equivalent.
     """
-    try:
-        body = await request.json()
-    except ValueError:  # ComfyUI's frontend always sends JSON; others get the empty 200 anyway
-        body = None
+    body = await read_json(request)
     if isinstance(body, dict) and body.get("free_memory"):
         engine.cache.clear()
     return empty_ok()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 
@@ -11,11 +10,18 @@ from aiohttp import WSMsgType, web
 from comfyfleet.protocol import events
 from comfyfleet.server.auth import tenant_name
 from comfyfleet.server.client_events import client_key
+from comfyfleet.server.client_json import RefusedJson, loads
 from comfyfleet.server.gateway import GATEWAY
 from comfyfleet.server.hub import ClientSocket
 from comfyfleet.server.routing import Route
 
 log = logging.getLogger(__name__)
+
+#: The largest message a client may send, in bytes. The protocol reads one message from a
+#: client, its first (`feature_flags`, a few hundred bytes from ComfyUI's frontend); 64 KiB
+#: leaves room for any flags to come, and parses in well under a millisecond. A larger
+#: message closes the socket (1009) as soon as its frame header announces it.
+MAX_WS_MESSAGE = 64 * 1024
 
 
 def server_features(max_upload_bytes: int) -> dict[str, object]:
@@ -24,8 +30,9 @@ def server_features(max_upload_bytes: int) -> dict[str, object]:
 
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     gw = request.app[GATEWAY]
-    # No per-message compression: frames are small and are written in batches.
-    ws = web.WebSocketResponse(max_msg_size=gw.config.max_upload_bytes, compress=False)
+    # No per-message compression: frames are small and are written in batches. aiohttp
+    # refuses a message of max_msg_size bytes or more, hence the + 1.
+    ws = web.WebSocketResponse(max_msg_size=MAX_WS_MESSAGE + 1, compress=False)
     await ws.prepare(request)
     sid = request.query.get("clientId") or uuid.uuid4().hex
     # Addressed by tenant and client id: the same client id of two tenants is two clients.
@@ -38,10 +45,10 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             sock.send_json(event, data)
         first = True
         async for message in ws:
-            if message.type == WSMsgType.TEXT:
-                _on_text(sock, message.data, first, gw.config.max_upload_bytes)
+            if message.type == WSMsgType.TEXT and first:  # later ones mean nothing: unread
+                _on_first_text(sock, message.data, gw.config.max_upload_bytes)
                 first = False
-            elif message.type == WSMsgType.ERROR:
+            elif message.type == WSMsgType.ERROR:  # e.g. past MAX_WS_MESSAGE: aiohttp closed it
                 break
     finally:
         gw.hub.detach(sock)
@@ -49,13 +56,13 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-def _on_text(sock: ClientSocket, text: str, first: bool, max_upload: int) -> None:
-    """Only a first `feature_flags` message means anything; everything else is ignored."""
+def _on_first_text(sock: ClientSocket, text: str, max_upload: int) -> None:
+    """Only a first `feature_flags` message means anything; anything else is ignored."""
     try:
-        message = json.loads(text)
-    except json.JSONDecodeError:
+        message = loads(text)
+    except RefusedJson:
         return
-    if first and isinstance(message, dict) and message.get("type") == "feature_flags":
+    if isinstance(message, dict) and message.get("type") == "feature_flags":
         flags = message.get("data")
         if not isinstance(flags, dict):
             flags = {}

@@ -83,7 +83,8 @@ def multipart(fields: Fields) -> tuple[bytes, str]:
     """A multipart/form-data body and its Content-Type, with file names sent verbatim.
 
     (aiohttp's FormData percent-encodes `/` in file names; browsers and ComfyUI's
-    recorded client do not, and path checks must see the raw name.)
+    recorded client do not, and path checks must see the raw name.) Lone surrogates are
+    written as their UTF-8-like bytes, which are not UTF-8: what a hostile client can send.
     """
     boundary = "comfyfleet-test-boundary"
     out = io.BytesIO()
@@ -93,12 +94,12 @@ def multipart(fields: Fields) -> tuple[bytes, str]:
             filename, data = value
             out.write(
                 f'Content-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-                "Content-Type: image/png\r\n\r\n".encode()
+                "Content-Type: image/png\r\n\r\n".encode("utf-8", "surrogatepass")
             )
             out.write(data)
         else:
             out.write(f'Content-Disposition: form-data; name="{name}"\r\n\r\n'.encode())
-            out.write(value.encode())
+            out.write(value.encode("utf-8", "surrogatepass"))
         out.write(b"\r\n")
     out.write(f"--{boundary}--\r\n".encode())
     return out.getvalue(), f"multipart/form-data; boundary={boundary}"

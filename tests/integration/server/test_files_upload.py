@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, PngImagePlugin
 
+from comfyfleet.server.files import MAX_SUBFOLDER_DEPTH
 from tests.integration.server.fileserver import (
     Fields,
     Served,
@@ -106,6 +107,13 @@ async def test_concurrent_same_name_uploads_never_overwrite(tmp_path: Path) -> N
         [("subfolder", "/tmp"), ("image", ("escape.png", RED))],
         [("subfolder", "a/../../x"), ("image", ("escape.png", RED))],
         [("subfolder", "a/../b"), ("image", ("inside.png", RED))],  # `..` at all: refused
+        [("subfolder", "/".join(["a"] * 1000)), ("image", ("escape.png", RED))],
+        [
+            ("subfolder", "/".join(["a"] * (MAX_SUBFOLDER_DEPTH + 1))),
+            ("image", ("escape.png", RED)),
+        ],
+        [("subfolder", "a\ud800"), ("image", ("escape.png", RED))],
+        [("image", ("escape\ud800.png", RED))],  # bytes that are not UTF-8
         [("type", "bogus"), ("image", ("escape.png", RED))],
         [("type", "input")],
         [("image", "not a file")],
@@ -115,6 +123,47 @@ async def test_upload_bad_requests_are_400(tmp_path: Path, fields: Fields) -> No
     async with serve(tmp_path / "data") as served:
         status, _ = await _upload(served, fields)
         assert status == 400
+    assert not list(tmp_path.rglob("escape.png"))
+
+
+async def test_upload_subfolder_at_the_depth_cap(tmp_path: Path) -> None:
+    subfolder = "/".join(["a"] * MAX_SUBFOLDER_DEPTH)
+    async with serve(tmp_path) as served:
+        status, reply = await _upload(served, [("subfolder", subfolder), ("image", ("a.png", RED))])
+        assert (status, reply) == (200, {"name": "a.png", "subfolder": subfolder, "type": "input"})
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "text"),
+    [
+        ("/upload/image", "subfolder", "x\\ud800"),
+        ("/upload/mask", "original_ref", '{"filename": "orig\\ud800.png"}'),
+    ],
+)
+async def test_upload_text_field_decoded_to_a_lone_surrogate_is_400(
+    tmp_path: Path, path: str, name: str, text: str
+) -> None:
+    """A part's charset decides how its text decodes: unicode_escape makes `\\ud800` a lone
+    surrogate, which no file name can hold."""
+    boundary = "b"
+    body = (
+        (
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="{name}"\r\n'
+            "Content-Type: text/plain; charset=unicode_escape\r\n\r\n"
+            f"{text}\r\n"
+            f"--{boundary}\r\n"
+            'Content-Disposition: form-data; name="image"; filename="escape.png"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + RED
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    async with serve(tmp_path / "data") as served:
+        response = await served.client.post(
+            path, data=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        )
+        assert response.status == 400
     assert not list(tmp_path.rglob("escape.png"))
 
 
@@ -235,6 +284,9 @@ async def test_upload_mask_applies_alpha_to_the_original(tmp_path: Path) -> None
         (json.dumps({"filename": "orig.png", "type": "bogus"}), 400),
         (json.dumps({"filename": "orig.png", "subfolder": "../.."}), 403),
         (json.dumps({"filename": "missing.png"}), 404),
+        ('{"filename": "orig.png", "subfolder": "\\ud800"}', 400),
+        ('{"filename": "orig\\udfff.png"}', 400),
+        ("[" * 30_000 + "]" * 30_000, 400),  # past the JSON parser's recursion
     ],
 )
 async def test_upload_mask_bad_original_ref(tmp_path: Path, ref: str | None, status: int) -> None:

@@ -151,5 +151,8 @@ async def test_free_replies_empty_and_drops_cached_outputs(tmp_path: Path) -> No
         free = await served.client.post("/api/free", json={"free_memory": True})
         assert free.status == 200
         assert len(served.engine.cache) == 0
-        lenient = await served.client.post("/free", data=b"not json")
-        assert lenient.status == 200
+        # A body that is not JSON: ComfyUI's 400, as on every route that reads JSON.
+        not_json = await served.client.post("/free", data=b"not json")
+        assert not_json.status == 400
+        assert (await not_json.json())["error"]["type"] == "invalid_json"
+        assert (await served.client.post("/free")).status == 200  # no body at all is fine

@@ -1,0 +1,119 @@
+"""JSON from clients (request bodies, form fields, WebSocket messages), read once with bounds.
+
+`json.loads` accepts two things no later step can handle. A lone UTF-16 surrogate
+(`"\\ud800"`) is a valid JSON escape but not Unicode text: UTF-8 cannot encode it, so it
+breaks the first SQLite query, file name or UTF-8 reply it reaches. Nesting is only bounded
+by the interpreter's recursion limit, so a value that parses can still overflow whatever
+walks it recursively afterwards (copying, encoding, validation). Both are refused here, for
+every route, instead of being caught wherever they would break.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+
+from comfyfleet.protocol.errors import error, prompt_error_body
+
+#: Levels of arrays and objects a client's JSON may nest. A ComfyUI prompt needs about 5,
+#: a workflow with nested subgraphs in extra_data a few dozen; recursive steps stay far
+#: from Python's limit of 1,000 frames.
+MAX_DEPTH = 100
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# In JSON text decoded strictly, a surrogate can only come from an escape such as \ud800.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class RefusedJson(ValueError):
+    """Client JSON that cannot be used: `message` and `details` say why, for the client."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(f"{message}: {details}" if details else message)
+        self.message = message
+        self.details = details
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a UTF-16 surrogate code point (decoded JSON pairs them up, so
+    any left is alone): such text is not Unicode and cannot be encoded as UTF-8."""
+    return _first_surrogate(text) is not None
+
+
+def _first_surrogate(text: str) -> str | None:
+    found = None if text.isascii() else _SURROGATE.search(text)
+    return None if found is None else found.group()
+
+
+def loads(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """`raw` as JSON; RefusedJson unless it is well-formed Unicode text, nested at most
+    `max_depth` levels deep and free of lone surrogates.
+
+    Bytes are decoded strictly (UTF-8, or UTF-16/32 as `json.loads` detects them), so
+    surrogates sent as raw bytes are refused as not JSON.
+    """
+    try:
+        text = raw.decode(json.detect_encoding(raw)) if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise RefusedJson("Request body is not JSON", str(exc)) from None
+    _refuse_surrogate(text)  # text a caller decoded leniently (e.g. by a form field's charset)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(max_depth) from None
+    except ValueError as exc:  # also integers past Python's digit limit
+        raise RefusedJson("Request body is not JSON", str(exc)) from None
+    # Only escapes can add surrogates now: the strings need a look only if the text has some.
+    _check(value, max_depth, strings=_SURROGATE_ESCAPE.search(text) is not None)
+    return value
+
+
+def _refuse_surrogate(text: str) -> None:
+    if (lone := _first_surrogate(text)) is not None:
+        raise RefusedJson(
+            "Request body holds a lone surrogate",
+            f"\\u{ord(lone):04x} without its pair is not Unicode text",
+        )
+
+
+def _too_deep(max_depth: int) -> RefusedJson:
+    return RefusedJson(
+        "Request body is nested too deeply", f"more than {max_depth} levels of arrays and objects"
+    )
+
+
+def _check(value: Any, max_depth: int, *, strings: bool) -> None:
+    """Walk `value` without recursion: containers for depth, and with `strings` every key
+    and string for lone surrogates."""
+    stack: list[tuple[Any, int]] = [([value], 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            raise _too_deep(max_depth)
+        for child in [*item, *item.values()] if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+            elif strings and isinstance(child, str):
+                _refuse_surrogate(child)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as JSON (empty bodies read as {}), or ComfyUI's 400 `invalid_json`.
+
+    Every route that takes a JSON body reads it here.
+    """
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        return loads(raw)
+    except RefusedJson as refused:
+        raise web.HTTPBadRequest(
+            text=json.dumps(
+                prompt_error_body(error("invalid_json", refused.message, refused.details))
+            ),
+            content_type="application/json",
+        ) from None
