@@ -39,10 +39,13 @@ REQUEST_TIMEOUT = 30.0 if LONG else 15.0
 
 #: (operationId, check) -> why the check cannot hold for that operation.
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
-    ("postPrompt", "positive_data_acceptance"): (
-        "a prompt's validity is semantic (node classes, links, input types): most "
-        "schema-valid graphs get ComfyUI's 400 with node_errors, as they should"
-    ),
+    **{
+        (operation_id, "positive_data_acceptance"): (
+            "a prompt's validity is semantic (node classes, links, input types): most "
+            "schema-valid graphs get ComfyUI's 400 with node_errors, as they should"
+        )
+        for operation_id in ("postPrompt", "validatePrompt")
+    },
     **{
         (operation_id, "negative_data_rejection"): (
             "ComfyUI answers these with 200 whatever the body holds: wrong types and non-string "

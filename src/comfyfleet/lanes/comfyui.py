@@ -159,7 +159,7 @@ class ComfyUILane:
             try:
                 prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             except ForeignFile as foreign:
-                return refused_result(job, foreign_file_answer(job, foreign))
+                return refused_result(job, foreign_file_answer(job.prompt, foreign))
             try:
                 await self._submit(replace(job, prompt=prompt))
             except PromptRefused as refused:
@@ -276,12 +276,20 @@ class ComfyUILane:
             )
 
     async def validate(
-        self, prompt: dict[str, Any], targets: list[str] | None
+        self, prompt: dict[str, Any], targets: list[str] | None, folders: Folders, tenant: str
     ) -> tuple[bool, dict[str, Any]] | None:
         """The backend's own verdict on `prompt`, as its `POST /prompt` would give it:
         (True, {outputs, node_errors}) or (False, {error, node_errors}); None when it
-        cannot say (no companion pack, down, or an answer out of protocol)."""
+        cannot say (no companion pack, down, or an answer out of protocol). The files
+        the prompt names (of `tenant`, in `folders`) are pushed there first, as for a run."""
         if not (self.validates and self.up):
+            return None
+        try:
+            prompt = await self._pusher.push_for(prompt, folders, tenant)
+        except ForeignFile as foreign:
+            return False, foreign_file_answer(prompt, foreign)
+        except BackendError as exc:
+            log.info("backend %s could not take the files: %s", self.client.spec.name, exc)
             return None
         body: dict[str, Any] = {"prompt": prompt}
         if targets is not None:
@@ -504,9 +512,9 @@ def _succeeded(entry: dict[str, Any]) -> bool:
     return bool(status.get("completed") or status.get("status_str") == "success")
 
 
-def foreign_file_answer(job: Job, foreign: ForeignFile) -> dict[str, Any]:
+def foreign_file_answer(prompt: dict[str, Any], foreign: ForeignFile) -> dict[str, Any]:
     """ComfyUI's answer to a prompt naming a file it does not have (`value_not_in_list`)."""
-    node = job.prompt.get(foreign.node_id) or {}
+    node = prompt.get(foreign.node_id) or {}
     problem = error(
         "value_not_in_list",
         "Value not in list",

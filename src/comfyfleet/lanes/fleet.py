@@ -173,13 +173,13 @@ class Fleet:
         return any(str(node.get("class_type")) not in registry for node in prompt.values())
 
     async def validate_on_backend(
-        self, prompt: dict[str, Any], targets: list[str] | None
+        self, prompt: dict[str, Any], targets: list[str] | None, folders: Folders, tenant: str
     ) -> tuple[bool, dict[str, Any]] | None:
         """The verdict of a backend that could run `prompt` and validates for the gateway
         (see `ComfyUILane.validate`); None when there is none."""
         for lane in self.backends.values():
             if lane.validates and not lane.draining and not lane.capabilities.missing_for(prompt):
-                verdict = await lane.validate(prompt, targets)
+                verdict = await lane.validate(prompt, targets, folders, tenant)
                 if verdict is not None:
                     return verdict
         return None

@@ -24,7 +24,7 @@ from comfyfleet.server.config import ServerConfig
 from comfyfleet.server.hub import Hub
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.sqlite import SQLiteStore
-from comfyfleet.tenants import TenantFolders
+from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
 
 log = logging.getLogger(__name__)
 
@@ -84,20 +84,21 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
     async def validate(
-        self, prompt: Any, targets: list[str] | None, folders: Folders | None = None
+        self, prompt: Any, targets: list[str] | None, tenant: str = DEFAULT_TENANT
     ) -> ValidationResult:
         """ComfyUI's validation against every node the fleet knows, with the files of
-        `folders` (the submitting tenant's; by default the gateway's own). A prompt only
-        backends can run is judged by one that can and has the companion pack: its own
-        node code (VALIDATE_INPUTS) decides, as ComfyUI's `POST /prompt` would."""
-        with using_folders(folders or self.folders):
+        `tenant`. A prompt only backends can run is judged by one that can and has the
+        companion pack (the tenant's files it names pushed there first): its own node
+        code (VALIDATE_INPUTS) decides, as ComfyUI's `POST /prompt` would."""
+        folders = self.tenants.of(tenant)
+        with using_folders(folders):
             checked = await validate_prompt(self.fleet.registry, prompt, targets)
         # The shape and the classes are checked here either way; what node code decides
         # (a node's inputs) is the backend's to say.
         node_level = checked.ok or (checked.error or {}).get("type") == NODES_FAILED
         if not (node_level and self.fleet.runs_remotely(checked.prompt)):
             return checked
-        verdict = await self.fleet.validate_on_backend(checked.prompt, targets)
+        verdict = await self.fleet.validate_on_backend(checked.prompt, targets, folders, tenant)
         if verdict is None:
             return checked
         ok, answer = verdict

@@ -92,7 +92,7 @@ async def _validated(
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
     ):
         return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
-    checked = await gw.validate(body["prompt"], targets, gw.tenants.of(tenant_name(request)))
+    checked = await gw.validate(body["prompt"], targets, tenant_name(request))
     if not checked.ok:
         return web.json_response(
             prompt_error_body(checked.error or {}, checked.node_errors), status=400
