@@ -21,6 +21,13 @@ from comfyfleet.lanes.backend import (
 )
 from comfyfleet.lanes.base import Adopt, LaneRun, adopt_none
 from comfyfleet.lanes.capabilities import Capabilities
+from comfyfleet.lanes.endings import (
+    foreign_file_answer,
+    refused_result,
+    succeeded,
+    unsafe_output_result,
+    withdrawn_result,
+)
 from comfyfleet.lanes.outputs import (
     OutputCopier,
     OutputReferencer,
@@ -29,7 +36,6 @@ from comfyfleet.lanes.outputs import (
 )
 from comfyfleet.lanes.uploads import ForeignFile, InputPusher
 from comfyfleet.protocol import events
-from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
 
@@ -216,7 +222,7 @@ class ComfyUILane:
                 handle.on_interrupt(lambda: self._interrupt_soon(watch))
                 return await self._follow(job, watch, sink, handle)
             entry = await self.client.history(job.prompt_id)  # it may have just ended
-        if entry is None or (successes_only and not _succeeded(entry)):
+        if entry is None or (successes_only and not succeeded(entry)):
             return None
         result = await self._result(job, entry, self._outputs(job))
         for node_id, output in result.outputs.items():
@@ -409,7 +415,8 @@ class ComfyUILane:
                         output = await copier.localize(event.data.get("output"))
                     except UnsafeOutput as exc:
                         self._interrupt_soon(watch)  # the prompt has failed: stop it there
-                        return self._refused(job, node, exc, copied)
+                        name = self.client.spec.name
+                        return unsafe_output_result(job, node, name, exc, copied)
                     copied[str(node)] = output
                     event = Message("executed", {**event.data, "output": output})
             sink(event)
@@ -466,7 +473,7 @@ class ComfyUILane:
             try:
                 outputs[node] = await copier.localize(ui)
             except UnsafeOutput as exc:
-                return self._refused(job, node, exc, outputs)
+                return unsafe_output_result(job, node, self.client.spec.name, exc, outputs)
         last_event, last_data = messages[-1] if messages else ("", {})
         error: dict[str, Any] | None = last_data if isinstance(last_data, dict) else None
         if status.get("completed") or status.get("status_str") == "success":
@@ -479,100 +486,6 @@ class ComfyUILane:
             state, outputs, entry.get("meta") or {}, messages, error, output_files(outputs)
         )
 
-    def _refused(
-        self, job: Job, node: Any, exc: UnsafeOutput, outputs: dict[str, Any]
-    ) -> JobResult:
-        """The end of a prompt whose backend named an output file the gateway refuses: an
-        error of the node that output it (the client's end event), kept in history with
-        the outputs copied before it."""
-        node_id = node if isinstance(node, str) and node in job.prompt else None
-        error: dict[str, Any] = {
-            "prompt_id": job.prompt_id,
-            "node_id": node_id,
-            "node_type": job.prompt[node_id].get("class_type") if node_id else None,
-            "executed": list(outputs),
-            "exception_message": f"backend {self.client.spec.name}: {exc}",
-            "exception_type": "comfyfleet.UnsafeOutput",
-            "traceback": [],
-            "current_inputs": {},
-            "current_outputs": [],
-            "timestamp": events.timestamp_ms(),
-        }
-        log.warning("backend %s: prompt %s: %s", self.client.spec.name, job.prompt_id, exc)
-        messages: list[Any] = [["execution_error", error]]
-        return JobResult(JobStatus.ERROR, outputs, {}, messages, error, output_files(outputs))
-
 
 async def _nothing() -> None:
     return None
-
-
-def _succeeded(entry: dict[str, Any]) -> bool:
-    status = entry.get("status") or {}
-    return bool(status.get("completed") or status.get("status_str") == "success")
-
-
-def foreign_file_answer(prompt: dict[str, Any], foreign: ForeignFile) -> dict[str, Any]:
-    """ComfyUI's answer to a prompt naming a file it does not have (`value_not_in_list`)."""
-    node = prompt.get(foreign.node_id) or {}
-    problem = error(
-        "value_not_in_list",
-        "Value not in list",
-        f"{foreign.name}: '{foreign.value}' not in list",
-        input_name=foreign.name,
-        received_value=foreign.value,
-    )
-    return prompt_error_body(
-        error("prompt_outputs_failed_validation", "Prompt outputs failed validation"),
-        {
-            foreign.node_id: {
-                "errors": [problem],
-                "dependent_outputs": [],
-                "class_type": node.get("class_type"),
-            }
-        },
-    )
-
-
-def refused_result(job: Job, answer: dict[str, Any]) -> JobResult:
-    """A prompt the backend's own validation refused (a node's VALIDATE_INPUTS, say): it
-    ends as an error at once, carrying ComfyUI's `error` and `node_errors`."""
-    err = answer["error"]
-    node_errors = answer.get("node_errors")
-    node_errors = node_errors if isinstance(node_errors, dict) else {}
-    lines = [f"{err.get('message', 'Prompt refused')}: {err.get('details', '')}".rstrip(": ")]
-    for node_id, found in node_errors.items():
-        found = found if isinstance(found, dict) else {}
-        lines.append(f"{found.get('class_type')} {node_id}:")
-        for item in found.get("errors") or []:
-            if isinstance(item, dict):
-                lines.append(f"- {item.get('message')}: {item.get('details')}")
-    first = next(iter(node_errors.items()), None)
-    error: dict[str, Any] = {
-        "prompt_id": job.prompt_id,
-        "node_id": first[0] if first else None,
-        "node_type": first[1].get("class_type") if first and isinstance(first[1], dict) else None,
-        "executed": [],
-        "exception_message": "\n".join(lines) + "\n",
-        "exception_type": str(err.get("type") or "invalid_prompt"),
-        "traceback": [],
-        "current_inputs": {},
-        "current_outputs": [],
-        "error": err,
-        "node_errors": node_errors,
-        "timestamp": events.timestamp_ms(),
-    }
-    return JobResult(JobStatus.ERROR, {}, {}, [["execution_error", error]], error, [])
-
-
-def withdrawn_result(job: Job) -> JobResult:
-    """A prompt taken out of the backend's queue before it started: interrupted there
-    (the scheduler makes it cancelled, or puts it back in the queue, as asked)."""
-    error: dict[str, Any] = {
-        "prompt_id": job.prompt_id,
-        "node_id": None,
-        "node_type": None,
-        "executed": [],
-        "timestamp": events.timestamp_ms(),
-    }
-    return JobResult(JobStatus.INTERRUPTED, {}, {}, [["execution_interrupted", error]], error, [])

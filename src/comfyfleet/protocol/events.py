@@ -17,6 +17,32 @@ def execution_start(prompt_id: str) -> dict[str, Any]:
     return {"prompt_id": prompt_id, "timestamp": timestamp_ms()}
 
 
+def execution_error(
+    prompt_id: str,
+    message: str,
+    exception_type: str,
+    *,
+    node_id: str | None = None,
+    node_type: str | None = None,
+    executed: list[str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """`execution_error` for an error raised outside any node's code (no traceback)."""
+    return {
+        "prompt_id": prompt_id,
+        "node_id": node_id,
+        "node_type": node_type,
+        "executed": executed or [],
+        "exception_message": message,
+        "exception_type": exception_type,
+        "traceback": [],
+        "current_inputs": {},
+        "current_outputs": [],
+        **extra,
+        "timestamp": timestamp_ms(),
+    }
+
+
 def executing(
     prompt_id: str, node_id: str | None, display_node: str | None = None
 ) -> dict[str, Any]:

@@ -91,16 +91,7 @@ class RetryPolicy:
 def lane_failure(job: Job, failed: int, failure: dict[str, Any] | None) -> JobResult:
     """The end of a job whose lanes failed on every attempt."""
     detail = (failure or {}).get("error", "lane failure")
-    error: dict[str, Any] = {
-        "prompt_id": job.prompt_id,
-        "node_id": None,
-        "node_type": None,
-        "executed": [],
-        "exception_message": f"the job failed on its lane {failed} times; last: {detail}\n",
-        "exception_type": "comfyfleet.LaneFailure",
-        "traceback": [],
-        "current_inputs": {},
-        "current_outputs": [],
-        "timestamp": events.timestamp_ms(),
-    }
-    return JobResult(JobStatus.ERROR, {}, {}, [["execution_error", error]], error, [])
+    message = f"the job failed on its lane {failed} times; last: {detail}\n"
+    return JobResult.failed(
+        events.execution_error(job.prompt_id, message, "comfyfleet.LaneFailure")
+    )

@@ -121,6 +121,11 @@ class JobResult:
     error: dict[str, Any] | None = None
     files: list[OutputFile] = field(default_factory=list)
 
+    @classmethod
+    def failed(cls, error: dict[str, Any]) -> JobResult:
+        """An attempt that ended with `error` (an `execution_error` payload), nothing else."""
+        return cls(JobStatus.ERROR, {}, {}, [["execution_error", error]], error)
+
     def status_record(self) -> dict[str, Any]:
         completed = self.status == JobStatus.SUCCESS
         return {
