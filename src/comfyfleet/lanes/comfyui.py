@@ -157,27 +157,9 @@ class ComfyUILane:
             raise BackendError(f"backend {self.client.spec.name} is down")
         watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
-            if job.attempt > 1:
-                # An earlier attempt may have reached it (and ended there) unbeknown.
-                known = await self._rejoin(job, watch, sink, handle, successes_only=True)
-                if known is not None:
-                    return known
-            try:
-                prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
-            except ForeignFile as foreign:
-                return refused_result(job, foreign_file_answer(job.prompt, foreign))
-            try:
-                await self._submit(replace(job, prompt=prompt))
-            except PromptRefused as refused:
-                if not refused.duplicate:
-                    return refused_result(job, refused.answer)
-                # A backend that keeps ids (another comfyfleet) has it from before.
-                known = await self._rejoin(job, watch, sink, handle, successes_only=True)
-                if known is None:
-                    raise BackendError(
-                        f"{self.client.spec.name} holds {job.prompt_id} but cannot run it again"
-                    ) from refused
-                return known
+            ended = await self._send(job, watch, sink, handle)
+            if ended is not None:
+                return ended
             handle.accept()
             handle.on_interrupt(lambda: self._interrupt_soon(watch))
             handle.offer_back(lambda: self._withdraw(watch), lambda: not watch.started)
@@ -187,6 +169,33 @@ class ComfyUILane:
             return withdrawn_result(job)
         finally:
             self.client.unwatch(job.prompt_id)
+
+    async def _send(
+        self, job: Job, watch: PromptWatch, sink: EventSink, handle: LaneRun
+    ) -> JobResult | None:
+        """Submit the job's prompt, its files pushed first; None once the backend queued
+        it, else how the run ended without that (refused, or known there already)."""
+        if job.attempt > 1:
+            # An earlier attempt may have reached it (and ended there) unbeknown.
+            known = await self._rejoin(job, watch, sink, handle, successes_only=True)
+            if known is not None:
+                return known
+        try:
+            prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
+            await self._submit(replace(job, prompt=prompt))
+        except ForeignFile as foreign:
+            return refused_result(job, foreign_file_answer(job.prompt, foreign))
+        except PromptRefused as refused:
+            if not refused.duplicate:
+                return refused_result(job, refused.answer)
+            # A backend that keeps ids (another comfyfleet) has it from before.
+            known = await self._rejoin(job, watch, sink, handle, successes_only=True)
+            if known is None:
+                raise BackendError(
+                    f"{self.client.spec.name} holds {job.prompt_id} but cannot run it again"
+                ) from refused
+            return known
+        return None
 
     async def resume(self, job: Job, sink: EventSink, handle: LaneRun) -> JobResult | None:
         """A job this lane ran before a gateway restart: its result, or None if unknown there."""
@@ -269,7 +278,10 @@ class ComfyUILane:
         running, pending = await self.client.queue_ids(mine=True)
         if not running | pending:
             return
-        keep = await self._adopt(sorted(running | pending))
+        try:
+            keep = await self._adopt(sorted(running | pending))
+        except Exception as exc:  # the store refused (a full disk, say): try again later
+            raise BackendError(f"could not sort out what it holds: {exc}") from exc
         stale = sorted((running | pending) - keep)
         for prompt_id in stale:
             if prompt_id in pending:
