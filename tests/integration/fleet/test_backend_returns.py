@@ -44,7 +44,8 @@ def test_a_backend_back_with_the_prompt_is_followed_not_failed(make_fleet: MakeF
 
 def test_a_backend_back_with_a_prompt_run_elsewhere_drops_it(make_fleet: MakeFleet) -> None:
     fleet = make_fleet(shared=1, dedicated=[()])
-    prompt_id = run_on(fleet, "d0", unique_sleep_prompt(6.0))
+    # Long enough that d0 is back and reconnected well before its own copy could end.
+    prompt_id = run_on(fleet, "d0", unique_sleep_prompt(12.0))
     fleet.backends["d0"].kill()
     poll(lambda: fleet.lane_of(prompt_id) == "s0", what="the job to move to s0", timeout=10)
     fleet.restart_backend("d0")  # it takes up its own copy of the prompt again
