@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders, using_folders
+from comfyfleet.nodes import build_registry
 from comfyfleet.nodes.core import NODE_CLASS_MAPPINGS as CORE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

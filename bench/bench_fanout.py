@@ -30,9 +30,9 @@ from typing import Any
 from aiohttp.test_utils import TestServer
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 from comfyfleet.providers.emulator import build_emulator_app, emulator_state
 from comfyfleet.providers.emulator_state import EmulatorSettings, EmulatorState
 from comfyfleet.store.sqlite import SQLiteStore

@@ -32,8 +32,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import trivial_prompt
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 from figures import figure
 from harness import percentile, serve, wait_ready
 

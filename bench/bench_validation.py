@@ -25,9 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from comfyfleet.engine.registry import NodeRegistry, build_registry
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.validation import validate_prompt
 from comfyfleet.folders import Folders, using_folders
+from comfyfleet.nodes import build_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure

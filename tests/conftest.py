@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import NodeRegistry, build_registry
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.validation import validate_prompt
 from comfyfleet.folders import Folders, using_folders
+from comfyfleet.nodes import build_registry
 
 SCENARIO = (
     Path(__file__).parents[1]

@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from comfyfleet.engine.registry import build_registry
+from comfyfleet.nodes import build_registry
 
 
 def list_nodes(args: argparse.Namespace) -> int:

@@ -14,11 +14,11 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.run import ExecutionResult, RunHandle
 from comfyfleet.fanout import SERVICE, FanoutService, FanoutSettings, MemoryJournal, SecretVault
 from comfyfleet.fanout.secrets import SERVICE as SECRETS
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 from comfyfleet.protocol.errors import prompt_error_body
 
 

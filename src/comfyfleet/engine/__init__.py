@@ -1,5 +1,6 @@
 """The built-in engine: node registry, validation, execution, output cache.
 
 Import from the modules: `engine.executor.Engine`, `engine.run.ExecutionRequest`,
-`engine.registry.build_registry`, `engine.context.ProgressBar`, ...
+`engine.registry.NodeRegistry`, `engine.context.ProgressBar`, ... The registry a
+process runs with is composed above the engine: `comfyfleet.nodes.build_registry`.
 """

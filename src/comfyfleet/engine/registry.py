@@ -1,4 +1,6 @@
-"""The node registry: built-in packs plus ComfyUI-style custom node packs."""
+"""The node registry: node classes by name, loaded from packs (ComfyUI-style modules and
+custom node folders). Which packs a process loads is decided above the engine
+(`comfyfleet.nodes.build_registry`)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import importlib.util
 import logging
 import sys
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -121,20 +123,3 @@ class NodeRegistry:
             return {name: node.object_info() for name, node in self.nodes.items()}
         node = self.nodes.get(class_type)
         return {class_type: node.object_info()} if node else {}
-
-
-def build_registry(
-    *, testing: bool = False, custom_nodes: Iterable[Path | str] = ()
-) -> NodeRegistry:
-    """The built-in packs (plus `testing` on request), then each custom-nodes folder,
-    then the Concurrent Submit twins of every image and video node they define."""
-    from comfyfleet.nodes import builtin_packs
-    from comfyfleet.nodes.fanout import add_submit_twins
-
-    registry = NodeRegistry()
-    for module in builtin_packs(testing=testing):
-        registry.add_module(module, pack=module.__name__.rsplit(".", 1)[-1], builtin=True)
-    for directory in custom_nodes:
-        registry.load_custom_nodes(directory)
-    add_submit_twins(registry)
-    return registry

@@ -11,9 +11,10 @@ import aiohttp
 import pytest
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import NodeRegistry, build_registry
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.fanout import FanoutService, FanoutSettings, SecretVault
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 from comfyfleet.store.sqlite import SQLiteStore
 from tests import emulators
 from tests.emulators import Emulator

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from comfyfleet.engine.registry import build_registry
+from comfyfleet.nodes import build_registry
 from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, Rig
 from tests.integration.fanout.test_concurrency import run, status_of
 

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from comfyfleet.engine.registry import build_registry
+from comfyfleet.nodes import build_registry
 from tests.servers import free_port
 
 #: What `/view` answers for every file: bytes the backend chose.

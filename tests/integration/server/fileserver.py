@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from PIL import Image
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 from comfyfleet.server.files import file_routes
 from comfyfleet.server.middleware import json_errors, origin_check
 from comfyfleet.server.routing import Route, install

@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 
 GOOD_PACK = """
 class Doubler:

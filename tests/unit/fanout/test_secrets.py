@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.engine.registry import NodeRegistry, build_registry
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.fanout.secrets import KeyUnavailable, SecretVault, parse_reference
+from comfyfleet.nodes import build_registry
 from comfyfleet.store.records import NewJob
 
 KEY = "typed-KEY-0a1b2c3d4e5f"

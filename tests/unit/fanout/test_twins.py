@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from comfyfleet.engine.nodedef import NodeDef
-from comfyfleet.engine.registry import NodeRegistry, build_registry
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.validation import validate_prompt
+from comfyfleet.nodes import build_registry
 from comfyfleet.nodes import fanout as fanout_nodes
 from comfyfleet.nodes.fanout import SUBMIT_PREFIX
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.validation import validate_prompt
 from comfyfleet.lanes.affinity import Warmth, model_files
 from comfyfleet.lanes.capabilities import Capabilities
 from comfyfleet.lanes.remote_nodes import union_registry
+from comfyfleet.nodes import build_registry
 
 CHECKPOINT_LOADER = {
     "input": {"required": {"ckpt_name": [["sd15.safetensors", "sdxl.safetensors"], {}]}},

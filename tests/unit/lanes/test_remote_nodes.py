@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.engine.validation import validate_prompt
 from comfyfleet.lanes.remote_nodes import union_registry
+from comfyfleet.nodes import build_registry
 
 #: A backend's node as its /object_info shows it: nothing says whether its own
 #: VALIDATE_INPUTS takes `input2` (ComfyUI's TestCustomValidation5 does, via **kwargs).

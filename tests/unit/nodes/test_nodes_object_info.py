@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
+from comfyfleet.nodes import build_registry
 
 REFERENCE = Path(__file__).parents[2] / "data" / "comfyui-reference" / "object_info-core.json"
 

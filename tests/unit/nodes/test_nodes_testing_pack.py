@@ -9,8 +9,7 @@ import time
 import pytest
 
 from comfyfleet.engine.context import InterruptProcessingException
-from comfyfleet.engine.registry import build_registry
-from comfyfleet.nodes import testing
+from comfyfleet.nodes import build_registry, testing
 
 
 def test_registered_only_on_request() -> None:

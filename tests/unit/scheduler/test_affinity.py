@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.local import LocalLane
+from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub

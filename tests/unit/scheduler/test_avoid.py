@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.local import LocalLane
+from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.registry import build_registry
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.local import LocalLane
+from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.store.records import Job, JobStatus, NewJob
 from comfyfleet.store.sqlite import SQLiteStore
