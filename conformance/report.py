@@ -51,7 +51,8 @@ CONFIGS = [
 KNOWN: list[tuple[str, str, str]] = [
     (
         "-nopack",
-        r"test_(async_validate_inputs|async_validation_error|validation_error_literal)",
+        r"test_(async_validate_inputs|async_validation_error|validation_error_literal"
+        r"|validation_error_kwargs)",
         "Without the companion pack the gateway cannot run a node's own VALIDATE_INPUTS: "
         "it answers 200, the backend refuses, and the prompt ends with an execution_error "
         "carrying the backend's node_errors (README: ComfyUI backends, Failures).",
@@ -82,8 +83,12 @@ def read_junit(path: Path, label: str, run: int) -> Result:
     return result
 
 
+def run_label(config: Config, run: int) -> str:
+    return config.label if run == 1 else f"{config.label}-run{run}"
+
+
 def run_config(config: Config, run: int, out_dir: Path) -> Result:
-    label = config.label if run == 1 else f"{config.label}-run{run}"
+    label = run_label(config, run)
     env = {
         **os.environ,
         "OUT_DIR": str(out_dir),
@@ -145,12 +150,16 @@ def report(results: list[Result], comfyui: Path, command: str) -> str:
         seconds = ", ".join(f"{r.seconds:.0f} s" for r in runs)
         lines.append(f"| {config.label}: {config.what} | {counts} | {seconds} |")
     lines += ["", "## Remaining failures", ""]
-    failures = [(r.label, r.run, test) for r in results for test in r.failed]
-    if not failures:
+    grouped: dict[tuple[str, int, str], list[str]] = {}
+    for r in results:
+        for test in r.failed:
+            grouped.setdefault((r.label, r.run, reason(r.label, test)), []).append(test)
+    if not grouped:
         lines.append("None.")
-    for label, run, test in failures:
-        lines.append(f"- {label} (run {run}): `{test}`: {reason(label, test)}")
-    return "\n".join(lines) + "\n"
+    for (label, run, why), tests in grouped.items():
+        lines += [f"- **{label}** (run {run}), {len(tests)} tests: {why}", ""]
+        lines += [f"  - `{test}`" for test in tests] + [""]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> int:
@@ -158,6 +167,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2, help="runs of each gateway configuration")
     parser.add_argument("--only", default="", help="comma-separated labels (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "conformance-results")
+    parser.add_argument(
+        "--report-only", action="store_true", help="write CONFORMANCE.md from the results in --out"
+    )
     args = parser.parse_args()
     for name in ("COMFYUI_DIR", "COMFY_VENV", "CF_BIN"):
         if not os.environ.get(name):
@@ -170,7 +182,12 @@ def main() -> int:
         if only and config.label not in only:
             continue
         for run in range(1, (args.runs if config.repeat else 1) + 1):
-            results.append(run_config(config, run, args.out))
+            if args.report_only:
+                xml = args.out / f"{run_label(config, run)}.xml"
+                if xml.exists():
+                    results.append(read_junit(xml, config.label, run))
+            else:
+                results.append(run_config(config, run, args.out))
     command = "make conformance" + (f" ARGS='--only {args.only}'" if args.only else "")
     text = report(results, Path(os.environ["COMFYUI_DIR"]), command)
     (ROOT / "CONFORMANCE.md").write_text(text, encoding="utf-8")
