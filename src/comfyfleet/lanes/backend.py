@@ -29,6 +29,12 @@ log = logging.getLogger(__name__)
 
 #: Answers bigger than this are parsed in a worker thread.
 LARGE_JSON = 256 * 1024
+#: Most a backend may send: a JSON answer (object_info of a large install is tens of
+#: MB), a file (an output or a preview) and one WebSocket message. Past these the
+#: backend is out of protocol: its answer is refused rather than held in memory.
+MAX_JSON_BYTES = 256 * 1024 * 1024
+MAX_FILE_BYTES = 1024 * 1024 * 1024
+MAX_WS_MESSAGE = 64 * 1024 * 1024
 MIME_FORMAT = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
 
 
@@ -132,13 +138,13 @@ class BackendClient:
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 **kwargs,
             ) as response:
-                body = await response.read()
+                body = await _read_capped(response, MAX_JSON_BYTES, f"{method} {path}")
                 if response.status >= 400:
                     raise BackendError(f"{method} {path}: HTTP {response.status}: {body[:300]!r}")
                 if len(body) > LARGE_JSON:  # e.g. object_info: parse it off the event loop
                     return await asyncio.to_thread(json.loads, body)
                 return json.loads(body) if body.strip() else None
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
 
     async def read_bytes(self, path: str, params: dict[str, str], timeout: float = 60.0) -> bytes:
@@ -151,7 +157,7 @@ class BackendClient:
             ) as response:
                 if response.status != 200:
                     raise BackendError(f"GET {path}: HTTP {response.status}")
-                return await response.read()
+                return await _read_capped(response, MAX_FILE_BYTES, f"GET {path}")
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 
@@ -164,7 +170,8 @@ class BackendClient:
                 headers=self.spec.headers(),
                 timeout=aiohttp.ClientTimeout(total=120.0),
             ) as response:
-                return response.status, await response.read(), response.content_type
+                body = await _read_capped(response, MAX_FILE_BYTES, f"GET {path}")
+                return response.status, body, response.content_type
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 
@@ -181,9 +188,9 @@ class BackendClient:
                 headers=self.spec.headers(),
                 timeout=aiohttp.ClientTimeout(total=30.0),
             ) as response:
-                text = await response.text()
-                return response.status, json.loads(text) if text.strip() else None
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as exc:
+                raw = await _read_capped(response, MAX_JSON_BYTES, f"POST {path}")
+                return response.status, json.loads(raw) if raw.strip() else None
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             raise BackendError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
 
     async def history(self, prompt_id: str) -> dict[str, Any] | None:
@@ -228,7 +235,7 @@ class BackendClient:
                 f"{self.base}/ws?clientId={self.client_id}",
                 headers=self.spec.headers(),
                 heartbeat=20.0,
-                max_msg_size=0,
+                max_msg_size=MAX_WS_MESSAGE,
                 timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -291,9 +298,11 @@ class BackendClient:
     def _on_text(self, text: str) -> None:
         try:
             frame = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
+            return  # not a frame of the protocol: nothing to relay
+        if not (isinstance(frame, dict) and isinstance(frame.get("type"), str)):
             return
-        kind, data = frame.get("type"), frame.get("data")
+        kind, data = frame["type"], frame.get("data")
         if not isinstance(data, dict) or kind in ("status", "feature_flags"):
             return
         prompt_id = data.get("prompt_id")
@@ -327,3 +336,17 @@ class BackendClient:
             node_id = frame.header["node_id"]
             text = frame.payload.decode("utf-8", "replace")
             self._deliver(current_prompt, ProgressText(current_prompt or "", node_id, text))
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int, what: str) -> bytes:
+    """The body of a backend's answer, refused (BackendError) past `cap` bytes: as soon as
+    its Content-Length says so, else once that many have come."""
+    if response.content_length is not None and response.content_length > cap:
+        raise BackendError(f"{what}: {response.content_length} bytes, past the {cap} allowed")
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > cap:
+            raise BackendError(f"{what}: more than the {cap} bytes allowed")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -10,6 +10,7 @@ every route, instead of being caught wherever they would break.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
@@ -17,6 +18,10 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.protocol.errors import error, prompt_error_body
+
+#: Bodies larger than this are parsed in a worker thread: a 50 MB prompt takes most of a
+#: second to read, which no other client should wait for.
+OFF_LOOP_BYTES = 256 * 1024
 
 #: Levels of arrays and objects a client's JSON may nest. A ComfyUI prompt needs about 5,
 #: a workflow with nested subgraphs in extra_data a few dozen; recursive steps stay far
@@ -87,16 +92,24 @@ def _too_deep(max_depth: int) -> RefusedJson:
 
 def _check(value: Any, max_depth: int, *, strings: bool) -> None:
     """Walk `value` without recursion: containers for depth, and with `strings` every key
-    and string for lone surrogates."""
-    stack: list[tuple[Any, int]] = [([value], 0)]
+    and string for lone surrogates. (A top-level array or object is at depth 1.)"""
+    if strings and isinstance(value, str):
+        _refuse_surrogate(value)
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
     while stack:
         item, depth = stack.pop()
         if depth > max_depth:
             raise _too_deep(max_depth)
-        for child in [*item, *item.values()] if isinstance(item, dict) else item:
-            if isinstance(child, dict | list):
+        if isinstance(item, dict):
+            if strings:
+                for key in item:
+                    _refuse_surrogate(key)
+            item = item.values()
+        for child in item:
+            kind = type(child)
+            if kind is dict or kind is list:
                 stack.append((child, depth + 1))
-            elif strings and isinstance(child, str):
+            elif strings and kind is str:
                 _refuse_surrogate(child)
 
 
@@ -109,6 +122,8 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         return {}
     try:
+        if len(raw) > OFF_LOOP_BYTES:
+            return await asyncio.to_thread(loads, raw)
         return loads(raw)
     except RefusedJson as refused:
         raise web.HTTPBadRequest(

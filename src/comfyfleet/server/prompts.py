@@ -181,8 +181,8 @@ def _new_job(
     if not isinstance(extra, dict):
         return bad_request("invalid_prompt", "extra_data must be a JSON object")
     client_id = body.get("client_id")
-    if client_id is not None and not isinstance(client_id, str):
-        return bad_request("invalid_prompt", "client_id must be a string")
+    if client_id is not None and not (isinstance(client_id, str) and len(client_id) <= 200):
+        return bad_request("invalid_prompt", "client_id must be a string of at most 200 characters")
     extra = {k: v for k, v in extra.items() if k not in SENSITIVE_EXTRA_DATA_KEYS}
     if client_id:
         extra["client_id"] = client_id

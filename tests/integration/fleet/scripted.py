@@ -40,6 +40,8 @@ class ScriptedBackend:
     history_outputs: dict[str, Any] | None = None  # None: the same as `outputs`
     class_types: tuple[str, ...] = ("EmptyImage", "SaveImage")
     views: list[dict[str, str]] = field(default_factory=list)  # every /view query
+    junk: tuple[str, ...] = ()  # text frames sent before a prompt's own, as they are
+    announced_size: int | None = None  # a /view answer's Content-Length, true or not
     prompts: list[str] = field(default_factory=list)  # prompt ids, as submitted
     _history: dict[str, Any] = field(default_factory=dict)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
@@ -94,9 +96,15 @@ class ScriptedBackend:
         entry = self._history.get(prompt_id)
         return web.json_response({prompt_id: entry} if entry is not None else {})
 
-    async def _view(self, request: web.Request) -> web.Response:
+    async def _view(self, request: web.Request) -> web.StreamResponse:
         self.views.append(dict(request.rel_url.query))
-        return web.Response(body=PAYLOAD, content_type="image/png")
+        if self.announced_size is None:
+            return web.Response(body=PAYLOAD, content_type="image/png")
+        answer = web.StreamResponse(headers={"Content-Type": "image/png"})
+        answer.content_length = self.announced_size
+        await answer.prepare(request)
+        await answer.write(PAYLOAD)  # and no more: the size announced is never sent
+        return answer
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -125,6 +133,9 @@ class ScriptedBackend:
 
     async def _run(self, prompt_id: str) -> None:
         await asyncio.sleep(0.01)  # the submit's answer goes first
+        for text in self.junk:
+            for ws in list(self._sockets):
+                await ws.send_str(text)
         stamp = int(time.time() * 1000)
         await self._send("execution_start", {"prompt_id": prompt_id, "timestamp": stamp})
         for node, ui in self.outputs.items():

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.lanes.backend import MAX_FILE_BYTES
 from tests.comfyui_replay import ComfyUIReplay
 from tests.integration.fleet.scripted import PAYLOAD, ScriptedBackend
 from tests.integration.gateway.wire import Served, poll, save_prompt, serve
@@ -108,6 +109,33 @@ async def test_output_names_that_leave_the_folder_are_refused(tmp_path: Path, ca
         assert file_items(entry["outputs"]) == []
         # The client was told, in ComfyUI's order: the error, then the done signal.
         assert sock.json_types(prompt_id)[-2:] == ["execution_error", "executing"]
+
+
+async def test_frames_out_of_protocol_are_ignored(tmp_path: Path) -> None:
+    """Text frames no ComfyUI sends (not JSON, not an object, nested past the parser's
+    depth) cost the backend's socket nothing: the prompt's own frames still come."""
+    junk = ("not json", "[1, 2]", '"text"', '{"type": 5}', "[" * 100_000 + "]" * 100_000)
+    ui = {"images": [{"filename": "ok.png", "subfolder": "", "type": "output"}]}
+    backend = ScriptedBackend(outputs={"2": ui}, junk=junk)
+    async with behind(tmp_path, backend, max_attempts=1) as served:
+        sock = await served.connect()
+        prompt_id = await served.submit(save_prompt(5, "junk"), sock.client_id)
+        await sock.done(prompt_id)
+        assert (await served.job(prompt_id))["status"] == "completed"
+        assert sock.json_types(prompt_id)[-2:] == ["execution_success", "executing"]
+
+
+async def test_a_file_announced_past_the_cap_is_refused_unread(tmp_path: Path) -> None:
+    ui = {"images": [{"filename": "huge.png", "subfolder": "", "type": "output"}]}
+    backend = ScriptedBackend(outputs={"2": ui}, announced_size=MAX_FILE_BYTES + 1)
+    async with behind(tmp_path, backend, max_attempts=1) as served:
+        sock = await served.connect()
+        prompt_id = await served.submit(save_prompt(6, "huge"), sock.client_id)
+        await sock.done(prompt_id)
+        job = await served.job(prompt_id)
+        assert job["status"] == "failed", job
+        assert "allowed" in job["execution_error"]["exception_message"]
+        assert files_with_payload(tmp_path) == []
 
 
 async def test_names_reported_only_in_history_are_refused(tmp_path: Path) -> None:

@@ -112,6 +112,19 @@ async def test_nesting_past_the_cap_is_a_400_in_comfyuis_shape(
     _no_errors_logged(caplog)
 
 
+async def test_ids_past_their_length_are_a_400(tmp_path: Path) -> None:
+    """A client_id is stored with its prompt and echoed in its frames: a megabyte of it
+    is refused like an overlong prompt_id."""
+    async with _serve(tmp_path, False) as served:
+        for key in ("client_id", "prompt_id"):
+            body = json.dumps({"prompt": save_prompt(1, "x"), key: "c" * 201}).encode()
+            status, reply = await _post(served, "/prompt", body, False)
+            assert status == 400, (key, reply)
+            assert_comfyui_error(reply, "invalid_prompt")
+        body = json.dumps({"prompt": save_prompt(1, "x"), "client_id": "c" * 200}).encode()
+        assert (await _post(served, "/prompt", body, False))[0] == 200
+
+
 # -- bodies over the cap --------------------------------------------------------------
 
 
