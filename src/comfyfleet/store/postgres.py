@@ -25,7 +25,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -74,8 +74,12 @@ MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 #: The counter is a bigint sequence: a stored number past this does not move it.
 COUNTER_MAX = 2**62
 
-#: Rows decoded on the event loop; a larger result is decoded on a worker thread.
-DECODE_INLINE = 64
+#: Characters of JSON decoded on the event loop (a millisecond or two); a result with
+#: more is decoded on a worker thread.
+DECODE_INLINE = 256 * 1024
+
+#: The JSON columns of a job row (prompt, extra_data), which make most of its size.
+JOB_JSON = (4, 5)
 
 #: Errors of the driver and the connection, wrapped as StoreError at this boundary.
 DRIVER_ERRORS = (
@@ -259,7 +263,7 @@ class PostgresStore:
             with self._wrapped():
                 rows = await db.fetch(Q["claimable"], depth)
             raced = False
-            for job in map(_job, rows):
+            for job in await _candidates(rows):
                 if can_run is not None and not can_run(job):
                     continue
                 with self._wrapped():
@@ -391,7 +395,7 @@ class PostgresStore:
         running, pending = await self._snapshot(op)
         return await _decoded(
             lambda: ([_job(row) for row in running], [_job(row) for row in pending]),
-            len(running) + len(pending),
+            _size(running, JOB_JSON) + _size(pending, JOB_JSON),
         )
 
     async def active_count(self, tenant: str) -> int:
@@ -460,7 +464,7 @@ class PostgresStore:
             return rows, await conn.fetchval(Q["jobs_total"], wanted, scope)
 
         rows, total = await self._snapshot(op)
-        return await _decoded(lambda: [_job(row) for row in rows], len(rows)), total
+        return await _decoded(lambda: [_job(row) for row in rows], _size(rows, JOB_JSON)), total
 
     async def history(
         self, max_items: int | None = None, offset: int | None = None, *, tenant: str | None = None
@@ -503,7 +507,8 @@ class PostgresStore:
             return rows, events, await conn.fetch(Q["outputs_of"], ids)
 
         rows, events, files = await self._snapshot(op)
-        return await _decoded(lambda: _history_entries(rows, events, files), len(rows))
+        size = _size(rows, (*JOB_JSON, 17, 18)) + _size(events, (2,))
+        return await _decoded(lambda: _history_entries(rows, events, files), size)
 
     async def delete_history(self, prompt_ids: Sequence[str]) -> None:
         """Remove these entries from the history; the jobs themselves stay."""
@@ -684,9 +689,22 @@ def _job(row: Sequence[Any]) -> Job:
     )
 
 
-async def _decoded(decode: Callable[[], T], rows: int) -> T:
-    """`decode()`, on a worker thread when it has many rows to decode."""
-    if rows <= DECODE_INLINE:
+async def _candidates(rows: list[Any]) -> Iterable[Job]:
+    """Claim candidates, decoded one by one as they are looked at; a batch with much
+    text is decoded at once on a worker thread instead."""
+    if _size(rows, JOB_JSON) <= DECODE_INLINE:
+        return map(_job, rows)
+    return await asyncio.to_thread(lambda: [_job(row) for row in rows])
+
+
+def _size(rows: Sequence[Any], columns: Sequence[int]) -> int:
+    """Characters of text in these columns of `rows`."""
+    return sum(len(row[column] or "") for row in rows for column in columns)
+
+
+async def _decoded(decode: Callable[[], T], size: int) -> T:
+    """`decode()`, on a worker thread when it has `size` characters of JSON to decode."""
+    if size <= DECODE_INLINE:
         return decode()
     return await asyncio.to_thread(decode)
 

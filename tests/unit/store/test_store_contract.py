@@ -820,3 +820,22 @@ async def test_lane_prefixes_match_whole_characters(store: JobStore) -> None:
         await store.claim(lane)
     assert await store.requeue_lane("x\x01") == ["p0", "p2"]
     assert await store.requeue_lane("x") == ["p1"]
+
+
+async def test_large_prompts_round_trip(store: JobStore) -> None:
+    """Results with much text (decoded off the event loop where a store does that)."""
+    big = [
+        new_job(f"p{i}", i, prompt={"1": {"class_type": "Text", "inputs": {"t": "x" * 150_000}}})
+        for i in range(3)
+    ]
+    submitted = [await store.submit(job) for job in big]
+    _, pending = await store.queue()
+    assert pending == submitted
+    job = await store.claim("lane", lambda job: job.prompt_id == "p1")
+    assert job is not None and job.prompt == big[1].prompt
+    messages = [["executed", {"output": {"text": ["y" * 200_000]}}]]
+    assert await store.finish("p1", job.attempt, result(messages=messages))
+    [entry] = await store.history()
+    assert entry.job.prompt == big[1].prompt and entry.result.messages == messages
+    page, _ = await store.jobs()
+    assert {j.prompt_id for j in page} == {"p0", "p1", "p2"}
