@@ -121,8 +121,14 @@ class PostgresStore:
         self._connect_timeout = connect_timeout
         self._clock = clock
         self._pool: Any = None  # asyncpg.Pool once open
+        # ComfyUI's counter is a sequence; numbers stored from elsewhere raise this floor,
+        # which the next `next_number` applies (under the lock, so no other call of this
+        # process runs between reading the sequence and moving it).
         self._counter = asyncio.Lock()
-        self._counter_next = 0  # the counter hands out at least this next (known here)
+        self._counter_floor = 0
+        # Claims and reservations of this process run one at a time, as SQLite's writer
+        # runs them: concurrent ones would only race for the same first candidate.
+        self._claiming = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self._url)!r}, schema={self._schema!r})"
@@ -155,9 +161,9 @@ class PostgresStore:
             await pool.close()
             raise
         self._pool = pool
-        self._counter_next = 0
+        self._counter_floor = 0
         if counted is not None:  # resume past every counter value stored
-            await self._raise_counter(int(counted) + 1)
+            self._raise_counter(int(counted) + 1)
 
     async def close(self) -> None:
         """Release every connection (each change was committed when it returned)."""
@@ -214,7 +220,7 @@ class PostgresStore:
         now = self._clock()
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
-            await self._raise_counter(abs(job.number) + 1)
+            self._raise_counter(abs(job.number) + 1)
         params = _job_params(job, now, claim_for)
         db = self._db()
         with self._wrapped():
@@ -259,6 +265,17 @@ class PostgresStore:
         statement fenced on the job being claimable) changed it; see the module's doc."""
         db = self._db()
         depth = 1 if can_run is None else max(1, scan)
+        async with self._claiming:
+            return await self._take_first(db, can_run, depth, update, args)
+
+    async def _take_first(
+        self,
+        db: Any,
+        can_run: Callable[[Job], bool] | None,
+        depth: int,
+        update: str,
+        args: tuple[Any, ...],
+    ) -> tuple[Job, int] | None:
         while True:
             with self._wrapped():
                 rows = await db.fetch(Q["claimable"], depth)
@@ -304,25 +321,19 @@ class PostgresStore:
             raise ValueError(f"a finished attempt needs a terminal status, not {result.status}")
         now = self._clock()
         encoded = _ResultParams(result)
-        key = to_db(prompt_id)
-
-        async def op(conn: Any) -> bool:
-            changed = await conn.fetchval(
-                Q["finish_job"], key, attempt, encoded.status, now, encoded.error
-            )
-            if not changed:
-                return False
-            if encoded.historic:
-                await conn.execute(
-                    Q["insert_history"], key, encoded.status, encoded.outputs, encoded.meta, now
-                )
-            if encoded.events[0]:
-                await conn.execute(Q["insert_events"], key, attempt, *encoded.events)
-            if encoded.files[0]:
-                await conn.execute(Q["insert_outputs"], key, *encoded.files)
-            return True
-
-        return await self._write(op)
+        params = (
+            to_db(prompt_id),
+            attempt,
+            encoded.status,
+            now,
+            encoded.error,
+            encoded.historic,
+            encoded.outputs,
+            encoded.meta,
+            *encoded.events,
+            *encoded.files,
+        )
+        return bool(await self._run(lambda db: db.fetchval(Q["finish_job"], *params)))
 
     async def requeue(
         self, prompt_id: str, attempt: int, reason: dict[str, Any] | None = None
@@ -330,17 +341,8 @@ class PostgresStore:
         """Put a running attempt back to pending; False if the attempt is stale.
 
         A `reason` is kept with the attempt (see `attempt_notes`)."""
-        key = to_db(prompt_id)
-        note = None if reason is None else _dumps(reason)
-
-        async def op(conn: Any) -> bool:
-            if not await conn.fetchval(Q["requeue_job"], key, attempt):
-                return False
-            if note is not None:
-                await conn.execute(Q["insert_requeue_note"], key, attempt, note)
-            return True
-
-        return await self._write(op)
+        params = (to_db(prompt_id), attempt, None if reason is None else _dumps(reason))
+        return bool(await self._run(lambda db: db.fetchval(Q["requeue_job"], *params)))
 
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
         """The reasons earlier attempts were given back, oldest first."""
@@ -424,17 +426,16 @@ class PostgresStore:
         """The next value of ComfyUI's submission counter (advances on every call)."""
         async with self._counter:
             number: int = await self._run(lambda db: db.fetchval(Q["next_number"]))
-            self._counter_next = max(self._counter_next, number + 1)
+            if number < self._counter_floor:  # a number stored from elsewhere is ahead
+                number = self._counter_floor
+                await self._run(lambda db: db.execute(Q["set_number"], number))
+            self._counter_floor = number + 1
         return number
 
-    async def _raise_counter(self, at_least: int) -> None:
+    def _raise_counter(self, at_least: int) -> None:
         """Make the counter hand out at least `at_least` next (it never goes back)."""
-        if at_least <= self._counter_next or at_least > COUNTER_MAX:
-            return
-        # Under the lock, no nextval of this process runs between reading and setting.
-        async with self._counter:
-            await self._run(lambda db: db.execute(Q["raise_number"], at_least))
-            self._counter_next = max(self._counter_next, at_least)
+        if at_least <= COUNTER_MAX:
+            self._counter_floor = max(self._counter_floor, at_least)
 
     # -- jobs and history ---------------------------------------------------------
 

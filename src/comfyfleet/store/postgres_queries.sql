@@ -42,34 +42,41 @@ RETURNING attempt
 UPDATE jobs SET lane = NULL WHERE prompt_id = ANY($1::text[]) AND status = 'pending'
 
 -- name: finish_job
-UPDATE jobs SET status = $3, finished_at = $4, error = $5
-WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
-RETURNING true
-
--- name: insert_history
-INSERT INTO history (prompt_id, status, outputs, meta, completed_at) VALUES ($1, $2, $3, $4, $5)
-
--- name: insert_events
--- One attempt's messages: seq, type and data side by side.
-INSERT INTO events (prompt_id, attempt, seq, type, data)
-SELECT $1, $2, e.seq, e.type, e.data
-FROM unnest($3::bigint[], $4::text[], $5::text[]) AS e (seq, type, data)
-
--- name: insert_outputs
--- In the order given: `pos` numbers them as they come.
-INSERT INTO outputs (prompt_id, filename, subfolder, type)
-SELECT $1, f.filename, f.subfolder, f.type
-FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS f (filename, subfolder, type, n)
-ORDER BY f.n
+-- One statement, one round trip: the update fenced on the attempt and, only when it
+-- changed the job, the history entry ($6: whether the status makes one), the attempt's
+-- messages (seq, type, data side by side) and the files it wrote, in the order given.
+WITH job AS (
+    UPDATE jobs SET status = $3, finished_at = $4, error = $5
+    WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
+    RETURNING prompt_id
+), entry AS (
+    INSERT INTO history (prompt_id, status, outputs, meta, completed_at)
+    SELECT prompt_id, $3, $7, $8, $4 FROM job WHERE $6::boolean
+), messages AS (
+    INSERT INTO events (prompt_id, attempt, seq, type, data)
+    SELECT job.prompt_id, $2, e.seq, e.type, e.data
+    FROM job, unnest($9::bigint[], $10::text[], $11::text[]) AS e (seq, type, data)
+), files AS (
+    INSERT INTO outputs (prompt_id, filename, subfolder, type)
+    SELECT job.prompt_id, f.filename, f.subfolder, f.type
+    FROM job, unnest($12::text[], $13::text[], $14::text[])
+        WITH ORDINALITY AS f (filename, subfolder, type, n)
+    ORDER BY f.n
+)
+SELECT count(*) = 1 FROM job
 
 -- name: requeue_job
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
-WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
-RETURNING true
-
--- name: insert_requeue_note
--- Seq -1: before any message of the attempt; read back by attempt_notes.
-INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES ($1, $2, -1, 'requeued', $3)
+-- The update fenced on the attempt and, when it changed the job and a reason ($3) is
+-- given, the reason noted at seq -1 of the attempt (before any of its messages).
+WITH job AS (
+    UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+    WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
+    RETURNING prompt_id
+), note AS (
+    INSERT INTO events (prompt_id, attempt, seq, type, data)
+    SELECT prompt_id, $2, -1, 'requeued', $3 FROM job WHERE $3::text IS NOT NULL
+)
+SELECT count(*) = 1 FROM job
 
 -- name: attempt_notes_of
 SELECT prompt_id, attempt, data FROM events
@@ -190,10 +197,9 @@ SELECT max(abs(number_json::numeric)) FROM jobs WHERE number_json ~ '^-?[0-9]+$'
 -- name: next_number
 SELECT nextval('job_number')
 
--- name: raise_number
--- The counter hands out $1 next, unless it is past it already: it never goes back.
-SELECT setval('job_number', $1, false) FROM job_number
-WHERE $1 > CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+-- name: set_number
+-- The counter has handed out $1 (a number stored from elsewhere was ahead of it).
+SELECT setval('job_number', $1)
 
 -- name: history_at_rank
 -- Retention: the entry at the count limit ...

@@ -281,3 +281,17 @@ async def test_committed_submits_survive_sigkill(postgres_url: str, schema: str)
         assert (await store.counts())[JobStatus.PENDING] == total
     finally:
         await store.close()
+
+
+async def test_every_named_query_prepares(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        for name, statement in postgres_module.Q.items():
+            try:
+                await conn.prepare(statement)
+            except asyncpg.PostgresError as exc:
+                raise AssertionError(f"query {name} does not prepare: {exc}") from exc
+    finally:
+        await conn.close()
