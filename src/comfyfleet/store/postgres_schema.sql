@@ -41,8 +41,12 @@ CREATE TABLE jobs (
     tenant      TEXT COLLATE "C" NOT NULL DEFAULT 'default'
 );
 
--- Claims and the pending queue read this index in order.
+-- The pending queue, and what claims may take, read in order from these indexes. The
+-- second holds exactly the claimable jobs: even before the table has statistics, the
+-- planner takes a claim's first rows from it, with no sort of the whole queue.
 CREATE INDEX jobs_dispatch ON jobs (front DESC, order_key, seq) WHERE status = 'pending';
+CREATE INDEX jobs_claimable ON jobs (front DESC, order_key, seq)
+    WHERE status = 'pending' AND lane IS NULL;
 CREATE INDEX jobs_running ON jobs (started_at, seq) WHERE status = 'running';
 CREATE INDEX jobs_created ON jobs (created_at, seq);
 CREATE INDEX jobs_status ON jobs (status, created_at, seq);

@@ -295,3 +295,24 @@ async def test_every_named_query_prepares(
                 raise AssertionError(f"query {name} does not prepare: {exc}") from exc
     finally:
         await conn.close()
+
+
+async def test_claims_read_the_claimable_index_in_order(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    """Before the table has statistics too: no sort of the whole queue per claim."""
+    await asyncio.gather(*(store.submit(new_job(f"p{i}", i)) for i in range(300)))
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            await conn.execute(f"SET plan_cache_mode = {mode}")
+            await conn.execute(
+                f"PREPARE claimable_{mode} (bigint) AS {postgres_module.Q['claimable']}"
+            )
+            plan = "\n".join(
+                row[0] for row in await conn.fetch(f"EXPLAIN EXECUTE claimable_{mode} (64)")
+            )
+            assert "Index Scan using jobs_claimable" in plan, plan
+            assert "Sort" not in plan, plan
+    finally:
+        await conn.close()
