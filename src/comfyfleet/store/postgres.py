@@ -10,12 +10,14 @@ migrations of postgres_schema.sql, applied on `open` under an advisory lock.
 
 Claims and reservations read the claimable jobs in dispatch order (no lock), ask
 `can_run` about them in order on the event loop, and take the first it accepts with
-an UPDATE fenced on the job still being claimable. When that UPDATE finds the job
-taken (by another claim, a reservation or a cancel), the next accepted candidate is
-tried, and when every accepted one was lost, the queue is read again: a claim returns
-None only when, at its last read, no claimable job within `scan` was accepted. No
-transaction is open while `can_run` runs, and no row is locked for a job not taken,
-so concurrent claims keep SQLite's order: none skips a job another claim only looked at.
+an UPDATE fenced on the job still being claimable. The claims of one process run one
+at a time, as SQLite's single writer runs them, so they never race each other for the
+same job. When the fenced UPDATE finds the job gone all the same (taken by another
+process, or cancelled), the next accepted candidate is tried, and when every accepted
+one was lost, the queue is read again: a claim returns None only when, at its last
+read, no claimable job within `scan` was accepted. No transaction is open while
+`can_run` runs and no row is locked for a job not taken, so no claim skips a job that
+another only looked at (as `FOR UPDATE SKIP LOCKED` over the candidates would).
 """
 
 from __future__ import annotations
