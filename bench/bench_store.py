@@ -4,7 +4,11 @@ Baseline, measured in the same run: the same operations with group commit
 turned off (one transaction per operation, `max_batch=1`). Prints operations
 per second for each and the group-commit speed-up at 64 callers.
 
-    .venv/bin/python bench/bench_store.py [--jobs N] [--synchronous FULL|NORMAL]
+With `--store postgresql://...`: the PostgreSQL store on that database (in a
+schema of its own, dropped afterwards), against the SQLite store with group
+commit as the baseline, measured in the same run.
+
+    .venv/bin/python bench/bench_store.py [--jobs N] [--synchronous FULL|NORMAL] [--store URL]
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ import asyncio
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
+
+from comfyfleet.store.base import JobStore
+from comfyfleet.store.postgres import PostgresStore
+from comfyfleet.store.postgres_url import redact_url
 from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.sqlite import SQLiteStore
 
@@ -59,10 +69,7 @@ async def timed(count: int, callers: int, step: Callable[[int], Awaitable[object
     return count / (time.perf_counter() - start)
 
 
-async def measure(
-    path: Path, count: int, callers: int, synchronous: str, max_batch: int
-) -> dict[str, float]:
-    store = SQLiteStore(path, synchronous=synchronous, max_batch=max_batch)
+async def measure(store: JobStore, count: int, callers: int) -> dict[str, float]:
     await store.open()
     claimed: list[Job] = []
 
@@ -89,7 +96,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=4000, help="jobs per grouped run")
     parser.add_argument("--synchronous", default="FULL")
+    parser.add_argument("--store", metavar="URL", help="a PostgreSQL database to measure")
     args = parser.parse_args()
+    if args.store:
+        await against_sqlite(args.store, args.jobs, args.synchronous)
+        return
     runs: dict[tuple[bool, int], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for grouped in (True, False):
@@ -98,9 +109,8 @@ async def main() -> None:
                 count = args.jobs if grouped and callers > 1 else max(200, args.jobs // 8)
                 path = Path(tmp) / f"{grouped}-{callers}.db"
                 batch = 256 if grouped else 1
-                runs[grouped, callers] = await measure(
-                    path, count, callers, args.synchronous, batch
-                )
+                store = SQLiteStore(path, synchronous=args.synchronous, max_batch=batch)
+                runs[grouped, callers] = await measure(store, count, callers)
     print(f"synchronous={args.synchronous}; operations per second")
     print(f"{'':28}" + "".join(f"{op:>10}" for op in OPS))
     for (grouped, callers), rates in runs.items():
@@ -113,6 +123,35 @@ async def main() -> None:
         for callers in (1, 64):
             grouped, single = runs[True, callers][op], runs[False, callers][op]
             figure(f"{op}_{callers}_callers", grouped, "ops/s", single)
+
+
+async def against_sqlite(url: str, jobs: int, synchronous: str) -> None:
+    """PostgresStore on `url` against SQLiteStore (group commit), same counts and callers."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    runs: dict[tuple[str, int], dict[str, float]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for callers in (1, 64):
+                count = jobs if callers > 1 else max(200, jobs // 8)
+                postgres = PostgresStore(url, schema=f"{schema}_{callers}", pool_size=16)
+                runs["postgres", callers] = await measure(postgres, count, callers)
+                sqlite = SQLiteStore(Path(tmp) / f"{callers}.db", synchronous=synchronous)
+                runs["sqlite", callers] = await measure(sqlite, count, callers)
+    finally:
+        conn = await asyncpg.connect(url)
+        try:
+            for callers in (1, 64):
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}_{callers}" CASCADE')
+        finally:
+            await conn.close()
+    print(f"PostgreSQL at {redact_url(url)} against SQLite synchronous={synchronous}")
+    print(f"{'operations per second':28}" + "".join(f"{op:>10}" for op in OPS))
+    for (kind, callers), rates in runs.items():
+        print(f"{f'{kind}, {callers} caller(s)':28}" + "".join(f"{rates[op]:>10.0f}" for op in OPS))
+    for op in OPS:
+        for callers in (1, 64):
+            postgres_rate, sqlite_rate = runs["postgres", callers][op], runs["sqlite", callers][op]
+            figure(f"postgres_{op}_{callers}_callers", postgres_rate, "ops/s", sqlite_rate)
 
 
 if __name__ == "__main__":

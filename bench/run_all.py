@@ -37,6 +37,10 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_validation.py", "Validation: 1,000-node prompts"),
     ("bench_engine.py", "Engine overhead per prompt"),
     ("bench_store.py", "Store: SQLite with group commit"),
+    (
+        "bench_store.py --store postgresql://postgres@127.0.0.1:5432/postgres",
+        "Store: PostgreSQL against SQLite",
+    ),
     ("bench_gateway.py --prompts 1000", "Server end to end, 1 and 8 slots"),
     ("bench_fleet.py", "Scale-out over N ComfyUI backends, prefetch 0"),
     ("bench_fleet.py --prefetch 1", "Scale-out over N ComfyUI backends, prefetch 1"),

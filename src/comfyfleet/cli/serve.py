@@ -13,6 +13,8 @@ from pathlib import Path
 from aiohttp import web
 
 from comfyfleet.server.config import ConfigError, ServerConfig, load_config
+from comfyfleet.store.base import StoreError
+from comfyfleet.store.postgres_url import is_postgres_url, redact_url
 
 log = logging.getLogger("comfyfleet")
 
@@ -28,6 +30,12 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir", type=Path, help="SQLite store, inputs and outputs")
+    serve.add_argument(
+        "--store",
+        metavar="URL",
+        help="where jobs and history live: postgresql://user@host/db, or a SQLite file "
+        "(default: comfyfleet.db in the data dir)",
+    )
     serve.add_argument("--local-slots", type=int, help="prompts run at once by the built-in engine")
     serve.add_argument("--custom-nodes", action="append", type=Path, metavar="DIR")
     serve.add_argument("--testing-nodes", action="store_true", default=None)
@@ -82,6 +90,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "host",
             "port",
             "data_dir",
+            "store",
             "local_slots",
             "custom_nodes",
             "testing_nodes",
@@ -112,7 +121,12 @@ async def _serve(config: ServerConfig) -> int:
 
     gateway = Gateway.create(config)
     runner = web.AppRunner(build_app(gateway), handle_signals=False, access_log=None)
-    await runner.setup()
+    try:
+        await runner.setup()  # opens the store
+    except StoreError as exc:
+        log.error("cannot open the store (%s): %s", _store_name(config), exc)
+        await runner.cleanup()
+        return 1
     site = web.TCPSite(runner, config.host, config.port)
     try:
         await site.start()
@@ -121,10 +135,11 @@ async def _serve(config: ServerConfig) -> int:
         await runner.cleanup()
         return 1
     log.info(
-        "comfyfleet listening on http://%s:%s, data in %s",
+        "comfyfleet listening on http://%s:%s, data in %s, store %s",
         config.host,
         config.port,
         config.data_dir.resolve(),
+        _store_name(config),
     )
     if config.auth_enabled:
         tenants = sorted({entry.tenant for entry in config.auth_tokens})
@@ -144,6 +159,13 @@ async def _serve(config: ServerConfig) -> int:
     await runner.cleanup()  # stops accepting, then the gateway drains (app on_shutdown)
     log.info("stopped")
     return 0
+
+
+def _store_name(config: ServerConfig) -> str:
+    """The store as a log line shows it: a URL without its password, or the file."""
+    if config.store and is_postgres_url(config.store):
+        return redact_url(config.store)
+    return str(Path(config.store).resolve() if config.store else config.database.resolve())
 
 
 def _is_loopback(host: str) -> bool:

@@ -16,6 +16,7 @@ from comfyfleet.server.prompts import prompt_routes
 from comfyfleet.server.routing import install
 from comfyfleet.server.system import system_routes
 from comfyfleet.server.ws import ws_routes
+from comfyfleet.store.postgres_url import redact_urls_in
 
 
 def build_app(gateway: Gateway) -> web.Application:
@@ -41,7 +42,7 @@ def build_app(gateway: Gateway) -> web.Application:
         models_root=config.data_dir / "models",
         catalog=gateway.fleet,
         folders_for=folders_for,
-        redact=tokens.redact,
+        redact=lambda args: [redact_urls_in(arg) for arg in tokens.redact(args)],
     )
     middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
     if tokens:  # after cross-site checks and CORS answers

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
 DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
@@ -44,6 +45,9 @@ class ServerConfig:
     # SQLite durability: NORMAL (WAL) keeps every commit through a process crash or
     # kill -9; FULL also through power loss, at the cost of an fsync per commit batch.
     sqlite_synchronous: str = "NORMAL"
+    # Where jobs and history live: a postgresql:// URL, or a SQLite file (None: the data
+    # dir's). Left out of repr: a URL may hold a password.
+    store: str | None = field(default=None, repr=False)
     # ComfyUI backends: urls or tables {url, name, slots, prefetch, tags, auth_header}.
     backends: tuple[Any, ...] = ()
     hang_timeout: float = 300.0  # seconds without a frame from a backend's running prompt
@@ -88,6 +92,8 @@ def parse_duration(text: str) -> float:
 def _coerce(name: str, value: Any) -> Any:
     kinds = {f.name: f.type for f in fields(ServerConfig)}
     kind = str(kinds[name])
+    if name == "store":  # checked on its own: its errors never show the value
+        return _store_location(value)
     try:
         if name == "history_max_age":
             return (
@@ -120,6 +126,19 @@ def _coerce(name: str, value: Any) -> Any:
         return str(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for {name}: {value!r} ({exc})") from None
+
+
+def _store_location(value: Any) -> str | None:
+    """The `store` setting; its value stays out of errors (a URL may hold a password)."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise ConfigError("store must be a string (a postgresql:// URL or a file path)")
+    try:
+        check_store_location(value)
+    except ValueError as exc:
+        raise ConfigError(f"bad value for store: {exc}") from None
+    return value
 
 
 def load_config(

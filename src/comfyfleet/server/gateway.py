@@ -23,7 +23,7 @@ from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
 from comfyfleet.server.hub import Hub
 from comfyfleet.store.base import JobStore
-from comfyfleet.store.sqlite import SQLiteStore
+from comfyfleet.store.factory import open_store
 from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,9 @@ class Gateway:
         registry = build_registry(testing=config.testing_nodes, custom_nodes=config.custom_nodes)
         for failure in registry.failures:
             log.warning("node pack %s skipped: %s", failure.pack, failure.error)
-        store = SQLiteStore(config.database, synchronous=config.sqlite_synchronous)
+        store = open_store(
+            config.store, default=config.database, sqlite_synchronous=config.sqlite_synchronous
+        )
         # Paid API jobs: shared pools, the store's journal, keys (fan-out and provider nodes).
         fanout = FanoutService(store, SecretVault(config.secrets_file), fanout_settings(config))
         engine = Engine(

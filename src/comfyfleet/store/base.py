@@ -1,4 +1,4 @@
-"""The JobStore interface every store implements (SQLite now, PostgreSQL later)."""
+"""The JobStore interface every store implements (sqlite.py, postgres.py)."""
 
 from __future__ import annotations
 

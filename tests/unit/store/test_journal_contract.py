@@ -1,50 +1,36 @@
-"""The remote-job journal contract, run against every journal: the SQLite store and the
-in-memory journal of `comfyfleet run`. Only the journal interface is used."""
+"""The remote-job journal contract, run against every journal: the stores (SQLite,
+PostgreSQL) and the in-memory journal of `comfyfleet run`. Only the journal interface is
+used."""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator, Callable
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from comfyfleet.fanout.journal import MemoryJournal
-from comfyfleet.store import sqlite as sqlite_module
-from comfyfleet.store.base import RemoteJobJournal, StoreError
+from comfyfleet.store.base import JobStore, RemoteJobJournal, StoreError
 from comfyfleet.store.records import NewRemoteJob, RemoteJobState
-from comfyfleet.store.sqlite import SQLiteStore
-from tests.unit.store.test_store_contract import Clock
-
-JournalFactory = Callable[[Path, Clock], Any]
+from tests.unit.store.stores import STORES, Clock, postgres_factory, sqlite_store
 
 
-def sqlite_journal(location: Path, clock: Clock) -> SQLiteStore:
-    return SQLiteStore(location / "jobs.db", synchronous="NORMAL", clock=clock)
-
-
-def memory_journal(location: Path, clock: Clock) -> MemoryJournal:
-    return MemoryJournal(clock)
-
-
-@pytest.fixture(params=[sqlite_journal, memory_journal], ids=["sqlite", "memory"])
+@pytest.fixture(params=[*STORES, "memory"])
 async def journal(
     request: pytest.FixtureRequest, tmp_path: Path, clock: Clock
 ) -> AsyncIterator[RemoteJobJournal]:
-    made = request.param(tmp_path, clock)
-    if isinstance(made, SQLiteStore):
-        await made.open()
+    if request.param == "memory":
+        yield MemoryJournal(clock)
+        return
+    if request.param == "sqlite":
+        made: JobStore = sqlite_store(tmp_path, clock)
+    else:
+        made = postgres_factory(request.getfixturevalue("postgres_url"))(tmp_path, clock)
+    await made.open()
     yield made
-    if isinstance(made, SQLiteStore):
-        await made.close()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+    await made.close()
 
 
 def new(job_id: str, request_hash: str = "h1", **kw: Any) -> NewRemoteJob:
@@ -166,39 +152,17 @@ async def test_concurrent_writes_each_land(journal: RemoteJobJournal) -> None:
     assert sorted(job.remote_id or "" for job in live) == sorted(f"t{n}" for n in range(50))
 
 
-# -- SQLite only: the journal survives a reopen and an upgrade ------------------------------
+# -- the stores: the journal survives a reopen ------------------------------------------
 
 
-async def test_sqlite_journal_survives_reopen(tmp_path: Path, clock: Clock) -> None:
-    store = sqlite_journal(tmp_path, clock)
-    await store.open()
+async def test_the_journal_survives_reopen(
+    store: JobStore, reopen: Callable[[JobStore], Any]
+) -> None:
     await store.record_remote_job(new("j1"))
     await store.remote_job_submitted("j1", "t1", {"polling_url": "u"})
-    await store.close()
-    store = sqlite_journal(tmp_path, clock)
-    await store.open()
+    store = await reopen(store)
     try:
         [live] = await store.live_remote_jobs()
         assert (live.id, live.remote_id, live.resume) == ("j1", "t1", {"polling_url": "u"})
     finally:
         await store.close()
-
-
-async def test_version_2_file_gains_the_journal(tmp_path: Path, clock: Clock) -> None:
-    store = sqlite_journal(tmp_path, clock)
-    await store.open()
-    await store.close()
-    with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
-        conn.execute("DROP TABLE remote_jobs")
-        conn.execute("PRAGMA user_version = 2")
-        conn.commit()
-    store = sqlite_journal(tmp_path, clock)
-    await store.open()
-    try:
-        await store.record_remote_job(new("j1"))
-        assert [job.id for job in await store.live_remote_jobs()] == ["j1"]
-    finally:
-        await store.close()
-    with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 4

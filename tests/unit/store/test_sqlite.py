@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -17,13 +18,22 @@ import pytest
 
 from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.store.records import JobResult, JobStatus, NewJob, NewRemoteJob, OutputFile
 from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
 from tests.helpers import as_older_schema
 
 
-def new_job(prompt_id: str, number: float = 1) -> NewJob:
-    return NewJob(prompt_id, number, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "jobs.db")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+def new_job(prompt_id: str, number: float = 1, tenant: str = "default") -> NewJob:
+    prompt = {"1": {"class_type": "Noop", "inputs": {}}}
+    return NewJob(prompt_id, number, False, prompt, {}, ["1"], tenant=tenant)
 
 
 async def stall_writer(store: SQLiteStore, seconds: float) -> asyncio.Future[None]:
@@ -195,21 +205,6 @@ async def test_version_1_file_gains_the_backends_table(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_counter_survives_clean_restart_past_rejected_prompts(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "jobs.db")
-    await store.open()
-    await store.submit(new_job("p0", await store.next_number()))
-    for _ in range(4):  # prompts that failed validation still advance the counter
-        await store.next_number()
-    await store.close()
-    store = SQLiteStore(tmp_path / "jobs.db")
-    await store.open()
-    try:
-        assert await store.next_number() == 5
-    finally:
-        await store.close()
-
-
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
@@ -277,3 +272,64 @@ async def test_committed_submits_survive_sigkill(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# -- upgrades of older files -------------------------------------------------------------
+
+REMOTE_JOB = NewRemoteJob("j1", "h1", "bfl", "image", "p1", "3")
+
+
+async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    await store.close()
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
+        conn.execute("DROP TABLE remote_jobs")
+        conn.execute("PRAGMA user_version = 2")
+        conn.commit()
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    try:
+        await store.record_remote_job(REMOTE_JOB)
+        assert [job.id for job in await store.live_remote_jobs()] == ["j1"]
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert version == sqlite_module.SCHEMA_VERSION == 4
+
+
+async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await run_to_end(store, "old")
+    await store.submit(new_job("waiting", 2))
+    await store.close()
+    as_older_schema(path, 3, "DROP INDEX jobs_tenant", "ALTER TABLE jobs DROP COLUMN tenant")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        old = await store.get("old")
+        assert old is not None and old.tenant == "default"
+        assert [e.job.prompt_id for e in await store.history(tenant="default")] == ["old"]
+        assert [j.prompt_id for j in (await store.queue(tenant="default"))[1]] == ["waiting"]
+        await store.submit(new_job("new", 3, "alice"))
+        assert await store.owned(["old", "new", "waiting"], "alice") == ["new"]
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
+    assert "jobs_tenant" in indexes
+
+
+async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
+    """Claim `prompt_id` (it must be next in line) and finish it with one output file."""
+    job = await store.claim("lane")
+    assert job is not None and job.prompt_id == prompt_id
+    files = [OutputFile(f"{prompt_id}.png", "", "output")]
+    result = JobResult(JobStatus.SUCCESS, {"1": {}}, {}, [], None, files)
+    assert await store.finish(prompt_id, job.attempt, result)

@@ -1,15 +1,13 @@
 """The JobStore contract, run against every store implementation.
 
 Only the public interface is used here; store-specific behaviour has its own
-test module. A factory makes a store at a location; calling it again with the
-same location reopens the same data.
+test module. The fixtures (conftest.py) run each test once per store.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,60 +21,8 @@ from comfyfleet.store.records import (
     NewJob,
     OutputFile,
 )
-from comfyfleet.store.sqlite import SQLiteStore
 from tests.helpers import load_scenario
-
-
-class Clock:
-    """A settable clock, so timestamps and ages are exact."""
-
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-StoreFactory = Callable[[Path, Clock], JobStore]
-
-
-def sqlite_store(location: Path, clock: Clock) -> JobStore:
-    return SQLiteStore(location / "jobs.db", synchronous="NORMAL", clock=clock)
-
-
-@pytest.fixture(params=[sqlite_store], ids=["sqlite"])
-def factory(request: pytest.FixtureRequest) -> StoreFactory:
-    maker: StoreFactory = request.param
-    return maker
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def store(factory: StoreFactory, tmp_path: Path, clock: Clock) -> AsyncIterator[JobStore]:
-    opened = factory(tmp_path, clock)
-    await opened.open()
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-def reopen(factory: StoreFactory, tmp_path: Path, clock: Clock) -> Callable[[JobStore], Any]:
-    """Close a store and open its data again."""
-
-    async def again(current: JobStore) -> JobStore:
-        await current.close()
-        fresh = factory(tmp_path, clock)
-        await fresh.open()
-        return fresh
-
-    return again
+from tests.unit.store.stores import Clock
 
 
 def new_job(prompt_id: str, number: float = 1, *, front: bool = False, **kw: Any) -> NewJob:
@@ -575,6 +521,19 @@ async def test_next_number_never_goes_back_after_pruning(
         await store.close()
 
 
+async def test_counter_survives_a_restart_past_rejected_prompts(
+    store: JobStore, reopen: Callable[[JobStore], Any]
+) -> None:
+    await store.submit(new_job("p0", await store.next_number()))
+    for _ in range(4):  # prompts that failed validation still advance the counter
+        await store.next_number()
+    store = await reopen(store)
+    try:
+        assert await store.next_number() == 5
+    finally:
+        await store.close()
+
+
 # -- jobs listing ----------------------------------------------------------------------
 
 
@@ -826,3 +785,57 @@ async def test_backends_are_saved_replaced_and_deleted(store: JobStore) -> None:
     assert await store.delete_backend("gpu0")
     assert not await store.delete_backend("gpu0")
     assert [b["name"] for b in await store.backends()] == ["gpu1"]
+
+
+# -- text from outside ---------------------------------------------------------------------
+
+#: Strings a client or a backend may send: NUL (which JSON spells \u0000), control
+#: characters, the escape characters of a store, quotes, non-ASCII text.
+ODD = "a\x00b\x01c\x01\x02d\\0'\"%_\u2603\U0001f600\x00"
+
+
+async def test_text_keeps_every_character(store: JobStore) -> None:
+    prompt_id, lane = f"id{ODD}", f"lane{ODD}"
+    submitted = await store.submit(new_job(prompt_id, client_id=ODD, tenant=ODD))
+    assert await store.get(prompt_id) == submitted
+    assert await store.get("ida") is None and await store.get(f"id{ODD}x") is None
+    assert await store.owned([prompt_id, "other"], ODD) == [prompt_id]
+    job = await store.claim(lane)
+    assert job is not None and job.lane == lane and await store.get(prompt_id) == job
+    files = [OutputFile(f"f{ODD}.png", ODD, "output")]
+    messages = [[f"kind{ODD}", {"text": ODD}]]
+    done = result(files=files, messages=messages, outputs={ODD: {"t": [ODD]}})
+    assert await store.finish(prompt_id, job.attempt, done)
+    entry = await store.history_entry(prompt_id)
+    assert entry is not None and entry.result == done and entry.job.client_id == ODD
+    assert [e.job.prompt_id for e in await store.history(tenant=ODD)] == [prompt_id]
+    await store.save_backend(ODD, {"name": ODD})
+    assert await store.backends() == [{"name": ODD}]
+    assert await store.delete_backend(ODD)
+
+
+async def test_lane_prefixes_match_whole_characters(store: JobStore) -> None:
+    for i, lane in enumerate(["x\x01a", "x\x00b", "x\x01", "y"]):
+        await store.submit(new_job(f"p{i}", i))
+        await store.claim(lane)
+    assert await store.requeue_lane("x\x01") == ["p0", "p2"]
+    assert await store.requeue_lane("x") == ["p1"]
+
+
+async def test_large_prompts_round_trip(store: JobStore) -> None:
+    """Results with much text (decoded off the event loop where a store does that)."""
+    big = [
+        new_job(f"p{i}", i, prompt={"1": {"class_type": "Text", "inputs": {"t": "x" * 150_000}}})
+        for i in range(3)
+    ]
+    submitted = [await store.submit(job) for job in big]
+    _, pending = await store.queue()
+    assert pending == submitted
+    job = await store.claim("lane", lambda job: job.prompt_id == "p1")
+    assert job is not None and job.prompt == big[1].prompt
+    messages = [["executed", {"output": {"text": ["y" * 200_000]}}]]
+    assert await store.finish("p1", job.attempt, result(messages=messages))
+    [entry] = await store.history()
+    assert entry.job.prompt == big[1].prompt and entry.result.messages == messages
+    page, _ = await store.jobs()
+    assert {j.prompt_id for j in page} == {"p0", "p1", "p2"}

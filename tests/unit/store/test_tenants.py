@@ -1,18 +1,12 @@
-"""Jobs belong to tenants: scoped reads and writes, and version 3 files gaining the column."""
+"""Jobs belong to tenants: scoped reads and writes, in every store (see conftest.py)."""
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
-from pathlib import Path
-
 import pytest
 
-from comfyfleet.store import sqlite as sqlite_module
+from comfyfleet.store.base import JobStore
 from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
-from comfyfleet.store.sqlite import SQLiteStore
 from comfyfleet.tenants import check_tenant_name
-from tests.helpers import as_older_schema
 
 
 def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJob:
@@ -20,7 +14,7 @@ def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJo
     return NewJob(prompt_id, number, False, prompt, {}, ["1"], tenant=tenant)
 
 
-async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
+async def run_to_end(store: JobStore, prompt_id: str) -> None:
     """Claim `prompt_id` (it must be next in line) and finish it with one output file."""
     job = await store.claim("lane")
     assert job is not None and job.prompt_id == prompt_id
@@ -29,7 +23,7 @@ async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
     assert await store.finish(prompt_id, job.attempt, result)
 
 
-async def test_jobs_keep_their_tenant(store: SQLiteStore) -> None:
+async def test_jobs_keep_their_tenant(store: JobStore) -> None:
     submitted = await store.submit(new_job("a1", "alice"))
     assert submitted.tenant == "alice"
     fetched = await store.get("a1")
@@ -39,7 +33,7 @@ async def test_jobs_keep_their_tenant(store: SQLiteStore) -> None:
     assert fetched is not None and fetched.tenant == "default"
 
 
-async def test_queue_jobs_and_counts_scoped_to_a_tenant(store: SQLiteStore) -> None:
+async def test_queue_jobs_and_counts_scoped_to_a_tenant(store: JobStore) -> None:
     for prompt_id, tenant in [("a1", "alice"), ("b1", "bob"), ("a2", "alice"), ("b2", "bob")]:
         await store.submit(new_job(prompt_id, tenant))
     running = await store.claim("lane")
@@ -69,7 +63,7 @@ async def test_queue_jobs_and_counts_scoped_to_a_tenant(store: SQLiteStore) -> N
     assert await store.owned(["b2", "a1", "zz", "a2", "a1"], "alice") == ["a1", "a2"]
 
 
-async def test_history_scoped_to_a_tenant(store: SQLiteStore) -> None:
+async def test_history_scoped_to_a_tenant(store: JobStore) -> None:
     order = [("a1", "alice"), ("b1", "bob"), ("a2", "alice"), ("a3", "alice")]
     for number, (prompt_id, tenant) in enumerate(order):
         await store.submit(new_job(prompt_id, tenant, number))
@@ -91,7 +85,7 @@ async def test_history_scoped_to_a_tenant(store: SQLiteStore) -> None:
     assert await store.get("a1") is not None  # the jobs stay
 
 
-async def test_pruned_files_name_their_tenant(store: SQLiteStore) -> None:
+async def test_pruned_files_name_their_tenant(store: JobStore) -> None:
     await store.submit(new_job("a1", "alice", 1))
     await store.submit(new_job("b1", "bob", 2))
     await store.submit(new_job("d1", "default", 3))
@@ -103,33 +97,6 @@ async def test_pruned_files_name_their_tenant(store: SQLiteStore) -> None:
         ("b1.png", "bob"),
         ("d1.png", "default"),
     ]
-
-
-async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-    await store.open()
-    await store.submit(new_job("old"))
-    await run_to_end(store, "old")
-    await store.submit(new_job("waiting", number=2))
-    await store.close()
-    as_older_schema(path, 3, "DROP INDEX jobs_tenant", "ALTER TABLE jobs DROP COLUMN tenant")
-
-    store = SQLiteStore(path)
-    await store.open()
-    try:
-        old = await store.get("old")
-        assert old is not None and old.tenant == "default"
-        assert [e.job.prompt_id for e in await store.history(tenant="default")] == ["old"]
-        assert [j.prompt_id for j in (await store.queue(tenant="default"))[1]] == ["waiting"]
-        await store.submit(new_job("new", "alice", 3))
-        assert await store.owned(["old", "new", "waiting"], "alice") == ["new"]
-    finally:
-        await store.close()
-    with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
-        indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
-    assert "jobs_tenant" in indexes
 
 
 def test_tenant_names_are_matched_whole() -> None:

@@ -1,0 +1,119 @@
+"""The remote-job journal on PostgreSQL: what the store runs for each journal verb.
+
+`db` is an asyncpg pool or connection; every statement is one of the named blocks of
+postgres_queries.sql. A final state is never overwritten: every update is fenced on
+the row still being live. Driver errors are wrapped by the store, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from comfyfleet.store.base import StoreError
+from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_or_none
+from comfyfleet.store.records import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.store.sql_blocks import load_blocks
+
+Q = load_blocks("postgres_queries.sql")
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _row(row: Sequence[Any]) -> RemoteJob:
+    return RemoteJob(
+        id=from_db(row[0]),
+        request_hash=from_db(row[1]),
+        provider=from_db(row[2]),
+        kind=from_db(row[3]),
+        prompt_id=from_db_or_none(row[4]),
+        node_id=from_db_or_none(row[5]),
+        slot=row[6],
+        state=RemoteJobState(row[7]),
+        remote_id=from_db_or_none(row[8]),
+        resume=json.loads(row[9]),
+        error=None if row[10] is None else json.loads(row[10]),
+        attempts=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+        finished_at=row[14],
+        result=None if row[15] is None else bytes(row[15]),
+        result_type=from_db_or_none(row[16]),
+    )
+
+
+async def record(db: Any, job: NewRemoteJob, now: float) -> RemoteJob:
+    params = (job.id, job.request_hash, job.provider, job.kind)
+    try:
+        row = await db.fetchrow(
+            Q["record_remote_job"],
+            *(to_db(value) for value in params),
+            to_db_or_none(job.prompt_id),
+            to_db_or_none(job.node_id),
+            _dumps(job.resume),
+            now,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise StoreError(f"remote job {job.id!r} already exists") from exc
+    return _row(row)
+
+
+async def submitted(db: Any, job_id: str, remote_id: str, resume: str, now: float) -> bool:
+    done = await db.fetchval(
+        Q["remote_job_submitted"], to_db(job_id), to_db(remote_id), resume, now
+    )
+    return bool(done)
+
+
+async def finish(
+    db: Any,
+    job_id: str,
+    state: RemoteJobState,
+    result: bytes | None,
+    result_type: str | None,
+    error: str | None,
+    attempts: int | None,
+    now: float,
+) -> bool:
+    done = await db.fetchval(
+        Q["finish_remote_job"],
+        to_db(job_id),
+        state.value,
+        result,
+        to_db_or_none(result_type),
+        error,
+        attempts,
+        now,
+    )
+    return bool(done)
+
+
+async def assign_slots(db: Any, slots: Sequence[tuple[str, int]]) -> None:
+    latest = dict(slots)  # a job named twice gets its last slot, as one UPDATE each would
+    await db.execute(
+        Q["assign_remote_slots"], [to_db(job_id) for job_id in latest], list(latest.values())
+    )
+
+
+async def one(db: Any, job_id: str) -> RemoteJob | None:
+    found = await db.fetchrow(Q["remote_job"], to_db(job_id))
+    return None if found is None else _row(found)
+
+
+async def reusable(db: Any, request_hash: str) -> RemoteJob | None:
+    key = to_db(request_hash)
+    found = await db.fetchrow(Q["remote_succeeded"], key)
+    if found is None:
+        found = await db.fetchrow(Q["remote_newest"], key)
+    return None if found is None else _row(found)
+
+
+async def live(db: Any) -> list[RemoteJob]:
+    return [_row(found) for found in await db.fetch(Q["remote_live"])]
+
+
+async def prune(db: Any, before: float) -> int:
+    gone: int = await db.fetchval(Q["prune_remote_jobs"], before)
+    return gone

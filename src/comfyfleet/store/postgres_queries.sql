@@ -1,0 +1,281 @@
+-- comfyfleet job store on PostgreSQL: every statement, by name (see sql_blocks.py).
+--
+-- A job's columns come in one order everywhere (postgres.py decodes them by position):
+-- prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+-- attempt, lane, created_at, started_at, finished_at, error, tenant.
+-- A parameter that may be NULL to mean "every tenant" / "no limit" says so in a cast.
+
+-- name: insert_job
+-- Pending, or (with a lane) already claimed by it: status, attempt, lane, started_at given.
+INSERT INTO jobs (prompt_id, number_json, order_key, front, status, client_id, prompt,
+                  extra_data, outputs, node_errors, attempt, lane, created_at, started_at,
+                  tenant)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+RETURNING seq
+
+-- name: claimable
+-- What a claim or a reservation may take: pending and set aside for no lane, in order.
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant
+FROM jobs WHERE status = 'pending' AND lane IS NULL
+ORDER BY front DESC, order_key, seq LIMIT $1
+
+-- name: claim_job
+-- Fenced: only while the job is still pending and reserved for no lane.
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3
+WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL
+RETURNING attempt
+
+-- name: reserve_job
+-- A reserved job stays pending, set aside for the lane named in `lane`.
+UPDATE jobs SET lane = $2
+WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL
+RETURNING attempt
+
+-- name: start_reserved
+-- $4 is the lane it was reserved for; NULL starts a pending job set aside for no lane.
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3
+WHERE prompt_id = $1 AND status = 'pending' AND lane IS NOT DISTINCT FROM $4::text
+RETURNING attempt
+
+-- name: unreserve_jobs
+UPDATE jobs SET lane = NULL WHERE prompt_id = ANY($1::text[]) AND status = 'pending'
+
+-- name: finish_job
+-- One statement, one round trip: the update fenced on the attempt and, only when it
+-- changed the job, the history entry ($6: whether the status makes one), the attempt's
+-- messages (seq, type, data side by side) and the files it wrote, in the order given.
+WITH job AS (
+    UPDATE jobs SET status = $3, finished_at = $4, error = $5
+    WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
+    RETURNING prompt_id
+), entry AS (
+    INSERT INTO history (prompt_id, status, outputs, meta, completed_at)
+    SELECT prompt_id, $3, $7, $8, $4 FROM job WHERE $6::boolean
+), messages AS (
+    INSERT INTO events (prompt_id, attempt, seq, type, data)
+    SELECT job.prompt_id, $2, e.seq, e.type, e.data
+    FROM job, unnest($9::bigint[], $10::text[], $11::text[]) AS e (seq, type, data)
+), files AS (
+    INSERT INTO outputs (prompt_id, filename, subfolder, type)
+    SELECT job.prompt_id, f.filename, f.subfolder, f.type
+    FROM job, unnest($12::text[], $13::text[], $14::text[])
+        WITH ORDINALITY AS f (filename, subfolder, type, n)
+    ORDER BY f.n
+)
+SELECT count(*) = 1 FROM job
+
+-- name: requeue_job
+-- The update fenced on the attempt and, when it changed the job and a reason ($3) is
+-- given, the reason noted at seq -1 of the attempt (before any of its messages).
+WITH job AS (
+    UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+    WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
+    RETURNING prompt_id
+), note AS (
+    INSERT INTO events (prompt_id, attempt, seq, type, data)
+    SELECT prompt_id, $2, -1, 'requeued', $3 FROM job WHERE $3::text IS NOT NULL
+)
+SELECT count(*) = 1 FROM job
+
+-- name: attempt_notes_of
+SELECT prompt_id, attempt, data FROM events
+WHERE prompt_id = ANY($1::text[]) AND type = 'requeued'
+ORDER BY prompt_id, attempt
+
+-- name: requeue_lane
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+WHERE status = 'running' AND starts_with(lane, $1)
+RETURNING prompt_id, seq
+
+-- name: cancel_jobs
+-- $3: the statuses that may be cancelled (pending, and running unless pending_only).
+UPDATE jobs SET status = 'cancelled', finished_at = $1
+WHERE prompt_id = ANY($2::text[]) AND status = ANY($3::text[])
+RETURNING prompt_id
+
+-- name: cancel_pending
+UPDATE jobs SET status = 'cancelled', finished_at = $1 WHERE status = 'pending'
+RETURNING prompt_id, seq
+
+-- name: delete_history
+DELETE FROM history WHERE prompt_id = ANY($1::text[])
+
+-- name: clear_history
+DELETE FROM history
+WHERE $1::text IS NULL OR prompt_id IN (SELECT prompt_id FROM jobs WHERE tenant = $1)
+
+-- name: delete_jobs
+-- Child rows (history, events, outputs) go with the job: ON DELETE CASCADE.
+DELETE FROM jobs WHERE prompt_id = ANY($1::text[])
+
+-- name: select_job
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant
+FROM jobs WHERE prompt_id = $1
+
+-- name: select_running
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant
+FROM jobs WHERE status = 'running' AND ($1::text IS NULL OR tenant = $1)
+ORDER BY started_at, seq
+
+-- name: select_pending
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant
+FROM jobs WHERE status = 'pending' AND ($1::text IS NULL OR tenant = $1)
+ORDER BY front DESC, order_key, seq
+
+-- name: count_statuses
+SELECT status, count(*) FROM jobs GROUP BY status
+
+-- name: count_active
+SELECT count(*) FROM jobs WHERE status IN ('pending', 'running') AND tenant = $1
+
+-- name: owned
+SELECT prompt_id FROM jobs WHERE tenant = $1 AND prompt_id = ANY($2::text[])
+
+-- name: jobs_newest_first
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant
+FROM jobs
+WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)
+ORDER BY created_at DESC, seq DESC LIMIT $3::bigint OFFSET $4
+
+-- name: jobs_oldest_first
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant
+FROM jobs
+WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)
+ORDER BY created_at, seq LIMIT $3::bigint OFFSET $4
+
+-- name: jobs_total
+SELECT count(*) FROM jobs
+WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)
+
+-- name: history_newest_first
+-- The newest $1 entries (of tenant $2, or of all), newest first.
+SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs,
+       j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at,
+       j.error, j.tenant, h.status, h.outputs, h.meta
+FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
+WHERE $2::text IS NULL OR j.tenant = $2
+ORDER BY h.pos DESC LIMIT $1
+
+-- name: history_oldest_first
+-- Skip $2 from the oldest, then at most $1 (NULL: no limit); of tenant $3, or of all.
+SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs,
+       j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at,
+       j.error, j.tenant, h.status, h.outputs, h.meta
+FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
+WHERE $3::text IS NULL OR j.tenant = $3
+ORDER BY h.pos LIMIT $1::bigint OFFSET $2
+
+-- name: history_one
+SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs,
+       j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at,
+       j.error, j.tenant, h.status, h.outputs, h.meta
+FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
+WHERE h.prompt_id = $1
+
+-- name: events_of
+-- Only the messages of the attempt that finished the job make its history entry.
+SELECT e.prompt_id, e.type, e.data FROM events e
+JOIN jobs j ON j.prompt_id = e.prompt_id AND j.attempt = e.attempt
+WHERE e.prompt_id = ANY($1::text[]) ORDER BY e.prompt_id, e.seq
+
+-- name: outputs_of
+SELECT o.prompt_id, o.filename, o.subfolder, o.type, j.tenant
+FROM outputs o JOIN jobs j ON j.prompt_id = o.prompt_id
+WHERE o.prompt_id = ANY($1::text[]) ORDER BY o.pos
+
+-- name: max_counted_number
+-- Integer-valued numbers came from the counter (front jobs store it negated); explicit
+-- numbers are floats and do not move the counter, as in ComfyUI.
+SELECT max(abs(number_json::numeric)) FROM jobs WHERE number_json ~ '^-?[0-9]+$'
+
+-- name: next_number
+SELECT nextval('job_number')
+
+-- name: set_number
+-- The counter has handed out $1 (a number stored from elsewhere was ahead of it).
+SELECT setval('job_number', $1)
+
+-- name: history_at_rank
+-- Retention: the entry at the count limit ...
+SELECT pos, completed_at FROM history ORDER BY pos DESC LIMIT 1 OFFSET $1
+
+-- name: history_before
+-- ... and what lies before the horizon.
+SELECT prompt_id FROM history WHERE pos <= $1 OR completed_at < $2 ORDER BY pos
+
+-- name: unlisted_before
+SELECT prompt_id FROM jobs j
+WHERE finished_at < $1 AND status IN ('success', 'error', 'interrupted', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM history h WHERE h.prompt_id = j.prompt_id)
+ORDER BY finished_at, seq
+
+-- name: select_backends
+SELECT spec FROM backends ORDER BY created_at, name
+
+-- name: save_backend
+INSERT INTO backends (name, spec, created_at) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
+
+-- name: delete_backend
+DELETE FROM backends WHERE name = $1 RETURNING true
+
+-- name: record_remote_job
+INSERT INTO remote_jobs (id, request_hash, provider, kind, prompt_id, node_id, slot, state,
+                         remote_id, resume, error, attempts, created_at, updated_at,
+                         finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, NULL, 'submitting', NULL, $7, NULL, 0, $8, $8, NULL)
+RETURNING id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+          resume, error, attempts, created_at, updated_at, finished_at, result, result_type
+
+-- name: remote_job_submitted
+UPDATE remote_jobs SET state = 'running', remote_id = $2, resume = $3, updated_at = $4
+WHERE id = $1 AND state IN ('submitting', 'running')
+RETURNING true
+
+-- name: finish_remote_job
+UPDATE remote_jobs
+SET state = $2, result = $3, result_type = $4, error = $5, attempts = coalesce($6, attempts),
+    updated_at = $7, finished_at = $7
+WHERE id = $1 AND state IN ('submitting', 'running')
+RETURNING true
+
+-- name: assign_remote_slots
+UPDATE remote_jobs r SET slot = s.slot
+FROM unnest($1::text[], $2::bigint[]) AS s (id, slot)
+WHERE r.id = s.id
+
+-- name: remote_job
+SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+       resume, error, attempts, created_at, updated_at, finished_at, result, result_type
+FROM remote_jobs WHERE id = $1
+
+-- name: remote_succeeded
+SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+       resume, error, attempts, created_at, updated_at, finished_at, result, result_type
+FROM remote_jobs WHERE request_hash = $1 AND state = 'succeeded'
+ORDER BY created_at DESC, pos DESC LIMIT 1
+
+-- name: remote_newest
+SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+       resume, error, attempts, created_at, updated_at, finished_at, NULL::bytea, NULL::text
+FROM remote_jobs WHERE request_hash = $1
+ORDER BY created_at DESC, pos DESC LIMIT 1
+
+-- name: remote_live
+SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+       resume, error, attempts, created_at, updated_at, finished_at, NULL::bytea, NULL::text
+FROM remote_jobs WHERE state IN ('submitting', 'running')
+ORDER BY created_at, pos
+
+-- name: prune_remote_jobs
+WITH gone AS (
+    DELETE FROM remote_jobs WHERE finished_at < $1 AND state NOT IN ('submitting', 'running')
+    RETURNING 1
+)
+SELECT count(*) FROM gone

@@ -1,0 +1,125 @@
+-- comfyfleet job store on PostgreSQL: the schema, as migrations.
+--
+-- Block `migration_N` takes a database at version N-1 to version N; the store runs the
+-- ones a database lacks, in order, each recorded in comfyfleet_migrations, all in the
+-- opening transaction. A new version is a new block: a block once released never changes.
+--
+-- The tables mirror the SQLite schema (schema.sql). JSON columns hold compact JSON text
+-- (TEXT, not JSONB: key order and number spelling come back exactly as stored); times
+-- are Unix seconds. Text that comes from outside keeps every character: the store
+-- escapes NUL, which PostgreSQL text cannot hold (see postgres_text.py).
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS comfyfleet_migrations (
+    version    INTEGER PRIMARY KEY,
+    applied_at DOUBLE PRECISION NOT NULL
+);
+
+-- name: migration_1
+CREATE TABLE jobs (
+    prompt_id   TEXT COLLATE "C" PRIMARY KEY,
+    -- Submission order, from a sequence: never reused.
+    seq         BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    -- The number exactly as given (24 stays an int, 100.0 a float) ...
+    number_json TEXT NOT NULL,
+    -- ... and the key dispatch sorts on: the number, or 0 for front jobs, which run FIFO
+    -- among themselves before all others.
+    order_key   DOUBLE PRECISION NOT NULL,
+    front       BOOLEAN NOT NULL,
+    status      TEXT COLLATE "C" NOT NULL,
+    client_id   TEXT,
+    prompt      TEXT NOT NULL,
+    extra_data  TEXT NOT NULL,
+    outputs     TEXT NOT NULL,   -- outputs_to_execute
+    node_errors TEXT NOT NULL,
+    attempt     BIGINT NOT NULL DEFAULT 0,
+    lane        TEXT COLLATE "C",
+    created_at  DOUBLE PRECISION NOT NULL,
+    started_at  DOUBLE PRECISION,
+    finished_at DOUBLE PRECISION,
+    error       TEXT,
+    tenant      TEXT COLLATE "C" NOT NULL DEFAULT 'default'
+);
+
+-- The pending queue, and what claims may take, read in order from these indexes. The
+-- second holds exactly the claimable jobs: even before the table has statistics, the
+-- planner takes a claim's first rows from it, with no sort of the whole queue.
+CREATE INDEX jobs_dispatch ON jobs (front DESC, order_key, seq) WHERE status = 'pending';
+CREATE INDEX jobs_claimable ON jobs (front DESC, order_key, seq)
+    WHERE status = 'pending' AND lane IS NULL;
+CREATE INDEX jobs_running ON jobs (started_at, seq) WHERE status = 'running';
+CREATE INDEX jobs_created ON jobs (created_at, seq);
+CREATE INDEX jobs_status ON jobs (status, created_at, seq);
+CREATE INDEX jobs_tenant ON jobs (tenant, created_at, seq);
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE history (
+    -- Completion order; an identity, so a deleted entry's position is never reused.
+    pos          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    prompt_id    TEXT COLLATE "C" NOT NULL UNIQUE REFERENCES jobs (prompt_id) ON DELETE CASCADE,
+    status       TEXT NOT NULL,
+    outputs      TEXT NOT NULL,  -- node id -> ui
+    meta         TEXT NOT NULL,
+    completed_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX history_completed ON history (completed_at);
+
+-- The messages each attempt recorded, in order (a history entry's status.messages).
+CREATE TABLE events (
+    prompt_id TEXT COLLATE "C" NOT NULL REFERENCES jobs (prompt_id) ON DELETE CASCADE,
+    attempt   BIGINT NOT NULL,
+    seq       BIGINT NOT NULL,
+    type      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (prompt_id, attempt, seq)
+);
+
+-- Files a job wrote, so retention can delete them with the job (`pos`: the order written).
+CREATE TABLE outputs (
+    pos       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    prompt_id TEXT COLLATE "C" NOT NULL REFERENCES jobs (prompt_id) ON DELETE CASCADE,
+    filename  TEXT NOT NULL,
+    subfolder TEXT NOT NULL,
+    type      TEXT NOT NULL
+);
+
+CREATE INDEX outputs_job ON outputs (prompt_id, pos);
+
+-- ComfyUI backends added at run time (the admin API); config-file backends are not stored.
+CREATE TABLE backends (
+    name       TEXT COLLATE "C" PRIMARY KEY,
+    spec       TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
+
+-- The journal of paid remote jobs (fan-out and provider nodes): see sqlite_journal.py.
+-- Not tied to jobs: a result stays reusable after its prompt is pruned.
+CREATE TABLE remote_jobs (
+    id           TEXT COLLATE "C" PRIMARY KEY,
+    pos          BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,  -- the order recorded
+    request_hash TEXT COLLATE "C" NOT NULL,
+    provider     TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    prompt_id    TEXT,
+    node_id      TEXT,
+    slot         BIGINT,
+    state        TEXT COLLATE "C" NOT NULL,
+    remote_id    TEXT,
+    resume       TEXT NOT NULL,  -- how to find the job again (never a key)
+    error        TEXT,
+    attempts     BIGINT NOT NULL DEFAULT 0,
+    result       BYTEA,
+    result_type  TEXT,
+    created_at   DOUBLE PRECISION NOT NULL,
+    updated_at   DOUBLE PRECISION NOT NULL,
+    finished_at  DOUBLE PRECISION
+);
+
+CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at, pos);
+CREATE INDEX remote_jobs_live ON remote_jobs (created_at, pos)
+    WHERE state IN ('submitting', 'running');
+CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+-- ComfyUI's submission counter: a fresh store starts at 0, and a sequence never goes back.
+CREATE SEQUENCE job_number MINVALUE 0 START WITH 0;

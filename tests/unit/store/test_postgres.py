@@ -1,0 +1,318 @@
+"""What the PostgreSQL store promises beyond the JobStore contract."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from comfyfleet.store import postgres as postgres_module
+from comfyfleet.store.base import StoreError
+from comfyfleet.store.postgres import PostgresStore
+from comfyfleet.store.records import Job, JobStatus, NewJob
+from tests.postgres import run_sync, schema_for
+
+
+def new_job(prompt_id: str, number: float = 1) -> NewJob:
+    return NewJob(prompt_id, number, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
+
+
+@pytest.fixture
+def schema(tmp_path: Path) -> str:
+    return schema_for(tmp_path)
+
+
+@pytest.fixture
+async def store(postgres_url: str, schema: str) -> AsyncIterator[PostgresStore]:
+    opened = PostgresStore(postgres_url, schema=schema)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def sql(url: str, schema: str, statement: str) -> object:
+    """One statement on its own connection, in `schema`."""
+    conn = await asyncpg.connect(url, server_settings={"search_path": schema})
+    try:
+        return await conn.fetchval(statement)
+    finally:
+        await conn.close()
+
+
+async def test_a_fresh_schema_is_at_the_newest_version(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    version = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert version == postgres_module.SCHEMA_VERSION
+
+
+async def test_a_claim_holds_no_lock_while_can_run_decides(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    """Another process claims the job `can_run` is being asked about: it is not kept
+    waiting, and this claim takes the next job it accepts instead."""
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+
+    async def claim_elsewhere() -> Job | None:
+        other = PostgresStore(postgres_url, schema=schema)
+        await other.open()
+        try:
+            return await asyncio.wait_for(other.claim("elsewhere"), 10)
+        finally:
+            await other.close()
+
+    elsewhere: list[Job | None] = []
+
+    def can_run(job: Job) -> bool:
+        if not elsewhere:  # on the first question: the other process takes that job
+            elsewhere.append(run_sync(claim_elsewhere()))
+        return True
+
+    here = await store.claim("here", can_run)
+    assert [job.prompt_id if job else None for job in elsewhere] == ["p0"]
+    assert here is not None and (here.prompt_id, here.lane, here.attempt) == ("p1", "here", 1)
+    running, pending = await store.queue()
+    assert {(job.prompt_id, job.lane) for job in running} == {("p0", "elsewhere"), ("p1", "here")}
+    assert [job.prompt_id for job in pending] == ["p2"]
+
+
+async def test_a_lost_race_reads_the_queue_again(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    """Every job the first read offered is taken meanwhile: the claim reads again and
+    takes one past them, rather than report an empty queue."""
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+
+    async def take_two() -> None:
+        other = PostgresStore(postgres_url, schema=schema)
+        await other.open()
+        try:
+            await other.claim("elsewhere")
+            await other.claim("elsewhere")
+        finally:
+            await other.close()
+
+    asked: list[str] = []
+
+    def can_run(job: Job) -> bool:
+        if not asked:
+            run_sync(take_two())
+        asked.append(job.prompt_id)
+        return True
+
+    here = await store.claim("here", can_run, scan=2)
+    assert here is not None and here.prompt_id == "p2"
+    assert asked == ["p0", "p1", "p2"]
+
+
+async def test_two_stores_on_one_database_claim_each_job_once(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    ids = [f"p{i}" for i in range(100)]
+    for i, prompt_id in enumerate(ids):
+        await store.submit(new_job(prompt_id, i))
+    other = PostgresStore(postgres_url, schema=schema)
+    await other.open()
+    claimed: list[Job] = []
+
+    async def claimer(each: PostgresStore, lane: str) -> None:
+        while (job := await each.claim(lane, lambda job: True)) is not None:
+            claimed.append(job)
+
+    try:
+        await asyncio.gather(*(claimer(s, f"{n}") for n, s in enumerate([store, other] * 4)))
+    finally:
+        await other.close()
+    assert sorted(job.prompt_id for job in claimed) == sorted(ids)
+    assert {job.attempt for job in claimed} == {1}
+
+
+async def test_driver_errors_become_store_errors_without_the_password() -> None:
+    store = PostgresStore("postgresql://someone:s3cret-pw@127.0.0.1:1/nothing", connect_timeout=5)
+    assert "s3cret-pw" not in repr(store)
+    with pytest.raises(StoreError) as caught:
+        await store.open()
+    assert isinstance(caught.value.__cause__, OSError)
+    assert "s3cret-pw" not in str(caught.value)
+
+
+async def test_an_unparsable_url_is_a_store_error_without_the_password() -> None:
+    store = PostgresStore("postgresql://someone:s3cret-pw@[::1/db")
+    with pytest.raises(StoreError, match="not a usable PostgreSQL URL") as caught:
+        await store.open()
+    assert "s3cret-pw" not in str(caught.value)
+
+
+async def test_closed_store_refuses_work(postgres_url: str, schema: str) -> None:
+    store = PostgresStore(postgres_url, schema=schema)
+    with pytest.raises(StoreError):
+        await store.submit(new_job("p1"))
+    await store.open()
+    with pytest.raises(StoreError, match="already open"):
+        await store.open()
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.get("p1")
+    await store.close()  # closing twice is harmless
+
+
+async def test_newer_schema_is_refused(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.close()
+    newer = postgres_module.SCHEMA_VERSION + 1
+    await sql(
+        postgres_url,
+        schema,
+        f"INSERT INTO comfyfleet_migrations (version, applied_at) VALUES ({newer}, 0)",
+    )
+    with pytest.raises(StoreError, match="newer"):
+        await PostgresStore(postgres_url, schema=schema).open()
+
+
+async def test_migrations_run_on_open(
+    store: PostgresStore, postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.submit(new_job("p1"))
+    await store.close()
+    target = postgres_module.SCHEMA_VERSION + 1
+    monkeypatch.setattr(postgres_module, "SCHEMA_VERSION", target)
+    monkeypatch.setitem(
+        postgres_module.MIGRATIONS,
+        target,
+        "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+    )
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        assert await again.get("p1") is not None
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == (
+        target
+    )
+    assert await sql(postgres_url, schema, "SELECT priority FROM jobs") == 0
+
+
+async def test_stores_opening_at_once_create_the_schema_once(
+    postgres_url: str, schema: str
+) -> None:
+    stores = [PostgresStore(postgres_url, schema=schema) for _ in range(4)]
+    await asyncio.gather(*(s.open() for s in stores))
+    try:
+        await stores[0].submit(new_job("p1"))
+        assert all([(await s.get("p1")) is not None for s in stores])
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+    applied = await sql(postgres_url, schema, "SELECT count(*) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from comfyfleet.store.records import NewJob
+    from comfyfleet.store.postgres import PostgresStore
+
+    async def submitter(store, worker):
+        for i in range(1_000_000):
+            pid = f"w{worker}-{i}"
+            job = NewJob(pid, i, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
+            await store.submit(job)
+            print(pid, flush=True)
+
+    async def main():
+        store = PostgresStore(sys.argv[1], schema=sys.argv[2])
+        await store.open()
+        print("open", flush=True)
+        await asyncio.gather(*(submitter(store, w) for w in range(16)))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _run_and_kill(url: str, schema: str, wanted: int) -> list[str]:
+    """Start a submitting child, SIGKILL it mid-stream; the ids it saw committed."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, schema],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert child.stdout is not None
+    committed: list[str] = []
+    try:
+        for line in child.stdout:
+            if line.strip() != "open":
+                committed.append(line.strip())
+            if len(committed) >= wanted:
+                break
+        child.send_signal(signal.SIGKILL)
+        committed += [line.strip() for line in child.stdout if line.strip()]
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    return committed
+
+
+async def test_committed_submits_survive_sigkill(postgres_url: str, schema: str) -> None:
+    committed = await asyncio.to_thread(_run_and_kill, postgres_url, schema, 1000)
+    assert len(committed) >= 1000
+    store = PostgresStore(postgres_url, schema=schema)
+    await store.open()
+    try:
+        jobs, total = await store.jobs()
+        stored = {job.prompt_id for job in jobs}
+        assert set(committed) <= stored
+        assert total == len(stored) >= len(committed)
+        assert (await store.counts())[JobStatus.PENDING] == total
+    finally:
+        await store.close()
+
+
+async def test_every_named_query_prepares(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        for name, statement in postgres_module.Q.items():
+            try:
+                await conn.prepare(statement)
+            except asyncpg.PostgresError as exc:
+                raise AssertionError(f"query {name} does not prepare: {exc}") from exc
+    finally:
+        await conn.close()
+
+
+async def test_claims_read_the_claimable_index_in_order(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    """Before the table has statistics too: no sort of the whole queue per claim."""
+    await asyncio.gather(*(store.submit(new_job(f"p{i}", i)) for i in range(300)))
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            await conn.execute(f"SET plan_cache_mode = {mode}")
+            await conn.execute(
+                f"PREPARE claimable_{mode} (bigint) AS {postgres_module.Q['claimable']}"
+            )
+            plan = "\n".join(
+                row[0] for row in await conn.fetch(f"EXPLAIN EXECUTE claimable_{mode} (64)")
+            )
+            assert "Index Scan using jobs_claimable" in plan, plan
+            assert "Sort" not in plan, plan
+    finally:
+        await conn.close()
