@@ -79,11 +79,14 @@ class BFLClient:
         redactor: Redactor | None = None,
         cancel_path: str | None = "/v1/cancel",
         cancel_on_abort: bool = True,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
         """`timeout` bounds each HTTP request; `deadline` bounds the wait for a result.
 
-        `cancel_path` is where cancel requests go (None: never try); the public
-        API may not offer one, relays and the local emulator do.
+        `cooldown` gates submits only (it belongs to the account, so share it);
+        polls and downloads of accepted jobs wait out their own 429s. `cancel_path`
+        is where cancel requests go (None: never try); the public API may not offer
+        one, relays and the local emulator do. `on_retry` hears every retry.
         """
         self.base_url = api_root(base_url)
         self.poll_interval = poll_interval
@@ -98,10 +101,10 @@ class BFLClient:
             PROVIDER, session, self.redactor, timeout=timeout, connect_timeout=connect_timeout
         )
         self._attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown
+            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown, on_retry=on_retry
         )
         self._poll_attempts = Attempts(
-            max_attempts=poll_attempts, backoff=backoff, cooldown=self.cooldown
+            max_attempts=poll_attempts, backoff=backoff, on_retry=on_retry
         )
 
     def __repr__(self) -> str:

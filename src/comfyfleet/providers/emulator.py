@@ -90,12 +90,16 @@ def _refuse(
         state.counts["failed"] += 1
         state.create_log.append((now, request.path, 500))
         return _error(flavour, 500, "emulated server error", "server_error", "server_error")
-    wait = state.rate_limited(label)
+    wait = 1.0 if state.chance(state.settings.throttle_rate) else state.rate_limited(label)
     if wait is None:
         state.create_log.append((now, request.path, 200))
         return None
     state.counts["rate_limited"] += 1
     state.create_log.append((now, request.path, 429))
+    return _too_many(state, flavour, wait)
+
+
+def _too_many(state: EmulatorState, flavour: str, wait: float) -> web.Response:
     response = _error(flavour, 429, "rate limit reached", "rate_limit_exceeded", "requests")
     if state.settings.send_retry_after:
         response.headers["Retry-After"] = state.retry_after(wait)
@@ -103,6 +107,14 @@ def _refuse(
         response.headers["x-ratelimit-remaining-requests"] = "0"
         response.headers["x-ratelimit-reset-requests"] = f"{max(wait, 0.001):.3f}s"
     return response
+
+
+def _throttled_read(state: EmulatorState, flavour: str, countdown: str = "") -> web.Response | None:
+    """A 429 for a poll or download, by countdown or at the random share."""
+    if not ((countdown and state.take(countdown)) or state.chance(state.settings.throttle_rate)):
+        return None
+    state.counts["reads_rate_limited"] += 1
+    return _too_many(state, flavour, 1.0)
 
 
 async def _hang(state: EmulatorState) -> bool:
@@ -185,6 +197,8 @@ async def bfl_result(request: web.Request) -> web.Response:
     if denied := _check_key(state, request.headers.get("x-key"), BFL):
         return denied
     state.counts["polls"] += 1
+    if throttled := _throttled_read(state, BFL, "throttle_next_polls"):
+        return throttled
     if state.take("fail_next_polls"):
         return _error(BFL, 500, "emulated server error", "", "")
     task_id = request.query.get("id", "")
@@ -235,6 +249,8 @@ async def serve_file(request: web.Request) -> web.Response:
         return web.Response(status=404, text="no such file")
     if state.clock() > image.expires_at:
         return web.Response(status=403, text="this result URL has expired")
+    if throttled := _throttled_read(state, BFL):
+        return throttled
     state.counts["downloads"] += 1
     body = await asyncio.to_thread(render_png, *image.size, image.rgb)
     return web.Response(body=body, content_type="image/png")

@@ -26,6 +26,9 @@ class EmulatorSettings:
     max_active: int | None = None  # BFL: pending jobs per key before 429
     retry_after: float | None = None  # Retry-After to send; None: time until a slot frees
     send_retry_after: bool = True
+    # Requests of any kind (job creation, polls, downloads) answered 429 at random,
+    # with Retry-After `retry_after` (or 1 s): a busy account or a strict gateway.
+    throttle_rate: float = 0.0
     hang_rate: float = 0.0  # job-creating requests accepted and never answered
     moderation_rate: float = 0.0
     keys: list[str] = field(default_factory=list)  # empty: any key is accepted
@@ -34,6 +37,7 @@ class EmulatorSettings:
     # Deterministic counterparts of the rates, counted down by the emulator.
     fail_next: int = 0
     fail_next_polls: int = 0
+    throttle_next_polls: int = 0  # polls answered 429
     hang_next: int = 0
 
 
@@ -159,6 +163,7 @@ class EmulatorState:
             "idempotency_keys": dict(self.idempotency_keys),
             "create_requests": self.counts["create_requests"],
             "rate_limited": self.counts["rate_limited"],
+            "reads_rate_limited": self.counts["reads_rate_limited"],
             "failed": self.counts["failed"],
             "hung": self.counts["hung"],
             "moderated": self.counts["moderated"],

@@ -158,6 +158,26 @@ async def test_a_storm_of_5xx_and_429_sends_no_job_twice(rig: Rig, emulator: Emu
     assert sum(attempts) > 12 and np.all(np.array(attempts) >= 1)
 
 
+async def test_429s_on_job_creation_leave_accepted_jobs_running(
+    rig: Rig, emulator: Emulator
+) -> None:
+    emulator.settings.latency = 0.5
+    emulator.settings.rate_limit = 20.0  # 20 jobs at once, the other 10 hear 429
+    graph = Graph(emulator.url)
+    submits = [graph.submit(f"s{n}", "limited", seed=n) for n in range(30)]
+    graph.collect("c", submits, mode="placeholder")
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    slots = status_of(result, "c")["slots"]
+    assert [s["state"] for s in slots].count("success") == 30
+    assert emulator.stats()["rate_limited"] >= 3
+    # The provider's cooldown after the burst of 429s (5 s) holds the submits that
+    # were refused; it must not hold the polls and downloads of the jobs accepted
+    # at once, which end about half a second after they start.
+    quick = [s for s in slots if s["running_seconds"] < 2.5]
+    assert len(quick) >= 10, [s["running_seconds"] for s in slots]
+
+
 async def test_an_endpoint_limit_keeps_jobs_under_the_accounts_cap(
     rig: Rig, emulator: Emulator
 ) -> None:
