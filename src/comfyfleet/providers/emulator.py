@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from comfyfleet.providers.emulator_png import bfl_size, colour, openai_size, render_png
+from comfyfleet.providers.emulator_png import bfl_size, colour, openai_size
 from comfyfleet.providers.emulator_state import (
     EmulatorSettings,
     EmulatorState,
@@ -54,7 +54,7 @@ def emulator_state(app: web.Application) -> EmulatorState:
 
 async def _release_hung_requests(app: web.Application) -> None:
     # Hung handlers wait on this; without it shutdown would wait out their timeout.
-    app[STATE].stopping.set()
+    app[STATE].stop()
 
 
 # --- shared gates -------------------------------------------------------------
@@ -188,6 +188,8 @@ def _new_task(state: EmulatorState, label: str, model: str, body: dict[str, Any]
         size=bfl_size(body),
         rgb=colour(str(body.get("prompt", "")), seed),
     )
+    if outcome == "Ready":
+        task.png = state.render(task.size, task.rgb, after=duration / 2)
     state.tasks[task.id] = task
     return task
 
@@ -223,7 +225,7 @@ def _task_view(request: web.Request, state: EmulatorState, task: Task) -> dict[s
         return {**view, "status": task.outcome, "details": {"emulated": task.outcome}}
     if task.file is None:
         # The URL's lifetime starts when the result is first handed out, as a signed URL's would.
-        task.file = state.add_file(task.size, task.rgb)
+        task.file = state.add_file(task.size, task.rgb, task.png)
     width, height = task.size
     result = {"sample": _file_url(request, task.file), "width": width, "height": height}
     return {**view, "status": "Ready", "result": result, "progress": 1.0}
@@ -252,8 +254,7 @@ async def serve_file(request: web.Request) -> web.Response:
     if throttled := _throttled_read(state, BFL):
         return throttled
     state.counts["downloads"] += 1
-    body = await asyncio.to_thread(render_png, *image.size, image.rgb)
-    return web.Response(body=body, content_type="image/png")
+    return web.Response(body=await image.png, content_type="image/png")
 
 
 # --- OpenAI -------------------------------------------------------------------
@@ -325,8 +326,12 @@ async def _openai_answer(
     """Hold the request for the job's duration, then answer as the synchronous API does."""
     if await _hang(state):
         return web.Response(status=503)
+    duration = state.duration()
+    size = openai_size(body.get("size"))
+    rgbs = [colour(seed, None, index) for index in range(_count(body) or 1)]
+    pngs = [state.render(size, rgb, after=duration / 2) for rgb in rgbs]
     try:
-        await asyncio.wait_for(state.stopping.wait(), timeout=state.duration())
+        await asyncio.wait_for(state.stopping.wait(), timeout=duration)
         return web.Response(status=503)  # shutting down
     except TimeoutError:
         pass
@@ -334,16 +339,13 @@ async def _openai_answer(
         state.counts["moderated"] += 1
         message = "Your request was rejected by the safety system."
         return _error(OPENAI, 400, message, "moderation_blocked", "image_generation_user_error")
-    size = openai_size(body.get("size"))
     as_url = body.get("response_format") == "url"
     data = []
-    for index in range(_count(body) or 1):
-        rgb = colour(seed, None, index)
+    for index, png in enumerate(pngs):
         if as_url:
-            data.append({"url": _file_url(request, state.add_file(size, rgb))})
+            data.append({"url": _file_url(request, state.add_file(size, rgbs[index], png))})
         else:
-            png = await asyncio.to_thread(render_png, *size, rgb)
-            data.append({"b64_json": base64.b64encode(png).decode("ascii")})
+            data.append({"b64_json": base64.b64encode(await png).decode("ascii")})
     return web.json_response({"created": int(time.time()), "data": data})
 
 
