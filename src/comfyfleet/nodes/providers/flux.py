@@ -10,7 +10,7 @@ from comfyfleet import imaging
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
 from comfyfleet.nodes.providers.common import (
     API_CONFIG,
-    build_in_thread,
+    build_request,
     failure_epoch,
     png_base64,
     run_now,
@@ -142,5 +142,5 @@ class BFLFluxImage:
         )
 
     async def generate(self, **inputs: Any) -> tuple[imaging.ImageArray]:
-        request = await build_in_thread(self.remote_request, inputs)
+        request = await build_request(self.remote_request, inputs)
         return (await run_now(request),)

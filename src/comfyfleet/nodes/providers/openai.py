@@ -10,7 +10,7 @@ from comfyfleet import imaging
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
 from comfyfleet.nodes.providers.common import (
     API_CONFIG,
-    build_in_thread,
+    build_request,
     failure_epoch,
     run_now,
     seed_input,
@@ -92,5 +92,5 @@ class OpenAIImage:
         )
 
     async def generate(self, **inputs: Any) -> tuple[imaging.ImageArray]:
-        request = await build_in_thread(self.remote_request, inputs)
+        request = await build_request(self.remote_request, inputs)
         return (await run_now(request),)
