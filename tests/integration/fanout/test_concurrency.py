@@ -149,3 +149,18 @@ async def test_waiting_text_is_sent_when_it_changes_at_a_bounded_rate(
     # per change for every waiter would be about jobs**2 / 2 = 1,800 here).
     frames = sum(len(f) for f in heard.values())
     assert frames <= jobs * (1 + elapsed / WAIT_REPORT_INTERVAL), (frames, elapsed)
+
+
+async def test_the_status_says_which_slots_share_one_job(rig: Rig, emulator: Emulator) -> None:
+    emulator.settings.latency = 0.1
+    graph = Graph(emulator.url)
+    same = [graph.submit(f"same{n}", "one picture", seed=7) for n in range(4)]
+    other = graph.submit("other", "another picture", seed=8)
+    graph.collect("c", [*same, other])
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    slots = status_of(result, "c")["slots"]
+    assert emulator.stats()["jobs"] == 2  # four identical submits, one job
+    assert [s["shared_by_slots"] for s in slots[:4]] == [[1, 2, 3, 4]] * 4
+    assert slots[4]["shared_by_slots"] is None
+    assert "shared_by_slots" not in slots[5]  # not connected
