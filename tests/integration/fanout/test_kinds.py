@@ -191,3 +191,31 @@ async def test_an_endpoint_limit_keeps_jobs_under_the_accounts_cap(
     assert (stats["jobs"], stats["rate_limited"]) == (6, 0)
     slots = status_of(result, "c")["slots"][:6]
     assert max(s["queued_seconds"] for s in slots) >= 0.5  # three waves of 0.3 s, not one
+
+
+async def test_provider_nodes_can_ask_for_images_smaller_than_512(
+    rig: Rig, emulator: Emulator
+) -> None:
+    emulator.settings.latency = 0.05
+    graph = Graph(emulator.url)
+    flux = graph.flux_inputs("small", 1, resolution="0.0625 MP")
+    graph.prompt["flux"] = {"class_type": "BFLFluxImage", "inputs": flux}
+    small = openai_inputs(graph, "small", 2, size="256x256")
+    graph.prompt["openai"] = {"class_type": "OpenAIImage", "inputs": small}
+    for source in ("flux", "openai"):
+        graph.prompt[f"{source}_size"] = {
+            "class_type": "GetImageSize",
+            "inputs": {"image": [source, 0]},
+        }
+        for index, side in enumerate(("width", "height")):
+            shown = {"source": [f"{source}_size", index]}
+            graph.prompt[f"{source}_{side}"] = {"class_type": "PreviewAny", "inputs": shown}
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    sides = {node: ui["text"] for node, ui in result.outputs.items()}
+    assert sides == {
+        "flux_width": ["256"],
+        "flux_height": ["256"],
+        "openai_width": ["256"],
+        "openai_height": ["256"],
+    }

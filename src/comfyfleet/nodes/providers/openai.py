@@ -17,7 +17,17 @@ from comfyfleet.nodes.providers.common import (
     skip_error_input,
 )
 
-SIZES = ["auto", "1024x1024", "1536x1024", "1024x1536", "1792x1024", "1024x1792", "512x512"]
+# 512x512 and 256x256 are the older models' (dall-e-2) sizes.
+SIZES = [
+    "auto",
+    "1024x1024",
+    "1536x1024",
+    "1024x1536",
+    "1792x1024",
+    "1024x1792",
+    "512x512",
+    "256x256",
+]
 QUALITIES = ["auto", "high", "medium", "low", "hd", "standard"]
 RESPONSE_FORMATS = ["auto", "b64_json", "url"]
 
