@@ -108,6 +108,7 @@ async def rig(tmp: Path, settings: FanoutSettings) -> tuple[Engine, FanoutServic
     store = SQLiteStore(tmp / f"journal-{time.monotonic_ns()}.db", synchronous="NORMAL")
     await store.open()
     service = FanoutService(store, SecretVault(env={}), settings)
+    await service.resume()  # as `comfyfleet serve` does at start-up, before any prompt
     engine = Engine(build_registry(), Folders.under(tmp), services=service.services())
     return engine, service, store
 
