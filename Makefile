@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint bench conformance run-example clean
+.PHONY: install serve test lint bench conformance run-example emulate run-fanout-example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,16 @@ conformance: $(STAMP)
 
 run-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/invert.json --output-dir output
+
+# The paid-API stand-in the fan-out examples call, on 127.0.0.1:8299 (BFL and OpenAI
+# protocols, no key needed). Flags: make emulate ARGS="--latency 5s --throttle-rate 0.3"
+emulate: $(STAMP)
+	$(BIN)/comfyfleet emulate-provider $(ARGS)
+
+# Thirty FLUX jobs through one collector, against `make emulate` running elsewhere.
+# Another emulator: make run-fanout-example ARGS='--set "API Settings.base_url=http://host:port"'
+run-fanout-example: $(STAMP)
+	$(BIN)/comfyfleet run examples/flux-concurrent-30.json --output-dir output $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

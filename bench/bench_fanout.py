@@ -3,13 +3,16 @@
 1. 30 FLUX jobs of LATENCY seconds through one collector: wall time against the
    ideal (one job's time) and against running them one after another.
 2. 300 jobs through ten collectors with the image pool at 30 running + 30 pending:
-   wall time against the ideal of ten waves.
+   wall time against the ideal of ten waves, and the "waiting for a slot" texts the
+   prompt's client was sent.
 3. A storm: 20% of job-creating requests answered 500 and a per-key rate limit
    answered 429 with Retry-After; duplicate jobs at the emulator (target 0).
 
-Jobs go through the real pools and a SQLite journal; the emulator is a real
-aiohttp server on 127.0.0.1, in the same process and event loop (so its own work,
-rendering PNGs, counts against the figures).
+Every job asks for 512x512 (0.25 MP, 1:1): the emulator answers with 512x512 PNGs,
+which are downloaded, decoded and journaled as a real provider's would be. Jobs go
+through the real pools and a SQLite journal; the emulator is a real aiohttp server on
+127.0.0.1, in the same process and event loop (so its own work counts against the
+figures).
 
     .venv/bin/python bench/bench_fanout.py [--latency 2] [--storm-jobs 100]
 """
@@ -29,6 +32,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestServer
 
+from comfyfleet.engine.events import EngineEvent, ProgressText
 from comfyfleet.engine.executor import Engine
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders
@@ -41,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
 
 SLOTS = 30
+RESULT_SIZE = (512, 512)  # what "0.25 MP" at 1:1 asks the FLUX.2 models for
 
 
 def batch(url: str, jobs: int, tag: str) -> dict[str, Any]:
@@ -72,9 +77,22 @@ def batch(url: str, jobs: int, tag: str) -> dict[str, Any]:
     return prompt
 
 
-async def run_batch(engine: Engine, prompt: dict[str, Any]) -> tuple[float, dict[str, int]]:
+class TextCounter:
+    """An event sink counting the progress texts a client of the prompt would receive."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+
+    def __call__(self, event: EngineEvent) -> None:
+        if isinstance(event, ProgressText):
+            self.texts += 1
+
+
+async def run_batch(
+    engine: Engine, prompt: dict[str, Any], sink: TextCounter | None = None
+) -> tuple[float, dict[str, int]]:
     started = time.perf_counter()
-    checked, result = await engine.run_prompt(prompt)
+    checked, result = await engine.run_prompt(prompt, sink=sink or TextCounter())
     elapsed = time.perf_counter() - started
     assert checked.ok and result is not None and result.completed, result and result.error
     counts: dict[str, int] = {}
@@ -90,6 +108,7 @@ async def rig(tmp: Path, settings: FanoutSettings) -> tuple[Engine, FanoutServic
     store = SQLiteStore(tmp / f"journal-{time.monotonic_ns()}.db", synchronous="NORMAL")
     await store.open()
     service = FanoutService(store, SecretVault(env={}), settings)
+    await service.resume()  # as `comfyfleet serve` does at start-up, before any prompt
     engine = Engine(build_registry(), Folders.under(tmp), services=service.services())
     return engine, service, store
 
@@ -110,23 +129,30 @@ async def emulator(**dials: Any) -> tuple[TestServer, EmulatorState]:
 async def throughput(tmp: Path, latency: float, jobs: int, pool: PoolSize) -> None:
     server, state = await emulator(latency=latency)
     parts = await rig(tmp, FanoutSettings(image=pool))
+    texts = TextCounter()
     try:
         url = str(server.make_url("")).rstrip("/")
-        elapsed, counts = await run_batch(parts[0], batch(url, jobs, f"t{jobs}"))
+        elapsed, counts = await run_batch(parts[0], batch(url, jobs, f"t{jobs}"), texts)
     finally:
         await close(*parts)
         await server.close()
+    sizes = {task.size for task in state.tasks.values()}
+    assert sizes == {RESULT_SIZE}, sizes
     waves = math.ceil(jobs / pool.concurrency)
     ideal = waves * latency
     print(
-        f"  {jobs:4d} jobs x {latency:g} s, pool {pool.concurrency}+{pool.pending}: "
-        f"{elapsed:6.2f} s   ideal {ideal:6.2f} s ({waves} wave(s))   ratio {elapsed / ideal:5.2f}x"
-        f"   serial would be {jobs * latency:7.1f} s   ok {counts.get('success', 0)}"
-        f"   jobs at emulator {state.stats()['jobs']}"
+        f"  {jobs:4d} jobs x {latency:g} s, pool {pool.concurrency}+{pool.pending}, "
+        f"{RESULT_SIZE[0]}x{RESULT_SIZE[1]} PNGs: {elapsed:6.2f} s   ideal {ideal:6.2f} s "
+        f"({waves} wave(s))   ratio {elapsed / ideal:5.3f}x   serial would be "
+        f"{jobs * latency:7.1f} s   ok {counts.get('success', 0)}   jobs at emulator "
+        f"{state.stats()['jobs']}   progress texts {texts.texts}"
     )
     # Baseline: the ideal wall time (every wave exactly one job's latency).
     figure(f"jobs{jobs}_wall", elapsed, "s", ideal)
     figure(f"jobs{jobs}_ok", counts.get("success", 0), "count", jobs)
+    if jobs > pool.concurrency + pool.pending:
+        # "waiting for a slot, N ahead" texts; baseline: one per job.
+        figure(f"jobs{jobs}_waiting_texts", texts.texts, "count", jobs)
 
 
 async def storm(tmp: Path, jobs: int) -> None:

@@ -25,6 +25,8 @@ RESAMPLE_FILTERS: dict[str, Image.Resampling] = {
     "lanczos": Image.Resampling.LANCZOS,
 }
 
+_ORIENTATION = 0x0112  # the EXIF tag
+
 # Multi-picture formats whose extra frames are not an animation (MPO: stereo/preview pairs).
 _SINGLE_FRAME_FORMATS = frozenset({"MPO"})
 
@@ -51,12 +53,14 @@ def to_pil(frame: NDArray[Any]) -> Image.Image:
 
 def from_pil(image: Image.Image) -> tuple[ImageArray, NDArray[np.float32]]:
     """A Pillow image to a 1-frame IMAGE and its MASK (1 - alpha, zeros without alpha)."""
-    image = ImageOps.exif_transpose(image) or image
+    if image.getexif().get(_ORIENTATION, 1) != 1:  # without one, it would only copy
+        image = ImageOps.exif_transpose(image) or image
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
     if image.mode == "I":
         image = image.point(lambda i: i * (1 / 255))
-    rgb = np.asarray(image.convert("RGB"), dtype=np.float32) / np.float32(255.0)
+    rgb = np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.float32)
+    rgb /= np.float32(255.0)  # in place: one full-size array fewer per image
     if "A" in image.getbands():
         alpha = np.asarray(image.getchannel("A"), dtype=np.float32) / np.float32(255.0)
         mask = np.float32(1.0) - alpha

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from PIL import Image
@@ -13,13 +16,22 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "invert.json"
 
 
+COMMAND = str(Path(sys.executable).parent / "comfyfleet")
+
+
+def environment(cwd: Path) -> dict[str, str]:
+    """The user's data folder (where `run` keeps its journal) under the test's folder."""
+    return {**os.environ, "XDG_DATA_HOME": str(cwd / "user-data")}
+
+
 def comfyfleet(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(Path(sys.executable).parent / "comfyfleet"), *args],
+        [COMMAND, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
+        env=environment(cwd),
     )
 
 
@@ -143,3 +155,82 @@ def test_install_comfyui_pack_refuses_a_folder_that_is_not_comfyui(tmp_path: Pat
     done = comfyfleet("install-comfyui-pack", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2
     assert "neither a ComfyUI folder" in done.stderr
+
+
+def test_version(tmp_path: Path) -> None:
+    done = comfyfleet("--version", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == ["comfyfleet", "0.1.0"]
+
+
+def test_help_names_every_flag_and_its_default(tmp_path: Path) -> None:
+    emulate = comfyfleet("emulate-provider", "--help", cwd=tmp_path).stdout
+    assert "address to listen on (default: 127.0.0.1)" in " ".join(emulate.split())
+    assert "(default: 8299)" in emulate and "--throttle-rate" in emulate
+    run = " ".join(comfyfleet("run", "--help", cwd=tmp_path).stdout.split())
+    assert "where saved images go (default: output)" in run
+    assert "an API-format prompt" in run and "--no-journal" in run
+
+
+def test_nodes_piped_prints_whole_names_one_per_line(tmp_path: Path) -> None:
+    done = comfyfleet("nodes", "--testing-nodes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert all(len(row) == 4 for row in rows)
+    names = {row[0] for row in rows}
+    assert {"Concurrent Submit | BFLFluxImage", "TestSleep", "SaveImage"} <= names
+
+
+def test_a_validation_error_starts_with_a_one_line_summary(tmp_path: Path) -> None:
+    done = comfyfleet("validate", str(EXAMPLE), "--set", "1.width=wide", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[0].startswith(
+        "comfyfleet: #1 EmptyImage: Failed to convert an input value to a INT value: width"
+    )
+    assert json.loads(done.stdout)["node_errors"]["1"]["class_type"] == "EmptyImage"
+
+
+def test_an_unknown_node_gets_a_did_you_mean(tmp_path: Path) -> None:
+    prompt = json.loads(EXAMPLE.read_text())
+    prompt["2"]["class_type"] = "ImageInvret"
+    (tmp_path / "typo.json").write_text(json.dumps(prompt))
+    done = comfyfleet("run", "typo.json", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "#2: there is no node 'ImageInvret'; did you mean 'ImageInvert'?" in done.stderr
+    assert json.loads(done.stdout)["error"]["type"] == "invalid_prompt"
+
+
+def test_progress_outside_a_terminal_leaves_stderr_clean(tmp_path: Path) -> None:
+    done = comfyfleet("run", str(EXAMPLE), "--output-dir", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert len(done.stdout.split()) == 1
+
+
+def test_ctrl_c_interrupts_the_prompt_and_exits_130(tmp_path: Path) -> None:
+    workflow = tmp_path / "slow.json"
+    workflow.write_text(
+        json.dumps(
+            {
+                "1": {
+                    "class_type": "EmptyImage",
+                    "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+                },
+                "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 60}},
+                "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+            }
+        )
+    )
+    command = [COMMAND, "run", str(workflow), "--testing-nodes", "--output-dir", "out"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=environment(tmp_path), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        # The output folder is made when the prompt starts running, after Ctrl-C is wired.
+        while not (tmp_path / "out").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+    finally:
+        process.kill()
+        process.communicate()

@@ -10,7 +10,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from comfyfleet.cli.workflow_file import WorkflowError, apply_overrides, load_prompt
+from comfyfleet import __version__
+from comfyfleet.cli.workflow_file import WorkflowError, load_prompt
+
+#: The exit code of a run stopped by Ctrl-C, as shells report a SIGINT (128 + 2).
+INTERRUPTED = 130
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows each flag's default, when it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _engine_args(parser: argparse.ArgumentParser) -> None:
@@ -26,28 +39,63 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="comfyfleet", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", help="execute a workflow (API format) locally")
-    run.add_argument("workflow", type=Path)
-    run.add_argument(
+def _workflow_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "workflow", type=Path, help="an API-format prompt (ComfyUI's 'Export (API)'), JSON"
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="NODE.INPUT=VALUE",
-        help="override an input (VALUE is JSON, or a plain string)",
+        help="override an input (repeatable); NODE is a node id, title or class "
+        '("API Settings.base_url=http://..."), VALUE is JSON or a plain string',
     )
-    run.add_argument("--output-dir", type=Path, default=Path("output"))
-    run.add_argument("--input-dir", type=Path, default=Path("input"))
+    parser.add_argument(
+        "--input-dir", type=Path, default=Path("input"), help="where LoadImage finds files"
+    )
+
+
+def _run_parser(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="execute a workflow (API format) locally",
+        description="Validates and runs a workflow on the built-in engine; output files "
+        "and texts are printed on stdout, progress on stderr.",
+        formatter_class=HelpFormatter,
+    )
+    _workflow_args(run)
+    run.add_argument(
+        "--output-dir", type=Path, default=Path("output"), help="where saved images go"
+    )
     run.add_argument("--quiet", action="store_true", help="no progress display")
+    journal = run.add_mutually_exclusive_group()
+    journal.add_argument(
+        "--journal",
+        type=Path,
+        metavar="FILE",
+        help="the paid-job journal (SQLite): a job done, or left running, by an earlier "
+        "run is reused, never paid twice (default: run-journal.db in the user's data "
+        "folder, e.g. ~/.local/share/comfyfleet)",
+    )
+    journal.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="keep the journal in memory: every run pays for its jobs again",
+    )
     _engine_args(run)
 
-    validate = commands.add_parser("validate", help="validate a workflow without running it")
-    validate.add_argument("workflow", type=Path)
-    validate.add_argument("--set", action="append", default=[], metavar="NODE.INPUT=VALUE")
-    validate.add_argument("--input-dir", type=Path, default=Path("input"))
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="comfyfleet", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"comfyfleet {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    _run_parser(commands)
+    validate = commands.add_parser(
+        "validate", help="validate a workflow without running it", formatter_class=HelpFormatter
+    )
+    _workflow_args(validate)
     _engine_args(validate)
 
     from comfyfleet.cli.emulate import add_emulate_parser
@@ -58,7 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_emulate_parser(commands)
     add_pack_parser(commands)
 
-    nodes = commands.add_parser("nodes", help="list the loaded nodes and packs that failed")
+    nodes = commands.add_parser(
+        "nodes",
+        help="list the loaded nodes and packs that failed",
+        description="A table in a terminal; one tab-separated line per node otherwise.",
+        formatter_class=HelpFormatter,
+    )
     nodes.add_argument("--json", action="store_true", help="print object_info and failures as JSON")
     _engine_args(nodes)
     return parser
@@ -83,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return list_nodes(args)
     try:
-        prompt = apply_overrides(load_prompt(args.workflow), args.set)
+        prompt = load_prompt(args.workflow)
     except WorkflowError as exc:
-        _print_json(exc.body(), sys.stderr)
+        print(json.dumps(exc.body(), indent=2), file=sys.stderr)
         return 2
     from comfyfleet.cli.run import run_workflow, validate_workflow
 
@@ -95,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_interruptible(args: argparse.Namespace, prompt: dict[str, Any], runner: Any) -> int:
-    """Ctrl-C interrupts the prompt (ending with execution_interrupted) instead of killing it."""
+    """Ctrl-C interrupts the prompt (ending with execution_interrupted) instead of killing
+    it: its paid jobs are cancelled at the provider, then the command exits 130."""
     from comfyfleet.engine.run import RunHandle
 
     handle = RunHandle()
@@ -105,15 +159,11 @@ def _run_interruptible(args: argparse.Namespace, prompt: dict[str, Any], runner:
         loop.add_signal_handler(signal.SIGINT, handle.interrupt)
         try:
             code: int = await runner(args, prompt, handle)
-            return code
+            return INTERRUPTED if handle.interrupted else code
         finally:
             loop.remove_signal_handler(signal.SIGINT)
 
     return asyncio.run(go())
-
-
-def _print_json(body: Any, stream: Any = None) -> None:
-    print(json.dumps(body, indent=2), file=stream or sys.stdout)
 
 
 if __name__ == "__main__":

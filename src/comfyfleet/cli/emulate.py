@@ -45,27 +45,53 @@ def _fraction(value: str) -> float:
 
 
 def add_emulate_parser(commands: argparse._SubParsersAction) -> None:
+    from comfyfleet.cli import HelpFormatter
+
     emulate = commands.add_parser(
         "emulate-provider",
         help="run a local stand-in for the BFL and OpenAI image APIs",
         description="Speaks the BFL (FLUX) and OpenAI images protocols on one port; "
         "GET /_emulator/stats shows the jobs it accepted.",
+        formatter_class=HelpFormatter,
     )
-    emulate.add_argument("--host", default="127.0.0.1")
-    emulate.add_argument("--port", type=int, default=8299)
+    emulate.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    emulate.add_argument("--port", type=int, default=8299, help="port to listen on")
     emulate.add_argument("--latency", type=_seconds, default=2.0, help="job duration, e.g. 2s")
     emulate.add_argument("--jitter", type=_seconds, default=0.5, help="+- spread, e.g. 0.5s")
-    emulate.add_argument("--fail-rate", type=_fraction, default=0.0, help="share answered 500")
-    emulate.add_argument("--rate-limit", type=_rate, help="job requests per key, e.g. 5/s")
-    emulate.add_argument("--max-active", type=int, help="pending BFL jobs per key before 429")
-    emulate.add_argument("--hang-rate", type=_fraction, default=0.0, help="share never answered")
-    emulate.add_argument("--moderation-rate", type=_fraction, default=0.0)
-    emulate.add_argument("--error-rate", type=_fraction, default=0.0, help="BFL jobs ending Error")
     emulate.add_argument(
-        "--key", action="append", default=[], metavar="KEY", help="accepted key (repeatable)"
+        "--fail-rate", type=_fraction, default=0.0, help="share of job requests answered 500"
+    )
+    emulate.add_argument(
+        "--rate-limit", type=_rate, help="job requests per key before 429, e.g. 5/s"
+    )
+    emulate.add_argument(
+        "--throttle-rate",
+        type=_fraction,
+        default=0.0,
+        help="share of all requests (jobs, polls, downloads) answered 429 at random",
+    )
+    emulate.add_argument("--max-active", type=int, help="pending BFL jobs per key before 429")
+    emulate.add_argument(
+        "--hang-rate", type=_fraction, default=0.0, help="share of job requests never answered"
+    )
+    emulate.add_argument(
+        "--moderation-rate",
+        type=_fraction,
+        default=0.0,
+        help="share of jobs refused by the content filter",
+    )
+    emulate.add_argument(
+        "--error-rate", type=_fraction, default=0.0, help="share of BFL jobs ending in Error"
+    )
+    emulate.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="accepted key (repeatable; none given: any key)",
     )
     emulate.add_argument("--seed", type=int, help="seed the emulator's dice")
-    emulate.add_argument("--log-level", default="INFO")
+    emulate.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
 
 
 def settings_from(args: argparse.Namespace) -> EmulatorSettings:
@@ -75,6 +101,7 @@ def settings_from(args: argparse.Namespace) -> EmulatorSettings:
         fail_rate=args.fail_rate,
         error_rate=args.error_rate,
         rate_limit=args.rate_limit,
+        throttle_rate=args.throttle_rate,
         max_active=args.max_active,
         hang_rate=args.hang_rate,
         moderation_rate=args.moderation_rate,

@@ -6,97 +6,176 @@ import argparse
 import json
 import os
 import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
+from comfyfleet.cli.journal import open_journal
+from comfyfleet.cli.summary import display_names, nodes_to_run, validation_summary
+from comfyfleet.cli.workflow_file import WorkflowError, apply_overrides
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.engine.executor import Engine
-from comfyfleet.engine.run import ExecutionResult, RunHandle
+from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
+from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout import SERVICE, FanoutService, FanoutSettings, MemoryJournal, SecretVault
 from comfyfleet.fanout.secrets import SERVICE as SECRETS
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
 from comfyfleet.protocol.errors import prompt_error_body
+from comfyfleet.store.base import RemoteJobJournal
+
+#: Running nodes named in the progress line; the others are counted.
+SHOWN_RUNNING = 3
 
 
-def _engine(args: argparse.Namespace, output_dir: Path | None = None) -> Engine:
+def _engine(
+    args: argparse.Namespace, journal: RemoteJobJournal, output_dir: Path | None = None
+) -> Engine:
     registry = build_registry(testing=args.testing_nodes, custom_nodes=args.custom_nodes)
     err = Console(stderr=True)
     for failure in registry.failures:
         err.print(f"[yellow]node pack {failure.pack} skipped:[/yellow] {failure.error}")
     output = (output_dir or Path("output")).resolve()
     folders = Folders(output=output, input=args.input_dir.resolve(), temp=output / ".temp")
-    return Engine(registry, folders, services=_fanout().services())
+    return Engine(registry, folders, services=_fanout(journal).services())
 
 
-def _fanout() -> FanoutService:
-    """Paid API jobs for one run: pools sized by COMFYFLEET_* variables, a journal in
-    memory (no request is sent twice within the run), keys from the environment or
-    the file named by COMFYFLEET_SECRETS_FILE."""
+def _fanout(journal: RemoteJobJournal) -> FanoutService:
+    """Paid API jobs for one run: pools sized by COMFYFLEET_* variables, keys from the
+    environment or the file named by COMFYFLEET_SECRETS_FILE. A job is re-attached from
+    the journal only when this run asks for it (another run may be following the rest)."""
     secrets_file = os.environ.get("COMFYFLEET_SECRETS_FILE") or None
     vault = SecretVault(Path(secrets_file) if secrets_file else None)
-    return FanoutService(MemoryJournal(), vault, FanoutSettings.from_env(os.environ))
+    settings = FanoutSettings.from_env(os.environ)
+    return FanoutService(journal, vault, settings, resume=False)
+
+
+def _overridden(
+    args: argparse.Namespace, prompt: dict[str, Any], engine: Engine
+) -> dict[str, Any] | None:
+    """The prompt with `--set` applied, or None (reported) when one cannot be."""
+    try:
+        return apply_overrides(prompt, args.set, display_names(engine.registry))
+    except WorkflowError as exc:
+        print(json.dumps(exc.body(), indent=2), file=sys.stderr)
+        return None
+
+
+def _refused(checked: ValidationResult, prompt: dict[str, Any], engine: Engine) -> int:
+    """Report a prompt that failed validation: one line per problem on stderr, then
+    ComfyUI's JSON error body on stdout."""
+    for line in validation_summary(checked, prompt, engine.registry):
+        print(f"comfyfleet: {line}", file=sys.stderr)
+    print(json.dumps(prompt_error_body(checked.error or {}, checked.node_errors), indent=2))
+    return 1
 
 
 async def validate_workflow(args: argparse.Namespace, prompt: dict[str, Any]) -> int:
-    engine = _engine(args)
+    engine = _engine(args, MemoryJournal())
     try:
-        checked = await engine.validate(prompt)
+        overridden = _overridden(args, prompt, engine)
+        if overridden is None:
+            return 2
+        checked = await engine.validate(overridden)
     finally:
         engine.close()
     if not checked.ok:
-        print(json.dumps(prompt_error_body(checked.error or {}, checked.node_errors), indent=2))
-        return 1
+        return _refused(checked, overridden, engine)
     print(json.dumps({"outputs": checked.outputs, "node_errors": checked.node_errors}, indent=2))
     return 0
 
 
-class _ProgressView:
-    """A progress bar per prompt: nodes done out of nodes to run, and the current node."""
+def progress_line(
+    nodes: dict[str, dict[str, Any]], prompt: dict[str, Any], total: int
+) -> tuple[int, int, str]:
+    """(nodes done, nodes to run, what runs now) from a `progress_state`."""
+    done = sum(1 for node in nodes.values() if node["state"] == "finished")
+    running = [node for node in nodes.values() if node["state"] == "running"]
+    parts = []
+    for node in running[:SHOWN_RUNNING]:
+        source = prompt.get(node.get("real_node_id") or node["node_id"], {})
+        parts.append(
+            f"#{node['node_id']} {source.get('class_type', '?')} "
+            f"{node['value']:.4g}/{node['max']:.4g}"
+        )
+    if len(running) > SHOWN_RUNNING:
+        parts.append(f"+{len(running) - SHOWN_RUNNING} more running")
+    return done, max(total, len(nodes), done), ", ".join(parts) or "nodes"
 
-    def __init__(self, progress: Progress, prompt: dict[str, Any]) -> None:
+
+class _ProgressView:
+    """One bar per prompt: nodes done out of the nodes it runs, and what runs now."""
+
+    def __init__(self, progress: Progress, prompt: dict[str, Any], total: int) -> None:
         self.progress = progress
         self.prompt = prompt
-        self.task: TaskID = progress.add_task("starting", total=None)
+        self.total = total
+        self.task: TaskID = progress.add_task("starting", total=total)
 
     def __call__(self, event: EngineEvent) -> None:
-        if not isinstance(event, Message):
-            return
-        if event.type == "progress_state":
-            nodes = event.data["nodes"]
-            done = sum(1 for n in nodes.values() if n["state"] == "finished")
-            running = [n for n in nodes.values() if n["state"] == "running"]
-            label = "finishing"
-            if running:
-                node = running[-1]
-                class_type = self.prompt[node["node_id"]]["class_type"]
-                label = f"#{node['node_id']} {class_type} {node['value']:.4g}/{node['max']:.4g}"
-            self.progress.update(
-                self.task, completed=done, total=max(done, len(nodes)), description=label
-            )
+        if isinstance(event, Message) and event.type == "progress_state":
+            done, total, label = progress_line(event.data["nodes"], self.prompt, self.total)
+            self.progress.update(self.task, completed=done, total=total, description=label)
+
+
+@asynccontextmanager
+async def _fanout_for_run(engine: Engine, handle: RunHandle, keeps: bool) -> AsyncIterator[None]:
+    """At the end of a run, jobs still running are cancelled (Ctrl-C, or a journal in
+    memory that would forget them), else left to the journal file for the next run."""
+    service: FanoutService = engine.services[SERVICE]
+    try:
+        yield
+    finally:
+        if keeps and not handle.interrupted:
+            await service.detach()
+        else:
+            await service.close()
 
 
 async def run_workflow(args: argparse.Namespace, prompt: dict[str, Any], handle: RunHandle) -> int:
-    engine = _engine(args, args.output_dir)
+    async with open_journal(args) as opened:
+        if opened is None:
+            return 2
+        journal, keeps = opened
+        engine = _engine(args, journal, args.output_dir)
+        try:
+            async with _fanout_for_run(engine, handle, keeps):
+                return await _run(args, prompt, handle, engine)
+        finally:
+            engine.close()
+
+
+async def _run(
+    args: argparse.Namespace, prompt: dict[str, Any], handle: RunHandle, engine: Engine
+) -> int:
+    overridden = _overridden(args, prompt, engine)
+    if overridden is None:
+        return 2
+    # As the server does: a key typed into the workflow never reaches its outputs.
+    overridden, _ = engine.services[SECRETS].scrub(overridden, {}, engine.registry)
+    checked = await engine.validate(overridden)
+    if not checked.ok:
+        return _refused(checked, overridden, engine)
     console = Console(stderr=True)
-    try:
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), console=console, disable=args.quiet
-        ) as progress:
-            view = _ProgressView(progress, prompt)
-            # As the server does: a key typed into the workflow never reaches its outputs.
-            vault = engine.services[SECRETS]
-            prompt, _ = vault.scrub(prompt, {}, engine.registry)
-            checked, result = await engine.run_prompt(prompt, sink=view, handle=handle)
-    finally:
-        await engine.services[SERVICE].close()
-        engine.close()
-    if result is None:
-        print(json.dumps(prompt_error_body(checked.error or {}, checked.node_errors), indent=2))
-        return 1
+    # Outside a terminal a bar cannot redraw: it would leave only its last state behind.
+    shown = not args.quiet and console.is_terminal
+    request = ExecutionRequest(str(uuid.uuid4()), checked.prompt, checked.outputs)
+    total = nodes_to_run(checked.prompt, checked.outputs)
+    with Progress(
+        TextColumn("{task.completed}/{task.total}"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        disable=not shown,
+        transient=True,
+    ) as progress:
+        view = _ProgressView(progress, checked.prompt, total)
+        result = await engine.execute(request, sink=view, handle=handle)
     if checked.node_errors:
         console.print("[yellow]some outputs failed validation and were skipped:[/yellow]")
         console.print_json(json.dumps(checked.node_errors))

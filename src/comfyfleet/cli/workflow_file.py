@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +42,54 @@ def load_prompt(path: Path) -> dict[str, Any]:
     return data
 
 
-def apply_overrides(prompt: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
-    """Set `NODE.INPUT=VALUE` inputs; VALUE is parsed as JSON, else kept as a string."""
+def apply_overrides(
+    prompt: dict[str, Any],
+    assignments: list[str],
+    display_names: Mapping[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """Set `NODE.INPUT=VALUE` inputs; VALUE is parsed as JSON, else kept as a string.
+
+    NODE is a node id; else a node title (`_meta.title`, as the editor exports it);
+    else a class or its display name. A title or class sets the input of every node
+    that has it.
+    """
     for assignment in assignments:
         target, sep, raw = assignment.partition("=")
-        node_id, dot, input_name = target.partition(".")
-        if not sep or not dot or not node_id or not input_name:
+        name, dot, input_name = target.rpartition(".")
+        if not sep or not dot or not name or not input_name:
             raise WorkflowError("Bad --set, expected NODE.INPUT=VALUE", assignment)
-        node = prompt.get(node_id)
-        if not isinstance(node, dict):
-            raise WorkflowError("--set names a node that is not in the prompt", f"#{node_id}")
+        nodes = _addressed(prompt, name, display_names or {})
+        if not nodes:
+            raise WorkflowError(
+                "--set names no node: no node id, title or class is called that", repr(name)
+            )
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
-        node.setdefault("inputs", {})[input_name] = value
+        for node in nodes:
+            node.setdefault("inputs", {})[input_name] = value
     return prompt
+
+
+def _addressed(
+    prompt: dict[str, Any], name: str, display_names: Mapping[str, str | None]
+) -> list[dict[str, Any]]:
+    """The nodes `name` addresses: by id, else by title, else by class or display name."""
+    nodes = [node for node in prompt.values() if isinstance(node, dict)]
+    by_id = prompt.get(name)
+    if isinstance(by_id, dict):
+        return [by_id]
+    titled = [node for node in nodes if _title(node) == name]
+    if titled:
+        return titled
+    return [
+        node
+        for node in nodes
+        if node.get("class_type") == name or display_names.get(str(node.get("class_type"))) == name
+    ]
+
+
+def _title(node: dict[str, Any]) -> Any:
+    meta = node.get("_meta")
+    return meta.get("title") if isinstance(meta, dict) else None

@@ -37,7 +37,10 @@ class ProgressTracker:
         }
 
     def _emit(self) -> None:
-        nodes = {node_id: dict(entry) for node_id, entry in self._nodes.items()}
+        # Entries are replaced, never changed, so a shallow copy is a true snapshot: a
+        # wide prompt sends this for every node event, and copying each entry too
+        # made every event cost as much as the whole prompt.
+        nodes = dict(self._nodes)
         self._sink(Message("progress_state", {"prompt_id": self.prompt_id, "nodes": nodes}))
 
     def start(self, node_id: str) -> None:
@@ -54,8 +57,7 @@ class ProgressTracker:
             # A node served from cache never started: ComfyUI reports it as 1 of 1.
             self._nodes[node_id] = self._entry(node_id, 1, 1, "finished")
         else:
-            entry["state"] = "finished"
-            entry["value"] = entry["max"]
+            self._nodes[node_id] = {**entry, "state": "finished", "value": entry["max"]}
         self._emit()
 
     def snapshot(self) -> dict[str, dict[str, Any]]:

@@ -7,6 +7,7 @@ import contextvars
 import logging
 import threading
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -170,6 +171,10 @@ class PromptRun:
         self.sigs: dict[str, str] = {}
         self._types: dict[str, InputTypes] = {}
         self._inflight: dict[str, list[asyncio.Future[Any]]] = {}
+        # Nodes whose async calls have all ended, in the order they ended: waiting on
+        # this (not on every call in flight) keeps each wake-up O(1) in wide prompts.
+        self._ended: deque[str] = deque()
+        self._wake = asyncio.Event()
         self._async_returns: dict[str, list[Any]] = {}
         self._expanded: dict[str, PendingExpansion] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -318,9 +323,11 @@ class PromptRun:
         for output in self.request.outputs:
             graph.add(output)
         while graph.pending:
-            for node_id in [n for n, calls in self._inflight.items() if _all_done(calls)]:
-                self._collect(node_id)
-                graph.release(node_id)
+            while self._ended:
+                node_id = self._ended.popleft()
+                if node_id in self._inflight:  # not taken at once by its own step
+                    self._collect(node_id)
+                    graph.release(node_id)
             ready = graph.ready()
             if self.handle.interrupted:
                 busy = next(iter(self._inflight), None)
@@ -329,8 +336,8 @@ class PromptRun:
                 if not self._inflight:
                     error = DependencyCycleError("Dependency cycle detected")
                     raise NodeFailure(self._blame(graph.cycle()), error, {})
-                waiting = [c for calls in self._inflight.values() for c in calls if not c.done()]
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                self._wake.clear()
+                await self._wake.wait()
                 continue
             node_id = graph.pick(ready)
             self._current = node_id
@@ -449,6 +456,25 @@ class PromptRun:
             self._tasks.add(task)
             tasks.append(task)
         self._inflight[node_id] = tasks
+        self._when_all_end(node_id, tasks)
+
+    def _when_all_end(self, node_id: str, calls: list[asyncio.Future[Any]]) -> None:
+        """Queue `node_id` in `_ended` (and wake the drive) once all its calls have ended."""
+        left = [call for call in calls if not call.done()]
+        if not left:
+            self._ended.append(node_id)
+            self._wake.set()
+            return
+        count = [len(left)]
+
+        def one_ended(_call: asyncio.Future[Any]) -> None:
+            count[0] -= 1
+            if count[0] == 0:
+                self._ended.append(node_id)
+                self._wake.set()
+
+        for call in left:
+            call.add_done_callback(one_ended)
 
     async def _lazy_wanted(
         self, node_id: str, node: NodeDef, values: dict[str, list[Any]], missing: set[str]

@@ -16,7 +16,7 @@ from typing import Any
 from comfyfleet.engine.blocker import ExecutionBlocker
 from comfyfleet.engine.context import NodeContext
 from comfyfleet.fanout.service import FanoutService
-from comfyfleet.fanout.status import report, slot_entry
+from comfyfleet.fanout.status import report, sharing, slot_entry
 from comfyfleet.fanout.task import UNUSABLE, Task
 
 FAIL_FAST, PLACEHOLDER = "fail_fast", "placeholder"
@@ -59,7 +59,10 @@ async def collect(
         else:
             values.append(task.value)
     redactor = service.vault.redactor()
-    entries = [slot_entry(slot, task, redactor) for slot, task in enumerate(slots, 1)]
+    shared = sharing(slots)
+    entries = [
+        slot_entry(slot, task, redactor, shared.get(slot)) for slot, task in enumerate(slots, 1)
+    ]
     return Collected(values, report(node.node_id if node else None, mode, entries))
 
 

@@ -18,7 +18,7 @@ from comfyfleet.providers.bfl import BFLClient, SubmittedTask
 from comfyfleet.providers.errors import AmbiguousSubmit, JobFailed
 from comfyfleet.providers.openai_images import OpenAIImagesClient
 from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.providers.retry import Cooldown
 
 
 @dataclass
@@ -31,43 +31,16 @@ class Tries:
     def attempts(self) -> int:
         return self.retries + 1
 
-
-class _CountingBackoff(Backoff):
-    def __init__(self, tries: Tries) -> None:
-        super().__init__()
-        self._tries = tries
-
-    def delay(self, attempt: int) -> float:
-        self._tries.retries += 1
-        return super().delay(attempt)
-
-
-class _CountingCooldown(Cooldown):
-    """The provider's shared cooldown, counting this job's 429s that carried a wait hint
-    (those skip the backoff, which counts the rest)."""
-
-    def __init__(self, shared: Cooldown, tries: Tries) -> None:
-        self._shared = shared
-        self._tries = tries
-
-    def remaining(self) -> float:
-        return self._shared.remaining()
-
-    def extend(self, seconds: float) -> None:
-        self._shared.extend(seconds)
-
-    def rate_limited(self, retry_after: float | None = None) -> None:
-        if retry_after is not None:
-            self._tries.retries += 1
-        self._shared.rate_limited(retry_after)
-
-    async def wait(self) -> float:
-        return await self._shared.wait()
+    def count(self) -> None:
+        self.retries += 1
 
 
 @dataclass
 class Connection:
-    """What one job needs to talk to its provider."""
+    """What one job needs to talk to its provider.
+
+    `cooldown` is the endpoint and key's shared pause: it gates job creation only.
+    """
 
     session: aiohttp.ClientSession
     api: ApiConfig
@@ -75,14 +48,6 @@ class Connection:
     redactor: Redactor
     cooldown: Cooldown
     tries: Tries = field(default_factory=Tries)
-
-    @property
-    def backoff(self) -> Backoff:
-        return _CountingBackoff(self.tries)
-
-    @property
-    def counted_cooldown(self) -> Cooldown:
-        return _CountingCooldown(self.cooldown, self.tries)
 
 
 @dataclass(frozen=True)
@@ -121,10 +86,10 @@ class BFLDriver:
             conn.key,
             poll_interval=conn.api.poll_interval,
             deadline=conn.api.timeout,
-            cooldown=conn.counted_cooldown,
-            backoff=conn.backoff,
+            cooldown=conn.cooldown,
             redactor=conn.redactor,
             cancel_on_abort=False,  # the runner cancels, and journals that it did
+            on_retry=conn.tries.count,
         )
 
     async def submit(self, conn: Connection, request: RemoteRequest) -> Submitted:
@@ -165,9 +130,9 @@ class OpenAIDriver:
             conn.api.base_url,
             conn.key,
             timeout=conn.api.timeout,
-            cooldown=conn.counted_cooldown,
-            backoff=conn.backoff,
+            cooldown=conn.cooldown,
             redactor=conn.redactor,
+            on_retry=conn.tries.count,
         )
         if request.operation == "edits":
             images = [(name, data) for name, data in request.files if name != "mask"]

@@ -46,6 +46,8 @@ class Job:
     api: ApiConfig
     request: RemoteRequest | None = None
     record: RemoteJob | None = None
+    #: The journal write of the provider's id: it runs while the job is polled.
+    journaling: asyncio.Future[bool] | None = None
 
     @property
     def fresh(self) -> bool:
@@ -93,10 +95,15 @@ class JobRunner:
                 if job.fresh:
                     await throttle.pace()
                 data = await self._execute(job)
+            # The remote job is over: its slot starts the next job while this result is
+            # decoded (in a worker thread) and journaled.
+            place.leave()
             await self._succeeded(job, data)
         except asyncio.CancelledError:
             if not self.detached:
                 await self._ended(job, RemoteJobState.CANCELLED, None)
+            else:  # the id must be journaled, for the next process to re-attach
+                await _quietly(self._journaled(job))
         except Exception as exc:
             await self._ended(job, RemoteJobState.FAILED, exc)
         finally:
@@ -163,12 +170,14 @@ class JobRunner:
             # The request may be on the wire: let it answer, so the job it created is
             # known and can be cancelled (the caller does that) rather than left billing.
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._submitted(job, await asyncio.wait_for(sending, CANCEL_GRACE))
+                self._submitted(job, await asyncio.wait_for(sending, CANCEL_GRACE))
             raise
-        await self._submitted(job, submitted)
+        self._submitted(job, submitted)
         return submitted
 
-    async def _submitted(self, job: Job, submitted: Submitted) -> None:
+    def _submitted(self, job: Job, submitted: Submitted) -> None:
+        """Note the provider's id, and journal it while polling starts: a poll that
+        waited for the write would see the result that much later."""
         if submitted.remote_id is None or job.record is None:
             return
         job.task.info.remote_id = submitted.remote_id
@@ -176,7 +185,13 @@ class JobRunner:
         job.record = dataclasses.replace(
             job.record, state=RemoteJobState.RUNNING, remote_id=submitted.remote_id, resume=resume
         )
-        await self.journal.remote_job_submitted(job.record.id, submitted.remote_id, resume)
+        write = self.journal.remote_job_submitted(job.record.id, submitted.remote_id, resume)
+        job.journaling = asyncio.ensure_future(write)
+
+    async def _journaled(self, job: Job) -> None:
+        """Wait for the provider's id to be journaled (before the job's end is)."""
+        if job.journaling is not None:
+            await asyncio.shield(job.journaling)
 
     async def _cancel_remote(self, job: Job, conn: Connection) -> None:
         remote_id = job.task.info.remote_id
@@ -193,6 +208,7 @@ class JobRunner:
 
     async def _succeeded(self, job: Job, data: bytes) -> None:
         value = await asyncio.to_thread(lambda: imaging.decode(data)[0])
+        await self._journaled(job)
         if job.task.info.journal_id is not None:
             await self.journal.finish_remote_job(
                 job.task.info.journal_id,
@@ -211,6 +227,7 @@ class JobRunner:
             describe(task, exc, redactor.text)
             log.warning("remote job for node %s failed: %s", task.info.node_id, task.info.error)
         if task.info.journal_id is not None:
+            await _quietly(self._journaled(job))
             error = None if exc is None else error_record(task)
             finish = self.journal.finish_remote_job(
                 task.info.journal_id, state, error=error, attempts=task.info.attempts

@@ -98,7 +98,10 @@ class SecretVault:
 
     def _from_file(self, name: str) -> str:
         if self.secrets_file is None:
-            raise KeyUnavailable(f"secret:{name} needs a secrets file (config: secrets_file)")
+            raise KeyUnavailable(
+                f"secret:{name} needs a secrets file: name one with the COMFYFLEET_SECRETS_FILE "
+                "environment variable (or secrets_file in the server's config)"
+            )
         if self._file is None or name not in self._file:
             self._file = _read_secrets(self.secrets_file)  # re-read: it may have been edited
             self._known.update(self._file.values())

@@ -52,7 +52,13 @@ class FanoutService:
         vault: SecretVault | None = None,
         settings: FanoutSettings | None = None,
         drivers: Mapping[str, Driver] | None = None,
+        *,
+        resume: bool = True,
     ) -> None:
+        """`resume`: at first use, re-attach every job the journal says an earlier
+        process left running (a server's journal). Off for one-shot runs sharing a
+        journal file, where another run may be following those jobs right now: a job
+        is then re-attached only when a prompt asks for it again."""
         settings = settings or FanoutSettings()
         self.journal = journal
         self.vault = vault or SecretVault()
@@ -69,6 +75,7 @@ class FanoutService:
         self._cooldowns: dict[tuple[str, str, str], Cooldown] = {}
         self._runners: set[asyncio.Task[None]] = set()
         self._resumed: asyncio.Future[None] | None = None
+        self._resume = resume
         self.runner = JobRunner(
             journal, self.vault, self.sessions, self._throttle, self._cooldown, self._unusable
         )
@@ -197,6 +204,8 @@ class FanoutService:
         await self._resume_once()
 
     async def _resume_once(self) -> None:
+        if not self._resume:
+            return
         if self._resumed is None:
             self._resumed = asyncio.ensure_future(self._resume_live())
         await asyncio.shield(self._resumed)

@@ -11,7 +11,11 @@ from comfyfleet.providers.redact import Redactor
 NOT_CONNECTED = "not_connected"
 
 
-def slot_entry(slot: int, task: Task | None, redactor: Redactor) -> dict[str, Any]:
+def slot_entry(
+    slot: int, task: Task | None, redactor: Redactor, shared_by: list[int] | None = None
+) -> dict[str, Any]:
+    """One slot's entry; `shared_by` lists every slot waiting for this same job (equal
+    submits share one job), None when this slot is the only one."""
     if task is None:
         return {"slot": slot, "state": NOT_CONNECTED}
     info = task.info
@@ -30,7 +34,17 @@ def slot_entry(slot: int, task: Task | None, redactor: Redactor) -> dict[str, An
         "queued_seconds": round(queued, 3),
         "running_seconds": round(running, 3),
         "reused": info.reused,
+        "shared_by_slots": shared_by,
     }
+
+
+def sharing(slots: list[Task | None]) -> dict[int, list[int]]:
+    """Slot -> every slot holding the same task, for the slots that share one."""
+    by_task: dict[int, list[int]] = {}
+    for slot, task in enumerate(slots, 1):
+        if task is not None:
+            by_task.setdefault(id(task), []).append(slot)
+    return {slot: group for group in by_task.values() if len(group) > 1 for slot in group}
 
 
 def _text(redactor: Redactor, value: str | None) -> str | None:

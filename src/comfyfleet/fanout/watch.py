@@ -41,7 +41,11 @@ class PromptWatch:
         if task.done:
             return
         task.owners.add(prompt_id)
-        self._prompts.setdefault(prompt_id, _Held(control)).tasks.add(task)
+        held = self._prompts.setdefault(prompt_id, _Held(control))
+        if task not in held.tasks:
+            held.tasks.add(task)
+            # Dropped as it ends, so the watch's beat costs the same for any batch size.
+            task.finished.add_done_callback(lambda _f: held.tasks.discard(task))
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch(), name="fanout-interrupt-watch")
 
@@ -62,7 +66,6 @@ class PromptWatch:
     async def _watch(self) -> None:
         while self._prompts:
             for prompt_id, held in list(self._prompts.items()):
-                held.tasks = {task for task in held.tasks if not task.done}
                 if held.control.interrupted:
                     self._cancel_later(self.release(prompt_id, list(held.tasks)))
                     self._prompts.pop(prompt_id, None)

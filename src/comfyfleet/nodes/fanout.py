@@ -29,7 +29,7 @@ from comfyfleet.fanout.collect import FAIL_FAST, FAILURE_MODES, collect
 from comfyfleet.fanout.service import IMAGE, VIDEO
 from comfyfleet.fanout.task import Task
 from comfyfleet.fanout.video import placeholder_clip
-from comfyfleet.nodes.providers.common import build_in_thread, failure_epoch, fanout
+from comfyfleet.nodes.providers.common import build_request, failure_epoch, fanout
 
 SUBMIT_PREFIX = "Concurrent Submit | "
 #: Set to False on a node class to get no Concurrent Submit twin.
@@ -151,7 +151,7 @@ def _submit(node: NodeDef, kind: str) -> Callable[..., Awaitable[tuple[Task]]]:
         jobs = fanout()
         builder = getattr(node.cls(), "remote_request", None)
         if builder is not None:
-            request = await build_in_thread(builder, inputs)
+            request = await build_request(builder, inputs)
             return (await jobs.submit(request, here),)
         return (await jobs.submit_local(kind, _local_call(node, inputs), here),)
 

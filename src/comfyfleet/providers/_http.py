@@ -148,25 +148,34 @@ def short(text: str, limit: int = 300) -> str:
 
 
 class Attempts:
-    """Repeats an operation while it fails with a retryable `ProviderError`."""
+    """Repeats an operation while it fails with a retryable `ProviderError`.
+
+    With a `cooldown` (job-creating requests), every try waits for the provider's
+    shared pause and a 429 feeds it. Without one (polls and downloads of jobs
+    already accepted), a 429 delays only the request that got it: a paused
+    account must not stall jobs it has already taken on.
+    """
 
     def __init__(
         self,
         *,
         max_attempts: int,
         backoff: Backoff,
-        cooldown: Cooldown,
+        cooldown: Cooldown | None = None,
+        on_retry: Callable[[], None] | None = None,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.max_attempts = max(1, max_attempts)
         self.backoff = backoff
         self.cooldown = cooldown
+        self._on_retry = on_retry
         self._sleep = sleep
 
     async def run(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         attempt = 0
         while True:
-            await self.cooldown.wait()
+            if self.cooldown is not None:
+                await self.cooldown.wait()
             try:
                 return await operation()
             except ProviderError as exc:
@@ -181,14 +190,20 @@ class Attempts:
                     delay,
                 )
             attempt += 1
+            if self._on_retry is not None:
+                self._on_retry()
             await self._sleep(delay)
 
     def _delay_after(self, exc: ProviderError, attempt: int) -> float:
         if isinstance(exc, RateLimited):
-            self.cooldown.rate_limited(exc.retry_after)
-            if exc.retry_after is not None:
-                # The shared cooldown now covers the wait; `cooldown.wait()` sleeps it.
-                return 0.0
+            if self.cooldown is None:
+                if exc.retry_after is not None:
+                    return exc.retry_after
+            else:
+                self.cooldown.rate_limited(exc.retry_after)
+                if exc.retry_after is not None:
+                    # The shared cooldown now covers the wait; `cooldown.wait()` sleeps it.
+                    return 0.0
         return self.backoff.delay(attempt)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -79,11 +80,14 @@ class BFLClient:
         redactor: Redactor | None = None,
         cancel_path: str | None = "/v1/cancel",
         cancel_on_abort: bool = True,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
         """`timeout` bounds each HTTP request; `deadline` bounds the wait for a result.
 
-        `cancel_path` is where cancel requests go (None: never try); the public
-        API may not offer one, relays and the local emulator do.
+        `cooldown` gates submits only (it belongs to the account, so share it);
+        polls and downloads of accepted jobs wait out their own 429s. `cancel_path`
+        is where cancel requests go (None: never try); the public API may not offer
+        one, relays and the local emulator do. `on_retry` hears every retry.
         """
         self.base_url = api_root(base_url)
         self.poll_interval = poll_interval
@@ -98,10 +102,10 @@ class BFLClient:
             PROVIDER, session, self.redactor, timeout=timeout, connect_timeout=connect_timeout
         )
         self._attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown
+            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown, on_retry=on_retry
         )
         self._poll_attempts = Attempts(
-            max_attempts=poll_attempts, backoff=backoff, cooldown=self.cooldown
+            max_attempts=poll_attempts, backoff=backoff, on_retry=on_retry
         )
 
     def __repr__(self) -> str:
@@ -166,10 +170,17 @@ class BFLClient:
     async def poll(
         self, task: SubmittedTask, *, on_progress: OnProgress | None = None
     ) -> dict[str, Any]:
-        """Poll until `Ready` and return the final poll answer."""
+        """Poll until `Ready` and return the final poll answer.
+
+        Polls keep a fixed beat from the first one (every `poll_interval`), not an
+        interval after each answer: the time answers take would otherwise add up,
+        and a job would be seen done later and later the longer it runs.
+        """
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.deadline
+        started = loop.time()
+        give_up = started + self.deadline
         url = self._poll_url(task)
+        beat = 0
         while True:
             answer = await self._poll_attempts.run(lambda: self._poll_once(task, url), "poll")
             status = str(answer.get("status"))
@@ -177,10 +188,13 @@ class BFLClient:
                 return answer
             _raise_if_over(task, status, answer)
             await notify(on_progress, task, status, _progress(answer.get("progress")))
-            if loop.time() >= give_up:
+            now = loop.time()
+            if now >= give_up:
                 message = f"no result after {self.deadline:.0f}s (last status {status!r})"
                 raise ProviderError(PROVIDER, message, task_id=task.id, retryable=False)
-            await asyncio.sleep(self.poll_interval)
+            # The next beat after now: a slow answer skips beats rather than bunching up.
+            beat = max(beat + 1, math.floor((now - started) / self.poll_interval) + 1)
+            await asyncio.sleep(started + beat * self.poll_interval - now)
 
     async def _poll_once(self, task: SubmittedTask, url: str) -> dict[str, Any]:
         try:

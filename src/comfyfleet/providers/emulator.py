@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from comfyfleet.providers.emulator_png import bfl_size, colour, openai_size, render_png
+from comfyfleet.providers.emulator_png import bfl_size, colour, openai_size
 from comfyfleet.providers.emulator_state import (
     EmulatorSettings,
     EmulatorState,
@@ -54,7 +54,7 @@ def emulator_state(app: web.Application) -> EmulatorState:
 
 async def _release_hung_requests(app: web.Application) -> None:
     # Hung handlers wait on this; without it shutdown would wait out their timeout.
-    app[STATE].stopping.set()
+    app[STATE].stop()
 
 
 # --- shared gates -------------------------------------------------------------
@@ -90,12 +90,16 @@ def _refuse(
         state.counts["failed"] += 1
         state.create_log.append((now, request.path, 500))
         return _error(flavour, 500, "emulated server error", "server_error", "server_error")
-    wait = state.rate_limited(label)
+    wait = 1.0 if state.chance(state.settings.throttle_rate) else state.rate_limited(label)
     if wait is None:
         state.create_log.append((now, request.path, 200))
         return None
     state.counts["rate_limited"] += 1
     state.create_log.append((now, request.path, 429))
+    return _too_many(state, flavour, wait)
+
+
+def _too_many(state: EmulatorState, flavour: str, wait: float) -> web.Response:
     response = _error(flavour, 429, "rate limit reached", "rate_limit_exceeded", "requests")
     if state.settings.send_retry_after:
         response.headers["Retry-After"] = state.retry_after(wait)
@@ -103,6 +107,14 @@ def _refuse(
         response.headers["x-ratelimit-remaining-requests"] = "0"
         response.headers["x-ratelimit-reset-requests"] = f"{max(wait, 0.001):.3f}s"
     return response
+
+
+def _throttled_read(state: EmulatorState, flavour: str, countdown: str = "") -> web.Response | None:
+    """A 429 for a poll or download, by countdown or at the random share."""
+    if not ((countdown and state.take(countdown)) or state.chance(state.settings.throttle_rate)):
+        return None
+    state.counts["reads_rate_limited"] += 1
+    return _too_many(state, flavour, 1.0)
 
 
 async def _hang(state: EmulatorState) -> bool:
@@ -176,6 +188,8 @@ def _new_task(state: EmulatorState, label: str, model: str, body: dict[str, Any]
         size=bfl_size(body),
         rgb=colour(str(body.get("prompt", "")), seed),
     )
+    if outcome == "Ready":
+        task.png = state.render(task.size, task.rgb, after=duration / 2)
     state.tasks[task.id] = task
     return task
 
@@ -185,6 +199,8 @@ async def bfl_result(request: web.Request) -> web.Response:
     if denied := _check_key(state, request.headers.get("x-key"), BFL):
         return denied
     state.counts["polls"] += 1
+    if throttled := _throttled_read(state, BFL, "throttle_next_polls"):
+        return throttled
     if state.take("fail_next_polls"):
         return _error(BFL, 500, "emulated server error", "", "")
     task_id = request.query.get("id", "")
@@ -209,7 +225,7 @@ def _task_view(request: web.Request, state: EmulatorState, task: Task) -> dict[s
         return {**view, "status": task.outcome, "details": {"emulated": task.outcome}}
     if task.file is None:
         # The URL's lifetime starts when the result is first handed out, as a signed URL's would.
-        task.file = state.add_file(task.size, task.rgb)
+        task.file = state.add_file(task.size, task.rgb, task.png)
     width, height = task.size
     result = {"sample": _file_url(request, task.file), "width": width, "height": height}
     return {**view, "status": "Ready", "result": result, "progress": 1.0}
@@ -235,9 +251,10 @@ async def serve_file(request: web.Request) -> web.Response:
         return web.Response(status=404, text="no such file")
     if state.clock() > image.expires_at:
         return web.Response(status=403, text="this result URL has expired")
+    if throttled := _throttled_read(state, BFL):
+        return throttled
     state.counts["downloads"] += 1
-    body = await asyncio.to_thread(render_png, *image.size, image.rgb)
-    return web.Response(body=body, content_type="image/png")
+    return web.Response(body=await image.png, content_type="image/png")
 
 
 # --- OpenAI -------------------------------------------------------------------
@@ -309,8 +326,12 @@ async def _openai_answer(
     """Hold the request for the job's duration, then answer as the synchronous API does."""
     if await _hang(state):
         return web.Response(status=503)
+    duration = state.duration()
+    size = openai_size(body.get("size"))
+    rgbs = [colour(seed, None, index) for index in range(_count(body) or 1)]
+    pngs = [state.render(size, rgb, after=duration / 2) for rgb in rgbs]
     try:
-        await asyncio.wait_for(state.stopping.wait(), timeout=state.duration())
+        await asyncio.wait_for(state.stopping.wait(), timeout=duration)
         return web.Response(status=503)  # shutting down
     except TimeoutError:
         pass
@@ -318,16 +339,13 @@ async def _openai_answer(
         state.counts["moderated"] += 1
         message = "Your request was rejected by the safety system."
         return _error(OPENAI, 400, message, "moderation_blocked", "image_generation_user_error")
-    size = openai_size(body.get("size"))
     as_url = body.get("response_format") == "url"
     data = []
-    for index in range(_count(body) or 1):
-        rgb = colour(seed, None, index)
+    for index, png in enumerate(pngs):
         if as_url:
-            data.append({"url": _file_url(request, state.add_file(size, rgb))})
+            data.append({"url": _file_url(request, state.add_file(size, rgbs[index], png))})
         else:
-            png = await asyncio.to_thread(render_png, *size, rgb)
-            data.append({"b64_json": base64.b64encode(png).decode("ascii")})
+            data.append({"b64_json": base64.b64encode(await png).decode("ascii")})
     return web.json_response({"created": int(time.time()), "data": data})
 
 

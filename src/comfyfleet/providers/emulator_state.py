@@ -13,6 +13,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from comfyfleet.providers.emulator_png import render_png
+
 
 @dataclass
 class EmulatorSettings:
@@ -26,6 +28,9 @@ class EmulatorSettings:
     max_active: int | None = None  # BFL: pending jobs per key before 429
     retry_after: float | None = None  # Retry-After to send; None: time until a slot frees
     send_retry_after: bool = True
+    # Requests of any kind (job creation, polls, downloads) answered 429 at random,
+    # with Retry-After `retry_after` (or 1 s): a busy account or a strict gateway.
+    throttle_rate: float = 0.0
     hang_rate: float = 0.0  # job-creating requests accepted and never answered
     moderation_rate: float = 0.0
     keys: list[str] = field(default_factory=list)  # empty: any key is accepted
@@ -34,6 +39,7 @@ class EmulatorSettings:
     # Deterministic counterparts of the rates, counted down by the emulator.
     fail_next: int = 0
     fail_next_polls: int = 0
+    throttle_next_polls: int = 0  # polls answered 429
     hang_next: int = 0
 
 
@@ -49,6 +55,7 @@ class Task:
     rgb: tuple[int, int, int]
     cancelled: bool = False
     file: str | None = None  # set when the result is first reported
+    png: asyncio.Future[bytes] | None = None  # made while the job runs
 
 
 @dataclass
@@ -56,6 +63,7 @@ class ImageFile:
     size: tuple[int, int]
     rgb: tuple[int, int, int]
     expires_at: float
+    png: asyncio.Future[bytes]
 
 
 def key_label(key: str | None) -> str:
@@ -75,6 +83,7 @@ class EmulatorState:
         self.settings = settings
         self.rng = random.Random(settings.seed)
         self.stopping = asyncio.Event()
+        self._renders: set[asyncio.Future[bytes]] = set()
         self.clock = time.monotonic
         self.reset()
 
@@ -144,9 +153,40 @@ class EmulatorState:
         self.jobs_by_model[model] += 1
         self.body_hashes[digest] += 1
 
-    def add_file(self, size: tuple[int, int], rgb: tuple[int, int, int]) -> str:
+    def render(
+        self, size: tuple[int, int], rgb: tuple[int, int, int], after: float = 0.0
+    ) -> asyncio.Future[bytes]:
+        """The PNG, made in a worker thread `after` seconds from now.
+
+        A provider makes its file while the job runs, so a download is a transfer,
+        not a wait for rendering; half-way through a job is when the emulator has
+        least else to do (job creation and downloads bunch at the ends).
+        """
+
+        async def rendered() -> bytes:
+            await asyncio.sleep(after)
+            return await asyncio.to_thread(render_png, *size, rgb)
+
+        future = asyncio.ensure_future(rendered())
+        self._renders.add(future)
+        future.add_done_callback(self._renders.discard)
+        return future
+
+    def stop(self) -> None:
+        """Release held requests and drop renders not begun (the server is stopping)."""
+        self.stopping.set()
+        for future in list(self._renders):
+            future.cancel()
+
+    def add_file(
+        self,
+        size: tuple[int, int],
+        rgb: tuple[int, int, int],
+        png: asyncio.Future[bytes] | None = None,
+    ) -> str:
         name = uuid.uuid4().hex
-        self.files[name] = ImageFile(size, rgb, self.clock() + self.settings.sample_ttl)
+        expires_at = self.clock() + self.settings.sample_ttl
+        self.files[name] = ImageFile(size, rgb, expires_at, png or self.render(size, rgb))
         return name
 
     def stats(self) -> dict[str, Any]:
@@ -159,6 +199,7 @@ class EmulatorState:
             "idempotency_keys": dict(self.idempotency_keys),
             "create_requests": self.counts["create_requests"],
             "rate_limited": self.counts["rate_limited"],
+            "reads_rate_limited": self.counts["reads_rate_limited"],
             "failed": self.counts["failed"],
             "hung": self.counts["hung"],
             "moderated": self.counts["moderated"],

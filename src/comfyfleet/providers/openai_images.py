@@ -56,8 +56,13 @@ class OpenAIImagesClient:
         cooldown: Cooldown | None = None,
         backoff: Backoff | None = None,
         redactor: Redactor | None = None,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
-        """`timeout` bounds one whole request, generation time included: keep it long."""
+        """`timeout` bounds one whole request, generation time included: keep it long.
+
+        `cooldown` gates the job-creating requests only; downloads of `url` answers
+        wait out their own 429s. `on_retry` hears every retry.
+        """
         self.base_url = api_root(base_url)
         self.redactor = (redactor or Redactor()).including(api_key)
         self.cooldown = cooldown or Cooldown()
@@ -67,7 +72,10 @@ class OpenAIImagesClient:
             PROVIDER, session, self.redactor, timeout=timeout, connect_timeout=connect_timeout
         )
         self._attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown
+            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown, on_retry=on_retry
+        )
+        self._download_attempts = Attempts(
+            max_attempts=max_attempts, backoff=backoff, on_retry=on_retry
         )
 
     def __repr__(self) -> str:
@@ -148,7 +156,9 @@ class OpenAIImagesClient:
                 images.append(_decode(what, item["b64_json"]))
             elif isinstance(item, dict) and isinstance(item.get("url"), str):
                 images.append(
-                    await fetch_bytes(self._http, self._attempts, item["url"], task_id=None)
+                    await fetch_bytes(
+                        self._http, self._download_attempts, item["url"], task_id=None
+                    )
                 )
             else:
                 raise JobFailed(PROVIDER, f"{what} answered an image with neither b64_json nor url")

@@ -15,6 +15,9 @@ from typing import Any
 
 # Past this, 2**attempt only overflows; the cap has long been reached anyway.
 _MAX_EXPONENT = 62
+# One generator for every backoff that brings none: seeding one per client reads the
+# OS's entropy each time, and clients are made per job.
+_RNG = random.Random()
 
 
 class Backoff:
@@ -25,7 +28,7 @@ class Backoff:
     ) -> None:
         self.base = base
         self.cap = cap
-        self._rng = rng or random.Random()
+        self._rng = rng or _RNG
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number `attempt` (0 for the first retry)."""

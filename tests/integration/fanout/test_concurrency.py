@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from typing import Any
@@ -12,9 +13,11 @@ import numpy as np
 from comfyfleet import imaging
 from comfyfleet.engine.events import ProgressText
 from comfyfleet.engine.run import ExecutionResult
+from comfyfleet.fanout import FanoutSettings, PoolSize
+from comfyfleet.fanout.pool import WAIT_REPORT_INTERVAL
 from comfyfleet.providers.emulator_png import colour
 from tests.helpers import Recorder
-from tests.integration.fanout.conftest import Emulator, Graph, Rig
+from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, Rig
 
 
 async def run(rig: Rig, prompt: dict[str, Any], sink: Any = None) -> ExecutionResult:
@@ -113,3 +116,51 @@ async def test_a_full_pool_waits_without_blocking_other_prompts(
     assert 2.0 <= time.monotonic() - started < 3.8  # two waves of one second
     assert emulator.stats()["jobs"] == 61
     assert rig.service.pools["image"].running == rig.service.pools["image"].waiting == 0
+
+
+async def test_waiting_text_is_sent_when_it_changes_at_a_bounded_rate(
+    make_rig: MakeRig, emulator: Emulator
+) -> None:
+    emulator.settings.latency = 0.05
+    rig = await make_rig(FanoutSettings(image=PoolSize(2, 0)))
+    jobs = 60
+    graph = Graph(emulator.url)
+    tasks = [graph.submit(f"s{n:02}", "queue", seed=n) for n in range(jobs)]
+    for c, start in enumerate(range(0, jobs, 30)):
+        graph.collect(f"c{c}", tasks[start : start + 30], mode="placeholder")
+    heard: dict[str, list[tuple[float, int]]] = {}
+
+    def sink(event: Any) -> None:
+        if isinstance(event, ProgressText) and event.text.startswith("waiting for a slot"):
+            ahead = int(event.text.split(", ")[1].split()[0])
+            heard.setdefault(event.node_id, []).append((time.monotonic(), ahead))
+
+    started = time.monotonic()
+    result = await run(rig, graph.prompt, sink)
+    elapsed = time.monotonic() - started
+    assert result.status == "success", result.error
+    assert len(heard) >= jobs - 4  # nearly every submit waited, and said so
+    for frames in heard.values():
+        numbers = [ahead for _, ahead in frames]
+        assert numbers == sorted(set(numbers), reverse=True)  # only when it changes
+        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(frames)]
+        assert all(gap >= WAIT_REPORT_INTERVAL * 0.9 for gap in gaps), gaps
+    # Each waiter hears at most one update per interval: linear in the jobs (one frame
+    # per change for every waiter would be about jobs**2 / 2 = 1,800 here).
+    frames = sum(len(f) for f in heard.values())
+    assert frames <= jobs * (1 + elapsed / WAIT_REPORT_INTERVAL), (frames, elapsed)
+
+
+async def test_the_status_says_which_slots_share_one_job(rig: Rig, emulator: Emulator) -> None:
+    emulator.settings.latency = 0.1
+    graph = Graph(emulator.url)
+    same = [graph.submit(f"same{n}", "one picture", seed=7) for n in range(4)]
+    other = graph.submit("other", "another picture", seed=8)
+    graph.collect("c", [*same, other])
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    slots = status_of(result, "c")["slots"]
+    assert emulator.stats()["jobs"] == 2  # four identical submits, one job
+    assert [s["shared_by_slots"] for s in slots[:4]] == [[1, 2, 3, 4]] * 4
+    assert slots[4]["shared_by_slots"] is None
+    assert "shared_by_slots" not in slots[5]  # not connected

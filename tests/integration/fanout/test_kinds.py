@@ -158,6 +158,26 @@ async def test_a_storm_of_5xx_and_429_sends_no_job_twice(rig: Rig, emulator: Emu
     assert sum(attempts) > 12 and np.all(np.array(attempts) >= 1)
 
 
+async def test_429s_on_job_creation_leave_accepted_jobs_running(
+    rig: Rig, emulator: Emulator
+) -> None:
+    emulator.settings.latency = 0.5
+    emulator.settings.rate_limit = 20.0  # 20 jobs at once, the other 10 hear 429
+    graph = Graph(emulator.url)
+    submits = [graph.submit(f"s{n}", "limited", seed=n) for n in range(30)]
+    graph.collect("c", submits, mode="placeholder")
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    slots = status_of(result, "c")["slots"]
+    assert [s["state"] for s in slots].count("success") == 30
+    assert emulator.stats()["rate_limited"] >= 3
+    # The provider's cooldown after the burst of 429s (5 s) holds the submits that
+    # were refused; it must not hold the polls and downloads of the jobs accepted
+    # at once, which end about half a second after they start.
+    quick = [s for s in slots if s["running_seconds"] < 2.5]
+    assert len(quick) >= 10, [s["running_seconds"] for s in slots]
+
+
 async def test_an_endpoint_limit_keeps_jobs_under_the_accounts_cap(
     rig: Rig, emulator: Emulator
 ) -> None:
@@ -171,3 +191,31 @@ async def test_an_endpoint_limit_keeps_jobs_under_the_accounts_cap(
     assert (stats["jobs"], stats["rate_limited"]) == (6, 0)
     slots = status_of(result, "c")["slots"][:6]
     assert max(s["queued_seconds"] for s in slots) >= 0.5  # three waves of 0.3 s, not one
+
+
+async def test_provider_nodes_can_ask_for_images_smaller_than_512(
+    rig: Rig, emulator: Emulator
+) -> None:
+    emulator.settings.latency = 0.05
+    graph = Graph(emulator.url)
+    flux = graph.flux_inputs("small", 1, resolution="0.0625 MP")
+    graph.prompt["flux"] = {"class_type": "BFLFluxImage", "inputs": flux}
+    small = openai_inputs(graph, "small", 2, size="256x256")
+    graph.prompt["openai"] = {"class_type": "OpenAIImage", "inputs": small}
+    for source in ("flux", "openai"):
+        graph.prompt[f"{source}_size"] = {
+            "class_type": "GetImageSize",
+            "inputs": {"image": [source, 0]},
+        }
+        for index, side in enumerate(("width", "height")):
+            shown = {"source": [f"{source}_size", index]}
+            graph.prompt[f"{source}_{side}"] = {"class_type": "PreviewAny", "inputs": shown}
+    result = await run(rig, graph.prompt)
+    assert result.status == "success", result.error
+    sides = {node: ui["text"] for node, ui in result.outputs.items()}
+    assert sides == {
+        "flux_width": ["256"],
+        "flux_height": ["256"],
+        "openai_width": ["256"],
+        "openai_height": ["256"],
+    }

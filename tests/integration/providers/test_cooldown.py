@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 
@@ -46,3 +47,54 @@ async def test_cooldown_is_shared_by_concurrent_requests(
     # of times during the three seconds it takes to admit four jobs at 1/s.
     stats = await emulator.fetch_stats(session)
     assert stats["jobs"] == 4 and stats["create_requests"] < 25
+
+
+async def test_a_cooldown_holds_job_creation_not_the_polls_of_running_jobs(
+    emulator: Emulator, session: aiohttp.ClientSession
+) -> None:
+    emulator.settings.latency = 0.2
+    emulator.settings.rate_limit = 1.0
+    emulator.settings.send_retry_after = False
+    cooldown = Cooldown(burst=2, window=10.0, pause=3.0)
+
+    def client() -> BFLClient:
+        backoff = Backoff(base=0.005, cap=0.01)
+        options = {"cooldown": cooldown, "backoff": backoff, "poll_interval": 0.02}
+        return BFLClient(session, emulator.url, KEY, max_attempts=30, **options)
+
+    running = client()
+    task = await running.submit("flux-dev", {"prompt": "first", "seed": 0})
+    # Two more jobs inside the same second: 429, 429, and the pause starts.
+    later = [
+        asyncio.create_task(client().submit("flux-dev", {"prompt": f"p{n}", "seed": n}))
+        for n in (1, 2)
+    ]
+    async with asyncio.timeout(2.0):
+        while cooldown.remaining() == 0:
+            await asyncio.sleep(0.005)
+    started = time.monotonic()
+    answer = await running.poll(task)
+    sample = answer["result"]["sample"]
+    assert await running.download(sample, task_id=task.id)
+    # The accepted job's polls and download went on; creation is still paused.
+    assert time.monotonic() - started < 1.0
+    assert cooldown.remaining() > 0
+    await asyncio.gather(*later)
+    assert emulator.stats()["jobs"] == 3
+
+
+async def test_429s_on_polls_delay_that_job_only(
+    emulator: Emulator, session: aiohttp.ClientSession
+) -> None:
+    emulator.settings.latency = 0.1
+    emulator.settings.retry_after = 0.1
+    emulator.settings.throttle_next_polls = 3
+    cooldown = Cooldown(burst=2, window=10.0, pause=30.0)
+    bfl = BFLClient(session, emulator.url, KEY, poll_interval=0.02, cooldown=cooldown)
+    started = time.monotonic()
+    assert await bfl.run("flux-dev", {"prompt": "polled", "seed": 1})
+    # Three 429s, each waited out as the provider asked (0.1 s), not the 30 s pause;
+    # and job creation never paused.
+    assert time.monotonic() - started < 5.0
+    assert emulator.stats()["reads_rate_limited"] == 3
+    assert cooldown.remaining() == 0

@@ -36,13 +36,13 @@ def test_flags_become_settings() -> None:
     args = parse(
         "--latency", "500ms", "--jitter", "0.1s", "--rate-limit", "60/m",
         "--fail-rate", "0.25", "--hang-rate", "0.1", "--moderation-rate", "0.5",
-        "--key", "a", "--key", "b",
+        "--throttle-rate", "0.3", "--key", "a", "--key", "b",
     )  # fmt: skip
     settings = settings_from(args)
     assert settings.latency == 0.5 and settings.jitter == 0.1
     assert settings.rate_limit == 1.0
     assert (settings.fail_rate, settings.hang_rate, settings.moderation_rate) == (0.25, 0.1, 0.5)
-    assert settings.keys == ["a", "b"]
+    assert settings.keys == ["a", "b"] and settings.throttle_rate == 0.3
     assert (args.host, args.port) == ("127.0.0.1", 8299)
 
 

@@ -114,6 +114,28 @@ async def test_max_active_answers_429_with_retry_after(
         assert 9 <= int(response.headers["Retry-After"]) <= 10
 
 
+async def test_a_share_of_every_kind_of_request_is_answered_429(
+    emulator: Emulator, session: aiohttp.ClientSession
+) -> None:
+    emulator.settings.latency = 0.0
+    task = await create(session, emulator, {"prompt": "x", "width": 32, "height": 32})
+    await asyncio.sleep(0.05)
+    async with session.get(task["polling_url"], headers=HEADERS) as response:
+        sample = (await response.json())["result"]["sample"]
+    emulator.settings.throttle_rate = 1.0
+    url = f"{emulator.url}/v1/flux-dev"
+    for method, target, headers in [
+        ("POST", url, HEADERS),
+        ("GET", task["polling_url"], HEADERS),
+        ("GET", sample, {}),
+    ]:
+        body = {"prompt": "y"} if method == "POST" else None
+        async with session.request(method, target, headers=headers, json=body) as response:
+            assert response.status == 429 and response.headers["Retry-After"] == "1"
+    stats = emulator.stats()
+    assert (stats["rate_limited"], stats["reads_rate_limited"], stats["jobs"]) == (1, 2, 1)
+
+
 async def test_result_urls_expire(emulator: Emulator, session: aiohttp.ClientSession) -> None:
     emulator.settings.sample_ttl = 0.0
     job = await create(session, emulator, {"prompt": "p"})

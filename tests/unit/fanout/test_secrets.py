@@ -50,8 +50,10 @@ def test_env_and_secrets_file_resolve(tmp_path: Path) -> None:
     secrets_file.write_text('bfl = "file-key-123456789"\nlater = "added-later-12345"\n')
     assert vault.resolve("secret:later") == "added-later-12345"  # re-read on a miss
     assert vault.redactor().text("x env-key-123456789 file-key-123456789") == "x *** ***"
-    with pytest.raises(KeyUnavailable, match="needs a secrets file"):
+    with pytest.raises(KeyUnavailable, match="needs a secrets file") as caught:
         SecretVault().resolve("secret:bfl")
+    # Says how to name one, for `comfyfleet run` as for the server.
+    assert "COMFYFLEET_SECRETS_FILE" in str(caught.value)
 
 
 def test_an_unreadable_secrets_file_is_named_but_not_quoted(tmp_path: Path) -> None:

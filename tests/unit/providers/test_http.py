@@ -86,6 +86,33 @@ async def test_retry_after_is_waited_through_the_shared_cooldown() -> None:
     assert sum(recorder.slept) == pytest.approx(7.0)
 
 
+async def test_without_a_cooldown_a_429_delays_only_its_own_retry() -> None:
+    recorder = FakeTime()
+    retries: list[int] = []
+    runner = Attempts(
+        max_attempts=4,
+        backoff=Backoff(base=1.0, cap=1.0, rng=random.Random(0)),
+        on_retry=lambda: retries.append(1),
+        sleep=recorder.sleep,
+    )
+    outcomes: list[Exception | str] = [
+        RateLimited("p", "429", retry_after=2.5),
+        RateLimited("p", "429"),
+        "ok",
+    ]
+
+    async def operation() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert await runner.run(operation, "poll") == "ok"
+    # The provider's hint, then the jittered backoff; each retry heard once.
+    assert recorder.slept[0] == 2.5 and 0 <= recorder.slept[1] <= 1.0
+    assert len(retries) == 2
+
+
 def reply(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Reply:
     return Reply(status, CIMultiDict(headers or {}), body)
 

@@ -7,6 +7,8 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from comfyfleet import imaging
 from comfyfleet.engine.context import current_node
 from comfyfleet.engine.services import optional_service, service
@@ -59,11 +61,24 @@ def png_base64(image: Any) -> str:
     return base64.b64encode(imaging.frame_png(image)).decode("ascii")
 
 
-async def build_in_thread(
+async def build_request(
     build: Callable[..., RemoteRequest], inputs: dict[str, Any]
 ) -> RemoteRequest:
-    """Build a request off the event loop: encoding input images is CPU work."""
-    return await asyncio.to_thread(lambda: build(**inputs))
+    """Build a request, off the event loop when there are images to encode (CPU work).
+
+    Plain values are built at once: the hop to a worker thread and back costs far
+    more than building a JSON body, and a wide batch pays it once per job.
+    """
+    if any(_holds_array(value) for value in inputs.values()):
+        return await asyncio.to_thread(lambda: build(**inputs))
+    return build(**inputs)
+
+
+def _holds_array(value: Any) -> bool:
+    """An image, or a list of them (a list input)."""
+    if isinstance(value, list | tuple):
+        return any(isinstance(item, np.ndarray) for item in value)
+    return isinstance(value, np.ndarray)
 
 
 async def run_now(request: RemoteRequest) -> Any:

@@ -10,7 +10,7 @@ from comfyfleet import imaging
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
 from comfyfleet.nodes.providers.common import (
     API_CONFIG,
-    build_in_thread,
+    build_request,
     failure_epoch,
     png_base64,
     run_now,
@@ -19,7 +19,15 @@ from comfyfleet.nodes.providers.common import (
 )
 
 REFERENCE_SLOTS = 10
-RESOLUTIONS = {"1 MP": 1.0, "0.25 MP": 0.25, "0.5 MP": 0.5, "2 MP": 2.0, "4 MP": 4.0}
+# "0.0625 MP" is 256x256 at 1:1, the smallest side the dimension models accept.
+RESOLUTIONS = {
+    "1 MP": 1.0,
+    "0.0625 MP": 0.0625,
+    "0.25 MP": 0.25,
+    "0.5 MP": 0.5,
+    "2 MP": 2.0,
+    "4 MP": 4.0,
+}
 ASPECT_RATIOS = ["1:1", "16:9", "9:16", "4:3", "3:4", "3:2", "2:3", "21:9", "9:21"]
 MATCH_INPUT = "match_input_image"
 # Every model accepts sides that are multiples of 32 within these bounds.
@@ -142,5 +150,5 @@ class BFLFluxImage:
         )
 
     async def generate(self, **inputs: Any) -> tuple[imaging.ImageArray]:
-        request = await build_in_thread(self.remote_request, inputs)
+        request = await build_request(self.remote_request, inputs)
         return (await run_now(request),)

@@ -10,14 +10,24 @@ from comfyfleet import imaging
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
 from comfyfleet.nodes.providers.common import (
     API_CONFIG,
-    build_in_thread,
+    build_request,
     failure_epoch,
     run_now,
     seed_input,
     skip_error_input,
 )
 
-SIZES = ["auto", "1024x1024", "1536x1024", "1024x1536", "1792x1024", "1024x1792", "512x512"]
+# 512x512 and 256x256 are the older models' (dall-e-2) sizes.
+SIZES = [
+    "auto",
+    "1024x1024",
+    "1536x1024",
+    "1024x1536",
+    "1792x1024",
+    "1024x1792",
+    "512x512",
+    "256x256",
+]
 QUALITIES = ["auto", "high", "medium", "low", "hd", "standard"]
 RESPONSE_FORMATS = ["auto", "b64_json", "url"]
 
@@ -92,5 +102,5 @@ class OpenAIImage:
         )
 
     async def generate(self, **inputs: Any) -> tuple[imaging.ImageArray]:
-        request = await build_in_thread(self.remote_request, inputs)
+        request = await build_request(self.remote_request, inputs)
         return (await run_now(request),)
