@@ -65,7 +65,7 @@ class ManagedGroup:
     command: tuple[str, ...] = ()  # a template; empty: ComfyUI's main.py (`comfyui_argv`)
     gpus: tuple[str, ...] | None = None  # GPU ids, or ("cpu",); None: every GPU found
     per_gpu: int = 1
-    args: tuple[str, ...] = ()  # appended to the command as they are
+    args: tuple[str, ...] = ()  # appended to the command (a template too)
     env: tuple[tuple[str, str], ...] = ()
     port_range: tuple[int, int] = DEFAULT_PORTS
     max_prompts: int | None = None  # recycled (when idle) after this many prompts
@@ -128,8 +128,8 @@ class InstanceSpec:
             "name": self.name,
             "pack_paths": str(pack_paths or ""),
         }
-        template = list(group.command) or comfyui_argv(self.gpu, pack_paths)
-        return [part.format_map(values) for part in template] + list(group.args)
+        template = [*(group.command or comfyui_argv(self.gpu, pack_paths)), *group.args]
+        return [part.format_map(values) for part in template]
 
     def environment(self, inherited: Mapping[str, str]) -> dict[str, str]:
         """The gateway's environment without its own settings (COMFYFLEET_*, its tokens
@@ -191,7 +191,8 @@ def parse_group(table: Any, base: Path) -> ManagedGroup:
             raise FleetError(f"{where}: give path (the ComfyUI folder) or a command")
         if not (path / "main.py").is_file():
             raise FleetError(f"{where}: {path} is not a ComfyUI folder (no main.py)")
-    _check_template(command, where)
+    args = _strings(table.get("args", []), f"{where}: args")
+    _check_template(command + args, where)
     return ManagedGroup(
         name=name,
         path=path,
@@ -199,7 +200,7 @@ def parse_group(table: Any, base: Path) -> ManagedGroup:
         command=command,
         gpus=parse_gpus(table.get("gpus", "all"), where),
         per_gpu=_count(table.get("per_gpu", 1), f"{where}: per_gpu", 1, MAX_PER_GPU),
-        args=_strings(table.get("args", []), f"{where}: args"),
+        args=args,
         env=_env(table.get("env", {}), where),
         port_range=_port_range(table.get("port_range", DEFAULT_PORTS), where),
         max_prompts=_optional_count(table.get("max_prompts"), f"{where}: max_prompts"),
@@ -255,7 +256,11 @@ def _python(value: Any, path: Path | None, base: Path, where: str) -> str:
     if value is not None:
         if not isinstance(value, str) or not value or "\x00" in value:
             raise FleetError(f"{where}: python must be a path or a command name")
-        return str((base / value).resolve()) if os.sep in value else value
+        if os.sep not in value:
+            return value  # a command name, looked up on PATH
+        # Not resolved: a venv's python is a link, and run through its target the venv
+        # (found next to the path it was started as) is not used.
+        return os.path.abspath(base / Path(value).expanduser())
     for venv in ("venv", ".venv"):
         for found in (Path(venv, "bin", "python"), Path(venv, "Scripts", "python.exe")):
             if path is not None and (path / found).is_file():
@@ -276,12 +281,11 @@ def _check_template(command: tuple[str, ...], where: str) -> None:
         try:
             names = {field for _, field, _, _ in Formatter().parse(part) if field is not None}
         except ValueError as exc:
-            raise FleetError(f"{where}: command item {part!r}: {exc} (write {{{{ for {{)") from None
+            raise FleetError(f"{where}: {part!r}: {exc} (write {{{{ for {{)") from None
         unknown = names - PLACEHOLDERS
         if unknown:
             raise FleetError(
-                f"{where}: command item {part!r} names {sorted(unknown)}; "
-                f"known: {sorted(PLACEHOLDERS)}"
+                f"{where}: {part!r} names {sorted(unknown)}; known: {sorted(PLACEHOLDERS)}"
             )
 
 

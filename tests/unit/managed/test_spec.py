@@ -75,15 +75,24 @@ def test_a_comfyui_folder_gets_comfyuis_own_flags_per_gpu(tmp_path: Path) -> Non
     assert "gpu0" in backend.tags and "managed" in backend.tags
 
 
+def test_a_venv_python_is_kept_as_the_link_it_is(tmp_path: Path) -> None:
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)  # as `python -m venv` makes it
+    group = parse_group({"command": SERVE, "python": "venv/bin/python"}, tmp_path)
+    assert group.python == str(venv / "python")  # run through the link: the venv is used
+    assert parse_group({"command": SERVE, "python": "python3"}, tmp_path).python == "python3"
+
+
 def test_cpu_instances_get_cpu_and_no_gpu_and_extra_args_come_last(tmp_path: Path) -> None:
     comfyui_dir(tmp_path / "c")
-    table = {"path": "c", "gpus": "cpu", "args": ["--preview-method", "none"], "env": {"A": "1"}}
+    table = {"path": "c", "gpus": "cpu", "args": ["--user-directory", "{dir}"], "env": {"A": "1"}}
     (group,) = parse_groups([table], tmp_path)
     assert group.python == sys.executable  # no venv in the folder: this interpreter
     (spec,) = plan([group], tmp_path / "m", gpus_found=["0"], avoid=set())
     argv = spec.argv(None)
     assert "--extra-model-paths-config" not in argv  # no pack file: no flag
-    assert argv[-3:] == ["--cpu", "--preview-method", "none"]
+    assert argv[-3:] == ["--cpu", "--user-directory", str(spec.folder)]
     env = spec.environment({})
     assert "CUDA_VISIBLE_DEVICES" not in env and env["A"] == "1"
 
@@ -132,7 +141,8 @@ def test_busy_ports_are_skipped_and_a_full_range_refused(tmp_path: Path) -> None
         ({"path": "."}, "not a ComfyUI folder"),
         ({"command": SERVE, "typo": 1}, "unknown keys"),
         ({"command": ["{python}", "{nope}"]}, "names \\['nope'\\]"),
-        ({"command": ["{python"]}, "command item"),
+        ({"command": ["{python"]}, "expected '}'"),
+        ({"command": SERVE, "args": ["{x}"]}, "names \\['x'\\]"),
         ({"command": SERVE, "gpus": "0,x"}, "gpus must be"),
         ({"command": SERVE, "per_gpu": 0}, "per_gpu must be"),
         ({"command": SERVE, "port_range": [9000, 8000]}, "not a range"),
