@@ -26,6 +26,7 @@ import aiohttp
 
 from comfyfleet.folders import UnsafePath, resolve_inside
 from comfyfleet.lanes.comfyui import ComfyUILane
+from comfyfleet.managed.known import load_known, save_known
 from comfyfleet.managed.process import cap_log, exit_reason, rss_bytes, spawn, terminate
 from comfyfleet.managed.spec import InstanceSpec
 
@@ -106,6 +107,12 @@ class ManagedInstance:
             "next_start": self.next_start,
             "log": str(self.spec.log),
         }
+
+    async def recall(self) -> None:
+        """What it offered when it last ran, until it answers (see `known`)."""
+        known = await asyncio.to_thread(load_known, self.spec.folder)
+        if known is not None and not self.lane.capabilities.object_info:
+            self.lane.capabilities = known
 
     async def start(self, hooks: Hooks) -> None:
         self._hooks = hooks
@@ -233,6 +240,7 @@ class ManagedInstance:
         """Until it exits, stops answering, or is due for a recycle."""
         group = self.spec.group
         answered = since
+        saved = False  # what it offers now, for the next start
         while True:
             await asyncio.wait([exited], timeout=PROBE_EVERY)
             now = time.monotonic()
@@ -245,6 +253,9 @@ class ManagedInstance:
                 return Ended(silent, answered_for=answered - since, grace=0.0)
             assert self.pid is not None
             self.rss = await asyncio.to_thread(_look_at, self.pid, self._log_file)
+            if not saved and self.lane.up:
+                saved = True
+                await asyncio.to_thread(save_known, self.spec.folder, self.lane.capabilities)
             due = self._recycle_reason()
             if due is not None:
                 return await self._recycle(due, exited, since)

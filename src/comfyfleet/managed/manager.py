@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 
+from comfyfleet.folders import UnsafePath
 from comfyfleet.lanes.fleet import Fleet, parse_spec
 from comfyfleet.managed.instance import Hooks, ManagedInstance
 from comfyfleet.managed.pack import has_pack, pack_paths
@@ -22,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class ManagedBackends:
-    def __init__(self, root: Path, instances: Sequence[ManagedInstance]) -> None:
+    def __init__(self, root: Path, fleet: Fleet, instances: Sequence[ManagedInstance]) -> None:
         self.root = root  # DATA/managed: the instances' folders, the pack
+        self.fleet = fleet
         self.instances = {instance.name: instance for instance in instances}
         self._session: aiohttp.ClientSession | None = None
 
@@ -41,7 +43,7 @@ class ManagedBackends:
         instances = [
             ManagedInstance(spec, fleet.backend_lane(parse_spec(spec.backend()))) for spec in specs
         ]
-        return cls(root, instances)
+        return cls(root, fleet, instances)
 
     def status(self, name: str) -> dict[str, Any] | None:
         instance = self.instances.get(name)
@@ -51,9 +53,15 @@ class ManagedBackends:
         """Start every process at once; each lane takes work as soon as its process answers."""
         if not self.instances:
             return
+        for instance in self.instances.values():
+            await instance.recall()
+        await self.fleet.rebuild()  # their classes validate before they answer
         paths = None
         if any(_wants_pack(instance.spec) for instance in self.instances.values()):
-            paths = await asyncio.to_thread(pack_paths, self.root)
+            try:
+                paths = await asyncio.to_thread(pack_paths, self.root)
+            except (OSError, UnsafePath) as exc:  # they run, validated from object_info
+                log.warning("managed backends get no companion pack: %s", exc)
         self._session = aiohttp.ClientSession()
         for instance in self.instances.values():
             hooks = Hooks(

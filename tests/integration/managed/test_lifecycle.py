@@ -19,7 +19,7 @@ import pytest
 from comfyfleet.managed.spec import parse_group
 from tests.integration.fleet.harness import poll, unique_sleep_prompt
 from tests.integration.managed.conftest import MakeManaged
-from tests.integration.managed.harness import alive, managed, pids, port_block
+from tests.integration.managed.harness import INSTANCE, alive, managed, pids, port_block
 from tests.servers import start_in_process
 
 
@@ -59,6 +59,52 @@ def test_recycled_after_max_prompts_when_idle_and_warmed_up_first(
 def _start(entry: dict[str, Any]) -> int:
     stamps = {event: data.get("timestamp") for event, data in entry["status"]["messages"]}
     return int(stamps["execution_start"])
+
+
+ONLY_THERE = """
+class OnlyThere:
+    CATEGORY = "test"
+    RETURN_TYPES = ("INT",)
+    FUNCTION = "run"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"value": ("INT", {"default": 1})}}
+
+    def run(self, value):
+        return {"ui": {"text": [str(value)]}, "result": (value,)}
+
+
+NODE_CLASS_MAPPINGS = {"OnlyThere": OnlyThere}
+"""
+#: INSTANCE, answering 2 s after it starts.
+SLOW = [
+    "{python}",
+    "-c",
+    "import runpy, sys, time; time.sleep(2); sys.argv[0] = 'comfyfleet'; "
+    "runpy.run_module('comfyfleet', run_name='__main__')",
+    *INSTANCE[3:],
+]
+
+
+def test_a_restarted_gateway_queues_prompts_for_instances_not_answering_yet(
+    make_managed: MakeManaged, tmp_path: Path
+) -> None:
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "only_there.py").write_text(ONLY_THERE)  # a class the gateway lacks
+    fleet = make_managed(command=[*SLOW, "--custom-nodes", str(nodes)])
+    (name,) = fleet.backends
+    known = Path(managed(fleet, name)["log"]).parent / "capabilities.json"
+    poll(known.exists, what="what the instance offers, saved")
+
+    fleet.restart_gateway(kill=False)  # its instance starts anew, and takes 2 s
+    assert fleet.backend_states()[name]["state"] == "down"
+    prompt = {"1": {"class_type": "OnlyThere", "inputs": {"value": 3}}}
+    prompt_id = fleet.submit(prompt)  # known from last time: queued, not refused
+    fleet.wait_job(prompt_id, "completed")
+    assert fleet.history()[prompt_id]["outputs"] == {"1": {"text": ["3"]}}
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
