@@ -28,6 +28,7 @@ def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
         "lane": lane.name,
         "state": "draining" if lane.draining else state,
         "suspect": lane.suspect,
+        "validates": lane.validates,
         "node_classes": len(lane.capabilities.object_info),
         "model_files": {k: len(v) for k, v in lane.capabilities.models.items() if v},
         "running": gw.scheduler.runs_on(lane.name),

@@ -32,6 +32,7 @@ def test_four_instances_come_up_and_take_work(four: Fleet) -> None:
         info = state["managed"]
         assert (info["state"], info["gpu"]) == ("running", "cpu")
         assert alive(info["pid"]) and state["url"].endswith(f":{info['port']}")
+        assert state["validates"]  # a comfyfleet serves the companion pack's routes
         assert os.path.getsize(info["log"]) > 0  # its output goes to its own log
     assert len(set(pids(four).values())) == 4
 
