@@ -56,6 +56,20 @@ def test_recycled_after_max_prompts_when_idle_and_warmed_up_first(
     assert started[0] == min(_start(e) for e in warmups)  # the very first thing it ran
 
 
+def test_recycled_once_grown_past_max_rss_without_losing_a_prompt(
+    make_managed: MakeManaged,
+) -> None:
+    fleet = make_managed(max_rss="1M")  # any process is past it once it has run a prompt
+    (name,) = fleet.backends
+    ids = [fleet.submit(unique_sleep_prompt(0.3)) for _ in range(2)]
+    for prompt_id in ids:
+        assert fleet.wait_job(prompt_id, "completed")["attempt"] == 1
+    poll(lambda: managed(fleet, name)["recycles"] >= 1, what="a recycle")
+    info = managed(fleet, name)
+    assert info["last_exit"].startswith("recycled at") and info["last_exit"].endswith("resident")
+    assert info["restarts"] == 0
+
+
 def _start(entry: dict[str, Any]) -> int:
     stamps = {event: data.get("timestamp") for event, data in entry["status"]["messages"]}
     return int(stamps["execution_start"])
