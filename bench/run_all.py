@@ -44,6 +44,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_gateway.py --prompts 1000", "Server end to end, 1 and 8 slots"),
     ("bench_fleet.py", "Scale-out over N ComfyUI backends, prefetch 0"),
     ("bench_fleet.py --prefetch 1", "Scale-out over N ComfyUI backends, prefetch 1"),
+    ("bench_managed.py", "Managed backends: start-up and scale-out"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),
     ("bench_history.py", "History at 1,000,000 entries"),

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from comfyfleet import comfyui_pack
-
-PACK_NAME = "comfyfleet_pack"
+from comfyfleet.managed.pack import copy_pack
 
 
 def add_pack_parser(commands: Any) -> None:
@@ -32,16 +30,10 @@ def custom_nodes_of(path: Path) -> Path:
 
 def install_pack(args: argparse.Namespace) -> int:
     try:
-        target = custom_nodes_of(args.comfyui.resolve()) / PACK_NAME
+        target = copy_pack(custom_nodes_of(args.comfyui.resolve()))
     except ValueError as exc:
         print(f"comfyfleet: {exc}", file=sys.stderr)
         return 2
-    source = Path(comfyui_pack.__file__).parent
-    if target.is_symlink() or target.is_file():
-        target.unlink()
-    elif target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
     print(f"installed the comfyfleet pack (version {comfyui_pack.VERSION}) in {target}")
     print("restart ComfyUI to load it")
     return 0

@@ -46,6 +46,24 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="a ComfyUI backend to feed (repeatable); see [[backends]] in the config file",
     )
+    serve.add_argument(
+        "--comfyui",
+        type=Path,
+        metavar="DIR",
+        help="run the ComfyUI in DIR as managed backends (per GPU); see [[comfyui]] in the "
+        "config file",
+    )
+    serve.add_argument(
+        "--gpus", metavar="LIST", help="with --comfyui: all (default), cpu, or GPU numbers 0,1,..."
+    )
+    serve.add_argument(
+        "--per-gpu", type=int, metavar="N", help="with --comfyui: instances per GPU (default 1)"
+    )
+    serve.add_argument(
+        "--comfyui-python",
+        metavar="PYTHON",
+        help="with --comfyui: its interpreter (default: DIR's venv, else this Python)",
+    )
     serve.add_argument("--hang-timeout", type=float, help="seconds without a frame from a backend")
     serve.add_argument("--max-attempts", type=int, help="attempts per prompt when lanes fail")
     serve.add_argument(
@@ -99,6 +117,10 @@ def serve_main(args: argparse.Namespace) -> int:
             "history_max_age",
             "shutdown_grace",
             "backends",
+            "comfyui",
+            "gpus",
+            "per_gpu",
+            "comfyui_python",
             "hang_timeout",
             "max_attempts",
             "output_mode",
@@ -116,10 +138,15 @@ def serve_main(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: ServerConfig) -> int:
+    from comfyfleet.lanes.fleet import FleetError
     from comfyfleet.server.app import build_app
     from comfyfleet.server.gateway import Gateway
 
-    gateway = Gateway.create(config)
+    try:
+        gateway = Gateway.create(config)
+    except FleetError as exc:  # a backend that cannot be set up (a name taken, no port)
+        log.error("%s", exc)
+        return 2
     runner = web.AppRunner(build_app(gateway), handle_signals=False, access_log=None)
     try:
         await runner.setup()  # opens the store

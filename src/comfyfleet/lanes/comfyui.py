@@ -122,6 +122,10 @@ class ComfyUILane:
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
         self.draining = False
+        # Its process is (re)starting, warming up or about to be recycled (a managed
+        # backend): no new work, whatever an admin's drain or resume says.
+        self.held = False
+        self._retry = asyncio.Event()  # `retry_now`: connect without waiting out the backoff
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
         # Connected, and what an earlier connection left there sorted out: takes work.
@@ -130,6 +134,8 @@ class ComfyUILane:
         self.submits = submits or Submits()  # shared by the lanes of one fleet
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], Awaitable[None]] = _nothing
+        # Called as the backend accepts each prompt (a managed backend counts them).
+        self.on_sent: Callable[[], None] = _ignore
 
     @property
     def suspect(self) -> bool:
@@ -140,6 +146,7 @@ class ComfyUILane:
         return (
             self.up
             and not self.draining
+            and not self.held
             and not self.suspect
             and self.capabilities.can_run(job.prompt)
         )
@@ -248,20 +255,30 @@ class ComfyUILane:
             await asyncio.gather(self._maintainer, return_exceptions=True)
         await self.client.close()
 
+    def retry_now(self) -> None:
+        """The backend answers again (its process was started anew): connect now."""
+        self._retry.set()
+
     async def _maintain(self) -> None:
         """Connect, keep capabilities fresh, and reconnect with backoff when it goes down."""
         backoff = 0.5
         while True:
+            self._retry.clear()  # a `retry_now` from here on cuts the wait below short
             try:
                 await self._connect_and_refresh()
                 backoff = 0.5
                 await self._watch_health()
             except BackendError as exc:
-                log.info("backend %s unavailable: %s", self.client.spec.name, exc)
+                # A held backend's process is starting or stopping: that is expected.
+                level = logging.DEBUG if self.held else logging.INFO
+                log.log(level, "backend %s unavailable: %s", self.client.spec.name, exc)
             self.ready.clear()
             await self.client.close()
-            await asyncio.sleep(backoff)
-            backoff = min(self.settings.max_backoff, backoff * 2)
+            try:
+                await asyncio.wait_for(self._retry.wait(), backoff)
+                backoff = 0.5
+            except TimeoutError:
+                backoff = min(self.settings.max_backoff, backoff * 2)
 
     async def _connect_and_refresh(self) -> None:
         await self._refresh()
@@ -354,7 +371,13 @@ class ComfyUILane:
         """Return when the backend stops answering (HTTP or WebSocket)."""
         refreshed = time.monotonic()
         while self.client.connected.is_set():
-            await asyncio.sleep(self.settings.probe_interval)
+            try:
+                await asyncio.wait_for(self._retry.wait(), self.settings.probe_interval)
+            except TimeoutError:
+                pass
+            else:  # a new process answers there: this connection was to the old one
+                self._retry.clear()
+                continue
             await self.client.request("GET", "/prompt", timeout=10.0)
             if time.monotonic() - refreshed > self.settings.refresh_interval:
                 await self._refresh()
@@ -373,6 +396,7 @@ class ComfyUILane:
             raise PromptRefused(answer)
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
+        self.on_sent()
 
     def _interrupt_soon(self, watch: PromptWatch) -> None:
         """Out of the backend's queue if it has not started there, else interrupted."""
@@ -500,4 +524,8 @@ class ComfyUILane:
 
 
 async def _nothing() -> None:
+    return None
+
+
+def _ignore() -> None:
     return None

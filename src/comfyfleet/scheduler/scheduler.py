@@ -564,6 +564,10 @@ class Scheduler:
 
     # -- reservations -----------------------------------------------------------
 
+    def runs_on(self, lane: str) -> list[str]:
+        """Prompt ids running on a lane (its backend has them, or is about to)."""
+        return sorted(p for p, run in self.running.items() if run.lane.name == lane)
+
     def reserved_for(self, lane: str) -> list[str]:
         """Prompt ids set aside for a lane, in queue order."""
         mine = [r.job for r in self._reserved.values() if r.owner.lane.name == lane]

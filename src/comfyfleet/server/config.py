@@ -7,10 +7,13 @@ import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
+
+if TYPE_CHECKING:
+    from comfyfleet.managed.spec import ManagedGroup
 
 DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
 
@@ -50,6 +53,8 @@ class ServerConfig:
     store: str | None = field(default=None, repr=False)
     # ComfyUI backends: urls or tables {url, name, slots, prefetch, tags, auth_header}.
     backends: tuple[Any, ...] = ()
+    # Managed backends: `[[comfyui]]` tables (or --comfyui DIR), processes the gateway runs.
+    comfyui: tuple[ManagedGroup, ...] = ()
     hang_timeout: float = 300.0  # seconds without a frame from a backend's running prompt
     max_attempts: int = 3  # attempts per job before a lane failure is final
     # Backend output files: "copy" them into the data dir, or "reference" them there.
@@ -106,6 +111,8 @@ def _coerce(name: str, value: Any) -> Any:
         if name == "cors_origins":
             items = value if isinstance(value, list | tuple) else str(value).split(",")
             return tuple(str(v).strip() for v in items if str(v).strip())
+        if name == "comfyui":
+            return value if isinstance(value, tuple) else _comfyui_tables(value, Path.cwd())
         if name == "backends":
             if isinstance(value, str):
                 return tuple(v for v in value.split(",") if v.strip())
@@ -124,6 +131,8 @@ def _coerce(name: str, value: Any) -> Any:
         if "float" in kind:
             return float(value)
         return str(value)
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for {name}: {value!r} ({exc})") from None
 
@@ -162,6 +171,8 @@ def load_config(
             if name == "auth":
                 tokens += _auth_table(value, config_file.parent)
                 continue
+            if name == "comfyui":  # its paths are relative to the file
+                value = _comfyui_tables(value, config_file.parent)
             (values if name in known else extra)[name] = value
     environ = os.environ if env is None else env
     for key, value in environ.items():
@@ -170,6 +181,7 @@ def load_config(
             if name in known:
                 values[name] = value
     flags = dict(overrides or {})
+    _comfyui_flags(flags)
     tokens += _default_tokens(
         environ, flags.pop("auth_token", None), flags.pop("auth_token_file", None)
     )
@@ -192,6 +204,38 @@ def load_config(
             "backends): use copy with authentication"
         )
     return config
+
+
+# -- managed backends ----------------------------------------------------------------
+
+
+def _comfyui_tables(value: Any, base: Path) -> tuple[ManagedGroup, ...]:
+    """`[[comfyui]]` tables; a plain string is a ComfyUI folder with every default."""
+    from comfyfleet.managed.spec import parse_groups  # loads the fleet: only when used
+
+    if isinstance(value, str | Path):
+        value = [{"path": str(value)}]
+    try:
+        return parse_groups(value, base)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _comfyui_flags(flags: dict[str, Any]) -> None:
+    """`--comfyui DIR` with `--comfyui-python`, `--gpus` and `--per-gpu` into one table
+    (in place of the file's `[[comfyui]]` tables)."""
+    given = {
+        "python": flags.pop("comfyui_python", None),
+        "gpus": flags.pop("gpus", None),
+        "per_gpu": flags.pop("per_gpu", None),
+    }
+    table = {key: value for key, value in given.items() if value is not None}
+    path = flags.get("comfyui")
+    if path is None:
+        if table:
+            raise ConfigError("--comfyui-python, --gpus and --per-gpu go with --comfyui DIR")
+        return
+    flags["comfyui"] = _comfyui_tables([{"path": str(path), **table}], Path.cwd())
 
 
 # -- authentication ------------------------------------------------------------------

@@ -21,17 +21,23 @@ def _error(status: int, type_: str, message: str) -> web.Response:
 
 
 def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
-    state = "up" if lane.client.connected.is_set() else "down"
-    return {
+    # A held lane (a managed process starting or being recycled) takes no work: down.
+    state = "up" if lane.client.connected.is_set() and not lane.held else "down"
+    answer = {
         **spec_json(lane.client.spec),
         "lane": lane.name,
         "state": "draining" if lane.draining else state,
         "suspect": lane.suspect,
+        "validates": lane.validates,
         "node_classes": len(lane.capabilities.object_info),
         "model_files": {k: len(v) for k, v in lane.capabilities.models.items() if v},
-        "running": sorted(p for p, r in gw.scheduler.running.items() if r.lane is lane),
+        "running": gw.scheduler.runs_on(lane.name),
         "reserved": gw.scheduler.reserved_for(lane.name),
     }
+    managed = gw.managed.status(lane.client.spec.name)
+    if managed is not None:
+        answer["managed"] = managed
+    return answer
 
 
 def _lane(gw: Gateway, request: web.Request) -> ComfyUILane:
@@ -85,6 +91,7 @@ async def remove_backend(request: web.Request) -> web.Response:
         return _error(400, "invalid_query", "timeout must be a number of seconds")
     lane.draining = True
     await gw.scheduler.remove_lane(lane.name, timeout)
+    await gw.managed.remove(lane.client.spec.name)  # a managed one's process stops too
     await gw.fleet.forget(lane.client.spec.name)
     await gw.store.delete_backend(lane.client.spec.name)
     return web.json_response({"removed": lane.client.spec.name})

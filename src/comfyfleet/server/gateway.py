@@ -16,7 +16,8 @@ from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders, UnsafePath, using_folders
 from comfyfleet.lanes.comfyui import LaneSettings
-from comfyfleet.lanes.fleet import Fleet, parse_spec
+from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
+from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
@@ -44,6 +45,7 @@ class Gateway:
     router: ClientRouter
     scheduler: Scheduler
     tenants: TenantFolders  # `default` (all jobs when auth is off) has `folders`
+    managed: ManagedBackends  # the backend processes it runs itself ([[comfyui]])
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -69,19 +71,26 @@ class Gateway:
         fleet = Fleet(engine, tenants, config.local_slots, settings)
         for raw in config.backends:
             fleet.backend_lane(parse_spec(raw))
+        managed = ManagedBackends.create(config.comfyui, config.data_dir, fleet, {config.port})
         scheduler = Scheduler(
             store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
         )
-        return cls(config, folders, engine, store, fanout, fleet, hub, router, scheduler, tenants)
+        return cls(
+            config, folders, engine, store, fanout, fleet, hub, router, scheduler, tenants, managed
+        )
 
     async def start(self) -> None:
         await self.store.open()
         await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
         for raw in await self.store.backends():
-            self.fleet.backend_lane(parse_spec(raw))
+            try:
+                self.fleet.backend_lane(parse_spec(raw))
+            except FleetError as exc:  # its name is a configured or managed backend's now
+                log.warning("a backend added at run time is left out: %s", exc)
         for lane in self.fleet.lanes():
             self.scheduler.include(lane)
         await self.scheduler.start()
+        await self.managed.start(self.scheduler)
         if self.config.history_max_entries or self.config.history_max_age:
             self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
@@ -114,6 +123,7 @@ class Gateway:
         """Stop taking work: running prompts get the grace period, sockets close."""
         # Prompts re-queued at shutdown leave their paid jobs running for the next process.
         await self.scheduler.stop(self.config.shutdown_grace, self.fanout.detach_soon)
+        await self.managed.stop()  # their prompts have ended or gone back to the queue
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
