@@ -56,11 +56,11 @@ def offline_user(server: ServerProcess) -> None:
     server.post("/api/settings", {"Comfy.Notification.ShowVersionUpdates": False})
 
 
-def open_editor(context: Any, server: ServerProcess) -> tuple[Any, PageLog]:
+def open_editor(context: Any, server: ServerProcess, path: str = "/") -> tuple[Any, PageLog]:
     page = context.new_page()
     log = PageLog(server.url)
     log.watch(page)
-    page.goto(server.url + "/")
+    page.goto(server.url + path)
     page.wait_for_function(READY, timeout=30_000)
     return page, log
 
@@ -152,5 +152,67 @@ def test_a_workflow_saved_in_the_editor_is_there_after_a_restart(
         assert any(node["type"] == "ImageInvert" for node in stored["nodes"])
         assert_clean(log)
         context.close()
+    finally:
+        server.kill()
+
+
+AUTH_CONFIG = """
+[[auth.tokens]]
+token = "alice-browser-token-1a2b3c"
+tenant = "alice"
+
+[[auth.tokens]]
+token = "bob-browser-token-4d5e6f"
+tenant = "bob"
+"""
+
+
+def test_with_authentication_the_editor_works_with_a_token_and_sees_only_its_tenant(
+    browser: Any, tmp_path: Path
+) -> None:
+    config = tmp_path / "auth.toml"
+    config.write_text(AUTH_CONFIG)
+    alice_token = "alice-browser-token-1a2b3c"
+    server = ServerProcess(tmp_path / "data", "--config", str(config), token=alice_token)
+    server.start()
+    try:
+        for token in ("alice-browser-token-1a2b3c", "bob-browser-token-4d5e6f"):
+            server.token = token
+            offline_user(server)
+        server.token = None
+        # Alice opens the editor with her token in the URL: it moves to a cookie.
+        alice = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page, log = open_editor(alice, server, "/?token=alice-browser-token-1a2b3c")
+        assert page.url == server.url + "/"
+        page.get_by_text("Get Started with a Template").wait_for()
+        page.keyboard.press("Escape")
+        page.evaluate(
+            DROP, {"name": "invert.json", "text": (EXAMPLE.parent / "invert.json").read_text()}
+        )
+        page.wait_for_function("() => app.graph.nodes.length > 1")
+        page.keyboard.press("Control+s")
+        name_box = page.get_by_role("dialog").get_by_role("textbox")
+        name_box.fill("alice-only")
+        with page.expect_response(lambda r: "workflows%2Falice-only.json" in r.url) as saved:
+            name_box.press("Enter")
+        assert saved.value.status == 200
+        assert_clean(log)
+        # Bob logs in on the login page: his editor has no workflow of Alice's.
+        bob = browser.new_context(viewport={"width": 1600, "height": 1000})
+        login = bob.new_page()
+        login.goto(server.url + "/")
+        assert "/login" in login.url
+        login.get_by_label("Token").fill("bob-browser-token-4d5e6f")
+        login.get_by_role("button", name="Log in").click()
+        login.wait_for_function(READY, timeout=30_000)
+        login.get_by_text("Get Started with a Template").wait_for()
+        login.keyboard.press("Escape")
+        login.get_by_text("Workflows", exact=True).first.click()
+        login.get_by_text("Browse", exact=False).first.wait_for()
+        assert login.locator("text=alice-only").count() == 0
+        listing = login.evaluate("async () => (await fetch('/api/userdata?dir=workflows')).status")
+        assert listing == 404  # Bob has saved nothing
+        alice.close()
+        bob.close()
     finally:
         server.kill()

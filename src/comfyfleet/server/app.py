@@ -18,6 +18,7 @@ from comfyfleet.server.frontend import frontend_routes, web_root
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
 from comfyfleet.server.logbuffer import LogBuffer, LogFeed
+from comfyfleet.server.login import login_routes
 from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
 from comfyfleet.server.prompts import prompt_routes
 from comfyfleet.server.routing import Route, install
@@ -43,8 +44,6 @@ def build_app(gateway: Gateway) -> web.Application:
         remote=None if tokens else gateway.fleet.remote_view,
         folders_for=folders_for,
     )
-    logs = LogBuffer()  # the editor's terminal panel
-    routes += _editor_routes(gateway, logs)
     routes += system_routes(
         gateway.engine,
         version=__version__,
@@ -54,9 +53,19 @@ def build_app(gateway: Gateway) -> web.Application:
         folders_for=folders_for,
         redact=tokens.redact,
     )
+    routes += login_routes(tokens)
+    logs = LogBuffer()  # the editor's terminal panel
+    routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
     if tokens:  # after cross-site checks and CORS answers
-        middlewares.append(authenticate(tokens, {r.handler for r in routes if r.admin}))
+        middlewares.append(
+            authenticate(
+                tokens,
+                {r.handler for r in routes if r.admin},
+                public={r.handler for r in routes if r.public},
+                pages={r.handler for r in routes if r.page},
+            )
+        )
     middlewares.append(body_limit(config.max_upload_bytes))  # a refusal gets CORS headers
     app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway

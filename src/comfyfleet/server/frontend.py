@@ -135,7 +135,7 @@ def frontend_routes(configured_root: Path | None) -> tuple[list[Route], Route]:
         return response
 
     routes = [
-        Route("GET", "/", index, api_alias=False),
+        Route("GET", "/", index, api_alias=False, page=True),
         Route("GET", "/templates/{path:.*}", template_file, api_alias=False),
         Route("GET", "/docs/{path:.*}", docs_file, api_alias=False),
     ]
