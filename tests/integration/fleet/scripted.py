@@ -40,6 +40,10 @@ class ScriptedBackend:
     history_outputs: dict[str, Any] | None = None  # None: the same as `outputs`
     class_types: tuple[str, ...] = ("EmptyImage", "SaveImage")
     views: list[dict[str, str]] = field(default_factory=list)  # every /view query
+    # Its web extensions: `/extensions` lists these entries, and each `pack/path` in
+    # `web_files` is served at `/extensions/pack/path`.
+    extensions: list[str] = field(default_factory=list)
+    web_files: dict[str, bytes] = field(default_factory=dict)
     prompts: list[str] = field(default_factory=list)  # prompt ids, as submitted
     _history: dict[str, Any] = field(default_factory=dict)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
@@ -62,6 +66,8 @@ class ScriptedBackend:
         app.router.add_get("/history/{prompt_id}", self._history_of)
         app.router.add_get("/view", self._view)
         app.router.add_get("/ws", self._ws)
+        app.router.add_get("/extensions", self._extensions)
+        app.router.add_get("/extensions/{path:.*}", self._web_file)
         self._server = TestServer(app, host="127.0.0.1", port=free_port())
         await self._server.start_server()
         return self
@@ -97,6 +103,15 @@ class ScriptedBackend:
     async def _view(self, request: web.Request) -> web.Response:
         self.views.append(dict(request.rel_url.query))
         return web.Response(body=PAYLOAD, content_type="image/png")
+
+    async def _extensions(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.extensions)
+
+    async def _web_file(self, request: web.Request) -> web.Response:
+        body = self.web_files.get(request.match_info["path"])
+        if body is None:
+            return web.Response(status=404)
+        return web.Response(body=body, content_type="text/html")  # what it claims is no matter
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
