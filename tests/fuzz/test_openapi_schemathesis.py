@@ -75,10 +75,13 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
         "there are no user profiles to create (users are the tenants of tokens): every "
         "request is refused"
     ),
-    ("websocket", "positive_data_acceptance"): (
-        "schemathesis sends plain GETs: without an Upgrade header the answer is the "
-        "documented 400, never the 101"
-    ),
+    **{
+        (operation_id, "positive_data_acceptance"): (
+            "schemathesis sends plain GETs: without an Upgrade header the answer is the "
+            "documented 400, never the 101"
+        )
+        for operation_id in ("websocket", "fleetWebsocket")
+    },
 }
 
 

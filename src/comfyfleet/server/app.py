@@ -10,6 +10,7 @@ from comfyfleet import __version__
 from comfyfleet.folders import Folders
 from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
 from comfyfleet.server.client_events import client_key
+from comfyfleet.server.dashboard import DashboardFeed, FleetWatch, dashboard_routes
 from comfyfleet.server.editor_api import editor_routes, terminal_size
 from comfyfleet.server.extensions import Extensions, extension_routes
 from comfyfleet.server.files import file_routes
@@ -54,6 +55,10 @@ def build_app(gateway: Gateway) -> web.Application:
         redact=tokens.redact,
     )
     routes += login_routes(tokens)
+    watch = FleetWatch()
+    gateway.router.observer = watch
+    dashboards = DashboardFeed(gateway, watch)
+    routes += dashboard_routes(dashboards)
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
@@ -76,6 +81,7 @@ def build_app(gateway: Gateway) -> web.Application:
         await gateway.start()
 
     async def drain(_app: web.Application) -> None:
+        await dashboards.stop()
         await gateway.drain()
         logs.detach()
 
