@@ -94,8 +94,7 @@ def test_the_editor_runs_a_dropped_workflow_on_the_fleet(
         for name in ("Concurrent Collect Images (30)", "Concurrent Submit | FLUX Image (BFL API)"):
             search.fill(name.split(" (")[0])
             page.get_by_text(name, exact=True).first.wait_for()
-        page.keyboard.press("Escape")
-        page.keyboard.press("n")
+        page.get_by_text("Nodes", exact=True).first.click()  # the library closes
         workflow = EXAMPLE.read_text().replace("http://127.0.0.1:8299", emulator)
         page.evaluate(DROP, {"name": EXAMPLE.name, "text": workflow})
         page.wait_for_function(
@@ -107,6 +106,9 @@ def test_the_editor_runs_a_dropped_workflow_on_the_fleet(
         prompt_id = queued.value.json()["prompt_id"]
         for node in (5, 6):
             page.wait_for_function(SHOWS_IMAGE, arg=node, timeout=30_000)
+        page.mouse.click(800, 110)  # the empty canvas above the graph, then "fit view"
+        page.keyboard.press(".")
+        page.wait_for_timeout(300)
         screenshot(page, "editor.png")
         entry = server.get(f"/history/{prompt_id}")[prompt_id]
         assert entry["status"]["status_str"] == "success"
