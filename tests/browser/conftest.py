@@ -1,5 +1,9 @@
 """A real headless browser for the editor and dashboard tests: Debian's chromium driven by
-Playwright (never a browser Playwright downloads), one browser for the whole session."""
+Playwright (never a browser Playwright downloads), one browser per test module.
+
+Not one per session: Playwright's sync API keeps its event loop marked as running in this
+thread while it is open, and the asyncio tests of later modules could not run their own.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ ARGS = [
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not shutil.which(CHROMIUM):
         pytest.skip(f"no browser at {CHROMIUM}: install Debian's chromium (.ci/run does)")
