@@ -1,5 +1,7 @@
 # comfyfleet: `make serve` runs the server, `make test` runs the whole suite.
 PYTHON ?= python3
+# Browser tests use the system's chromium: Playwright must never download one.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed

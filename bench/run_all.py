@@ -48,6 +48,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_fanout.py", "Fan-out of paid API jobs"),
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),
     ("bench_history.py", "History at 1,000,000 entries"),
+    ("bench_dashboard.py", "Fleet dashboard at 100 prompts/s"),
 ]
 
 

@@ -4,7 +4,8 @@ Every job belongs to a tenant. Without authentication there is one, `default`, a
 everything behaves as if tenants did not exist. The `default` tenant keeps its files in
 the data dir's own `input/`, `output/` and `temp/` folders (so turning authentication on
 for a server that ran without it keeps its files where they were); every other tenant
-gets `tenants/<name>/{input,output,temp}` under the data dir.
+gets `tenants/<name>/{input,output,temp}` under the data dir. A tenant's user data (the
+editor's settings and saved workflows) is in `user/` beside its other folders.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class TenantFolders:
             with self._lock:
                 folders = self._known.setdefault(tenant, folders)
         return folders
+
+    def user_dir(self, tenant: str) -> Path:
+        """Where the tenant's user data lives: `user/` beside its input and output
+        folders (the data dir's own for `default`). Not created here."""
+        return self.of(tenant).output.parent / "user"
 
     async def ready(self, tenant: str) -> Folders:
         """The tenant's folders, created (in a worker thread) the first time they are asked

@@ -61,10 +61,27 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
         )
         for operation_id in ("uploadImage", "uploadMask")
     },
-    ("websocket", "positive_data_acceptance"): (
-        "schemathesis sends plain GETs: without an Upgrade header the answer is the "
-        "documented 400, never the 101"
+    **{
+        (operation_id, "positive_data_acceptance"): (
+            "a name the filesystem refuses (too long, a folder's) gets ComfyUI's 400: which "
+            "names a filesystem takes is not a schema's to say"
+        )
+        for operation_id in ("postUserdata", "moveUserdata")
+    },
+    ("listUserdataV2", "positive_data_acceptance"): (
+        "a path that leads out of the user folder, or names a file, gets ComfyUI's 400"
     ),
+    ("postUsers", "positive_data_acceptance"): (
+        "there are no user profiles to create (users are the tenants of tokens): every "
+        "request is refused"
+    ),
+    **{
+        (operation_id, "positive_data_acceptance"): (
+            "schemathesis sends plain GETs: without an Upgrade header the answer is the "
+            "documented 400, never the 101"
+        )
+        for operation_id in ("websocket", "fleetWebsocket")
+    },
 }
 
 

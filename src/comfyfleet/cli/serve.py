@@ -89,6 +89,13 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="like --auth-token, with the token read from the first line of FILE",
     )
+    serve.add_argument(
+        "--front-end-root",
+        type=Path,
+        metavar="DIR",
+        help="serve the graph editor from this build of ComfyUI's frontend "
+        "(default: the comfyui-frontend-package installed with comfyfleet)",
+    )
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
@@ -127,6 +134,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "cors_origins",
             "auth_token",
             "auth_token_file",
+            "front_end_root",
         )
     }
     try:

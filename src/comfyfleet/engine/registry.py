@@ -33,6 +33,8 @@ class NodeRegistry:
     nodes: dict[str, NodeDef] = field(default_factory=dict)
     failures: list[PackFailure] = field(default_factory=list)
     builtin_names: set[str] = field(default_factory=set)
+    #: The web folders of loaded packs (`WEB_DIRECTORY`): JS extensions for the editor.
+    web_dirs: dict[str, Path] = field(default_factory=dict)
 
     def __contains__(self, name: object) -> bool:
         return name in self.nodes
@@ -111,11 +113,19 @@ class NodeRegistry:
             sys.modules[module_name] = module
             spec.loader.exec_module(module)
             self.add_module(module, pack=name)
+            self._note_web_dir(name, path, module)
         except Exception as exc:
             sys.modules.pop(module_name, None)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             log.warning("node pack %s failed to import: %s", name, detail, extra={"pack": name})
             self.failures.append(PackFailure(name, str(path), detail))
+
+    def _note_web_dir(self, name: str, path: Path, module: ModuleType) -> None:
+        """A pack's `WEB_DIRECTORY`, relative to the folder its module is in (ComfyUI's rule:
+        a package's own folder, a single file's custom nodes folder)."""
+        web = getattr(module, "WEB_DIRECTORY", None)
+        if isinstance(web, str) and (path.parent / web).is_dir():
+            self.web_dirs[name] = (path.parent / web).resolve()
 
     def object_info(self, class_type: str | None = None) -> dict[str, Any]:
         """ComfyUI's `/object_info` (all nodes) or `/object_info/{class}` ({} when unknown)."""

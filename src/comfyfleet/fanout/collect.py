@@ -42,11 +42,17 @@ async def collect(
 ) -> Collected:
     tasks = {slot: task for slot, task in enumerate(slots, 1) if task is not None}
     service.hold(tasks.values(), node)
+    key = (node.prompt_id, node.node_id) if node is not None else None
+    if key is not None:
+        service.collecting[key] = (mode, slots)
     try:
         await _wait(service, tasks, mode, node)
     except asyncio.CancelledError:
         await service.abandon(list(tasks.values()), node)
         raise
+    finally:
+        if key is not None:
+            service.collecting.pop(key, None)
     await service.journal.assign_remote_slots(
         [(t.info.journal_id, slot) for slot, t in tasks.items() if t.info.journal_id]
     )

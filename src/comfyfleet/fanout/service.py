@@ -69,6 +69,9 @@ class FanoutService:
         self.failure_epoch = 0
         self.sessions = SessionLease()
         self.watch = PromptWatch(self.cancel)
+        #: The collectors waiting now, by (prompt id, node id): their mode and slots, for
+        #: whoever shows their progress (the fleet dashboard).
+        self.collecting: dict[tuple[str, str], tuple[str, list[Task | None]]] = {}
         self._live: dict[str, Task] = {}  # request hash -> the task running it here
         self._lookups: dict[str, asyncio.Future[None]] = {}
         self._throttles: dict[tuple[str, str, str], Throttle] = {}

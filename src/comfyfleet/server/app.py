@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiohttp import web
 
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
 from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
+from comfyfleet.server.client_events import client_key
+from comfyfleet.server.dashboard import DashboardFeed, FleetWatch, dashboard_routes
+from comfyfleet.server.editor_api import editor_routes, terminal_size
+from comfyfleet.server.extensions import Extensions, extension_routes
 from comfyfleet.server.files import file_routes
 from comfyfleet.server.fleet_api import fleet_routes
+from comfyfleet.server.frontend import frontend_routes, web_root
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
+from comfyfleet.server.logbuffer import LogBuffer, LogFeed
+from comfyfleet.server.login import login_routes
 from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
 from comfyfleet.server.prompts import prompt_routes
-from comfyfleet.server.routing import install
+from comfyfleet.server.routing import Route, install
+from comfyfleet.server.settings import settings_routes
 from comfyfleet.server.system import system_routes
+from comfyfleet.server.userdata import userdata_routes
 from comfyfleet.server.ws import ws_routes
 from comfyfleet.store.postgres_url import redact_urls_in
 
@@ -44,19 +55,36 @@ def build_app(gateway: Gateway) -> web.Application:
         folders_for=folders_for,
         redact=lambda args: [redact_urls_in(arg) for arg in tokens.redact(args)],
     )
+    routes += login_routes(tokens)
+    watch = FleetWatch()
+    gateway.router.observer = watch
+    dashboards = DashboardFeed(gateway, watch)
+    routes += dashboard_routes(dashboards)
+    logs = LogBuffer()  # the editor's terminal panel
+    routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
     if tokens:  # after cross-site checks and CORS answers
-        middlewares.append(authenticate(tokens, {r.handler for r in routes if r.admin}))
+        middlewares.append(
+            authenticate(
+                tokens,
+                {r.handler for r in routes if r.admin},
+                public={r.handler for r in routes if r.public},
+                pages={r.handler for r in routes if r.page},
+            )
+        )
     middlewares.append(body_limit(config.max_upload_bytes))  # a refusal gets CORS headers
     app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway
     install(app, routes)
 
     async def start(_app: web.Application) -> None:
+        logs.attach()
         await gateway.start()
 
     async def drain(_app: web.Application) -> None:
+        await dashboards.stop()
         await gateway.drain()
+        logs.detach()
 
     async def close(_app: web.Application) -> None:
         await gateway.close()
@@ -65,3 +93,30 @@ def build_app(gateway: Gateway) -> web.Application:
     app.on_shutdown.append(drain)  # after the listener closed, before open requests end
     app.on_cleanup.append(close)
     return app
+
+
+def _editor_routes(gateway: Gateway, logs: LogBuffer) -> list[Route]:
+    """What the graph editor calls, its files last (their catch-all must come last)."""
+    config = gateway.config
+
+    def user_dir(request: web.Request) -> Path:
+        return gateway.tenants.user_dir(tenant_name(request))
+
+    feed = LogFeed(logs, gateway.hub)
+    feed.sized_by(terminal_size)
+
+    def subscribe(request: web.Request, client_id: str, enabled: bool) -> None:
+        feed.subscribe(client_key(tenant_name(request), client_id), enabled)
+
+    pages, files = frontend_routes(config.front_end_root)
+    extensions = Extensions(
+        web_root(config.front_end_root), gateway.engine.registry.web_dirs, gateway.fleet.backends
+    )
+    routes = settings_routes(user_dir) + userdata_routes(user_dir)
+    routes += editor_routes(
+        config.data_dir / "models",
+        lambda request: gateway.tenants.of(tenant_name(request)),
+        logs,
+        subscribe,
+    )
+    return routes + extension_routes(extensions) + pages + [files]

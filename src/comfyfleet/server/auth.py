@@ -2,8 +2,16 @@
 
 With tokens configured, every request (the WebSocket included) must present one, as
 `Authorization: Bearer <token>` or `?token=<token>` (what a browser can do for an
-`<img src>` or a WebSocket). The request then acts for the token's tenant: it sees and
+`<img src>` or a WebSocket), or the cookie the login page sets for the server's own pages
+(the editor and the dashboard). The request then acts for the token's tenant: it sees and
 touches only that tenant's jobs and files. Routes marked admin also need an admin token.
+
+The cookie is how the graph editor works with authentication on: its code calls the API,
+opens the WebSocket, loads images and extensions without ever adding a token, and a
+browser sends a cookie with each of those. It is HttpOnly (no script reads it) and
+SameSite=Lax (no other site's page sends it along with its requests); and it counts only
+for requests of the server's own pages: one carrying an Origin that is not the server's
+own is not authenticated by it.
 
 Tokens are secrets: only their SHA-256 is kept here, compared in constant time, and no
 token is ever logged or stored.
@@ -16,18 +24,24 @@ import hmac
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.config import AuthToken
+from comfyfleet.server.middleware import origin_verdict
 from comfyfleet.tenants import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 
 #: The query parameter that carries a token where no header can be set.
 TOKEN_PARAM = "token"
+#: The cookie the login page sets: the token, for the server's own pages.
+TOKEN_COOKIE = "comfyfleet_token"
+#: Seconds the cookie is kept (30 days).
+COOKIE_MAX_AGE = 30 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -110,12 +124,47 @@ def visible(request: web.Request, owner: str) -> bool:
 
 
 def presented_token(request: web.Request) -> str | None:
-    """The token a request carries: the Authorization header first, then `?token=`."""
+    """The token a request carries: the Authorization header first, then `?token=`, then
+    the login cookie (only from the server's own pages: see `_cookie_token`)."""
     header = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _, value = header.strip().partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.query.get(TOKEN_PARAM) or None
+    return request.query.get(TOKEN_PARAM) or _cookie_token(request)
+
+
+def _cookie_token(request: web.Request) -> str | None:
+    """The cookie's token, unless the request comes from another site's page: a request a
+    page sends elsewhere carries its Origin, which then does not name this server."""
+    token = request.cookies.get(TOKEN_COOKIE)
+    origin = request.headers.get(hdrs.ORIGIN)
+    if not token or origin is None:
+        return token or None
+    verdict = origin_verdict(request.headers.get(hdrs.HOST, ""), origin)
+    return token if verdict is not None and verdict.same_site else None
+
+
+def set_token_cookie(request: web.Request, response: web.StreamResponse, token: str) -> None:
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        max_age=COOKIE_MAX_AGE,
+        path="/",
+        httponly=True,
+        samesite="Lax",
+        secure=request.secure,
+    )
+
+
+def login_url(back_to: str) -> str:
+    """The login page, which sends the browser back to `back_to` once it has a token."""
+    return "/login?next=" + quote(back_to, safe="/")
+
+
+def _clean_page_url(request: web.Request) -> str:
+    """The page's URL without its `token` parameter."""
+    query = {k: v for k, v in request.query.items() if k != TOKEN_PARAM}
+    return str(request.rel_url.with_query(query))
 
 
 def _refusal(status: int, type_: str, message: str) -> web.Response:
@@ -124,8 +173,17 @@ def _refusal(status: int, type_: str, message: str) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
 
 
-def authenticate(table: TokenTable, admin_handlers: Collection[object] = ()) -> Middleware:
-    """Every request needs a valid token; `admin_handlers` also need an admin token.
+def authenticate(
+    table: TokenTable,
+    admin_handlers: Collection[object] = (),
+    *,
+    public: Collection[object] = (),
+    pages: Collection[object] = (),
+) -> Middleware:
+    """Every request needs a valid token; `admin_handlers` also need an admin token;
+    `public` handlers need none. A page (`pages`) asked for without one sends the browser
+    to the login page; with `?token=` it is sent back to itself, the token now in the
+    cookie and out of its URL.
 
     Placed after the cross-site and CORS middlewares: preflight requests are answered
     there without a token, and a refusal here still gets the CORS headers.
@@ -133,15 +191,25 @@ def authenticate(table: TokenTable, admin_handlers: Collection[object] = ()) -> 
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        route_handler = request.match_info.handler
+        if route_handler in public:
+            return await handler(request)
         token = presented_token(request)
         tenant = table.lookup(token) if token is not None else None
+        if route_handler in pages and request.method == hdrs.METH_GET:
+            if tenant is None:
+                raise web.HTTPFound(login_url(request.path_qs))
+            if request.query.get(TOKEN_PARAM):
+                back = web.HTTPFound(_clean_page_url(request))
+                set_token_cookie(request, back, request.query[TOKEN_PARAM])
+                raise back
         if tenant is None:
             what = "an unknown token" if token is not None else "no token"
             log.debug("%s %s refused: %s", request.method, request.path, what)
             return _refusal(
                 401, "unauthorized", f"Authentication required: the request carries {what}"
             )
-        if not tenant.admin and request.match_info.handler in admin_handlers:
+        if not tenant.admin and route_handler in admin_handlers:
             return _refusal(403, "forbidden", "This route needs an admin token")
         request[TENANT] = tenant
         return await handler(request)

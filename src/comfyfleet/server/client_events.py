@@ -17,6 +17,7 @@ from typing import Any
 
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
 from comfyfleet.protocol import events
+from comfyfleet.scheduler.streams import EventRouter
 from comfyfleet.server.hub import Hub
 from comfyfleet.server.pacing import TokenBucket
 from comfyfleet.store.records import Job, JobStatus
@@ -82,10 +83,14 @@ class StatusBroadcaster:
 class ClientRouter:
     hub: Hub
     status: StatusBroadcaster
+    #: Also told of every job event and queue change (the fleet dashboard's watch).
+    observer: EventRouter | None = None
     _latest: dict[str, _Latest] = field(default_factory=dict)
     _plain_previews: dict[str, PreviewImage] = field(default_factory=dict)  # by prompt id
 
     def job_event(self, job: Job, event: EngineEvent) -> None:
+        if self.observer is not None:
+            self.observer.job_event(job, event)
         if not job.client_id:
             return
         client_id = client_key(job.tenant, job.client_id)
@@ -119,6 +124,8 @@ class ClientRouter:
             latest.progress_state = message.data
 
     def job_finished(self, job: Job, status: JobStatus) -> None:
+        if self.observer is not None:
+            self.observer.job_finished(job, status)
         self._latest.pop(job.prompt_id, None)
         self._send_plain_preview(job)
         if job.client_id:
@@ -127,9 +134,13 @@ class ClientRouter:
             self.hub.send_json(key, "executing", events.executing(job.prompt_id, None))
 
     def job_stopped(self, job: Job) -> None:
+        if self.observer is not None:
+            self.observer.job_stopped(job)
         self._latest.pop(job.prompt_id, None)  # a reconnecting client must not see it running
 
     def queue_changed(self, remaining: int) -> None:
+        if self.observer is not None:
+            self.observer.queue_changed(remaining)
         self.status.changed(remaining)
 
     def catch_up(self, key: str) -> list[tuple[str, dict[str, Any]]]:

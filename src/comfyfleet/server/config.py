@@ -71,6 +71,8 @@ class ServerConfig:
     # Authentication: on when there is a token. `[[auth.tokens]]` in the file, and one
     # admin token of the `default` tenant from --auth-token(-file) / COMFYFLEET_AUTH_TOKEN(_FILE).
     auth_tokens: tuple[AuthToken, ...] = ()
+    # The graph editor's files: a build of ComfyUI's frontend (None: comfyui-frontend-package).
+    front_end_root: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -122,7 +124,7 @@ def _coerce(name: str, value: Any) -> Any:
             return tuple(Path(p) for p in items if str(p))
         if name == "data_dir":
             return Path(value)
-        if name == "secrets_file":
+        if name in ("secrets_file", "front_end_root"):
             return None if value in (None, "") else Path(value)
         if name == "testing_nodes":
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")

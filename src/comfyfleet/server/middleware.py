@@ -45,7 +45,7 @@ async def origin_check(request: web.Request, handler: Handler) -> web.StreamResp
     host = request.headers.get(hdrs.HOST)
     origin = request.headers.get(hdrs.ORIGIN)
     if host and origin:
-        verdict = _origin_verdict(host, origin)
+        verdict = origin_verdict(host, origin)
         if verdict is not None and not verdict.same_site and await _is_loopback(verdict.host):
             log.warning("request with Origin %r does not match Host %r: 403", origin, host)
             return web.Response(status=403)
@@ -103,7 +103,7 @@ class _Verdict(NamedTuple):
     same_site: bool
 
 
-def _origin_verdict(host_header: str, origin_header: str) -> _Verdict | None:
+def origin_verdict(host_header: str, origin_header: str) -> _Verdict | None:
     """Whether Origin names the Host; None when either has no host name to compare.
 
     Names are compared case-insensitively; ports only when both carry one, since

@@ -17,6 +17,8 @@ class Route:
     handler: Handler
     api_alias: bool = True  # also serve under /api
     admin: bool = False  # with authentication on, only admin tokens may call it
+    public: bool = False  # with authentication on, no token is needed (the login page)
+    page: bool = False  # an HTML page: without a token, the browser is sent to log in
 
 
 def install(app: web.Application, routes: Iterable[Route]) -> None:

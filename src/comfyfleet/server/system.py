@@ -122,9 +122,6 @@ def system_routes(
             return web.Response(status=404)
         return web.json_response(await asyncio.to_thread(list_model_files, models_root, folder))
 
-    async def extensions(request: web.Request) -> web.StreamResponse:
-        return web.json_response([])  # no web extensions are served
-
     async def free(request: web.Request) -> web.StreamResponse:
         return await _free(engine, request)
 
@@ -136,7 +133,6 @@ def system_routes(
         Route("GET", "/embeddings", embeddings),
         Route("GET", "/models", model_types),
         Route("GET", "/models/{folder}", models),
-        Route("GET", "/extensions", extensions),
         Route("POST", "/free", free, admin=True),
     ]
 

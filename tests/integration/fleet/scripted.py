@@ -42,6 +42,10 @@ class ScriptedBackend:
     views: list[dict[str, str]] = field(default_factory=list)  # every /view query
     junk: tuple[str, ...] = ()  # text frames sent before a prompt's own, as they are
     announced_size: int | None = None  # a /view answer's Content-Length, true or not
+    # Its web extensions: `/extensions` lists these entries, and each `pack/path` in
+    # `web_files` is served at `/extensions/pack/path`.
+    extensions: list[str] = field(default_factory=list)
+    web_files: dict[str, bytes] = field(default_factory=dict)
     prompts: list[str] = field(default_factory=list)  # prompt ids, as submitted
     _history: dict[str, Any] = field(default_factory=dict)
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
@@ -64,6 +68,8 @@ class ScriptedBackend:
         app.router.add_get("/history/{prompt_id}", self._history_of)
         app.router.add_get("/view", self._view)
         app.router.add_get("/ws", self._ws)
+        app.router.add_get("/extensions", self._extensions)
+        app.router.add_get("/extensions/{path:.*}", self._web_file)
         self._server = TestServer(app, host="127.0.0.1", port=free_port())
         await self._server.start_server()
         return self
@@ -105,6 +111,15 @@ class ScriptedBackend:
         await answer.prepare(request)
         await answer.write(PAYLOAD)  # and no more: the size announced is never sent
         return answer
+
+    async def _extensions(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.extensions)
+
+    async def _web_file(self, request: web.Request) -> web.Response:
+        body = self.web_files.get(request.match_info["path"])
+        if body is None:
+            return web.Response(status=404)
+        return web.Response(body=body, content_type="text/html")  # what it claims is no matter
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()

@@ -73,6 +73,11 @@ def assert_unauthorized(status: int, headers: Any, body: Any) -> None:
     assert set(body["error"]) == {"type", "message", "details", "extra_info"}
 
 
+#: The login page's routes need no token; the pages send a browser without one there.
+LOGIN = {("GET", "/login"), ("POST", "/login"), ("POST", "/logout")}
+PAGES = {("GET", "/"), ("GET", "/fleet")}
+
+
 def registered_routes(served: Served) -> list[tuple[str, str]]:
     """Every (method, path) the server registers, path parameters filled in."""
     found = []
@@ -90,6 +95,13 @@ async def test_every_route_and_the_websocket_need_a_token(tmp_path: Path) -> Non
         routes = registered_routes(anonymous)
         assert len(routes) >= 40  # ComfyUI's routes, their /api twins, jobs and fleet
         for method, path in [*routes, ("GET", "/no/such/route")]:
+            if (method, path) in LOGIN:
+                continue
+            if (method, path) in PAGES:  # a browser is sent to the login page instead
+                url = anonymous.url + path
+                async with anonymous.session.get(url, allow_redirects=False) as page:
+                    assert page.status == 302 and page.headers["Location"].startswith("/login")
+                continue
             reply = await anonymous.request(method, path, {})
             assert_unauthorized(reply.status, reply.headers, reply.json)
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
@@ -387,7 +399,7 @@ async def test_admin_routes_need_an_admin_token(tmp_path: Path) -> None:
         for path in ["/object_info", "/system_stats", "/features", "/embeddings", "/models"]:
             assert (await alice.request("GET", path)).status == 200, path
             assert (await alice.request("GET", "/api" + path)).status == 200, path
-        assert (await alice.get("/extensions")) == []
+        assert "/extensions/comfyfleet/fleet.js" in await alice.get("/extensions")
 
 
 async def test_cors_preflight_needs_no_token_and_refusals_carry_cors_headers(
@@ -462,9 +474,13 @@ async def test_openapi_documents_authentication(tmp_path: Path) -> None:
             path = re.sub(r"\{[^}]+\}", "x", route.resource.canonical)
             if (await clients.alice.request(route.method, path, {})).status == 403:
                 admin.add((route.method, route.resource.canonical))
-    assert len(admin) == 7  # the fleet admin API, and /free with its /api twin
+    # The fleet admin API, /free with its /api twin, and the server's logs.
+    assert len(admin) == 10
     for (method, path), operation in documented_operations(spec).items():
         responses = operation["responses"]
+        if operation.get("security") == []:  # the login page's routes need no token
+            assert "401" not in responses and (method, path) in LOGIN, path
+            continue
         assert responses["401"] == {"$ref": "#/components/responses/Unauthorized"}, path
         forbidden = responses.get("403") == {"$ref": "#/components/responses/Forbidden"}
         assert forbidden == ((method, path) in admin), (method, path)

@@ -1,4 +1,4 @@
-"""/object_info, /system_stats, /features, /models, /embeddings, /extensions and /free."""
+"""/object_info, /system_stats, /features, /models, /embeddings and /free."""
 
 from __future__ import annotations
 
@@ -133,9 +133,8 @@ async def test_models_lists_files_like_comfyui(tmp_path: Path) -> None:
         assert unknown.headers.get("Content-Type") is None
 
 
-async def test_extensions_and_embeddings_are_empty(tmp_path: Path) -> None:
+async def test_embeddings_are_empty(tmp_path: Path) -> None:
     async with serve(tmp_path) as served:
-        assert await (await served.client.get("/extensions")).json() == []
         assert await (await served.client.get("/api/embeddings")).json() == []
 
 

@@ -1,0 +1,126 @@
+// The fleet dashboard: renders each snapshot the server sends on /api/fleet/ws.
+"use strict";
+
+const base = location.pathname.replace(/\/fleet\/?$/, "");
+const $ = (id) => document.getElementById(id);
+const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => ESCAPES[c]);
+const short = (id) => esc(String(id).slice(0, 8));
+let received = 0;
+let admin = false;
+
+function connect() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const socket = new WebSocket(`${scheme}://${location.host}${base}/api/fleet/ws`);
+  socket.onopen = () => { $("conn").textContent = "live"; };
+  socket.onmessage = (message) => {
+    received += 1;
+    $("snapshots").textContent = received;
+    render(JSON.parse(message.data));
+  };
+  socket.onclose = () => {
+    $("conn").textContent = "reconnecting…";
+    setTimeout(connect, 1000);
+  };
+}
+
+function button(label, method, path, own = true) {
+  // Admin actions; a job can be cancelled by its own tenant's token only.
+  return admin && own
+    ? `<button class="admin" data-method="${method}" data-path="${esc(path)}">${label}</button>`
+    : "";
+}
+
+function lanes(snapshot) {
+  return snapshot.lanes.map((lane) => {
+    const state = lane.suspect && lane.state === "up" ? "suspect" : lane.state;
+    const name = esc(lane.backend || lane.name);
+    let actions = "";
+    if (lane.kind === "backend") {
+      const path = `/api/fleet/backends/${encodeURIComponent(lane.backend)}`;
+      actions = lane.state === "draining"
+        ? button("resume", "POST", `${path}/resume`)
+        : button("drain", "POST", `${path}/drain`);
+      actions += button("remove", "DELETE", path);
+    }
+    return `<tr data-lane="${esc(lane.name)}"><td title="${esc(lane.url)}">${name}</td>
+      <td class="state ${state}">${state}</td><td>${lane.slots}</td>
+      <td>${lane.running.map(short).join(" ")}</td><td>${lane.prefetched.map(short).join(" ")}</td>
+      <td>${lane.set_aside_count ?? ""}</td><td>${actions}</td></tr>`;
+  }).join("");
+}
+
+function counts(queue) {
+  const parts = [["pending", queue.pending], ["running", queue.running]];
+  for (const [status, count] of Object.entries(queue.finished)) parts.push([status, count]);
+  return parts.map(([name, value]) =>
+    `<span id="count-${name}"><b>${value}</b> ${name}</span>`).join("");
+}
+
+function pending(queue) {
+  return queue.head.map((job) => `<tr data-job="${esc(job.id)}"><td><code>${short(job.id)}</code></td>
+    <td>${esc(job.number)}</td><td>${job.wait.toFixed(1)} s</td><td>${esc(job.set_aside_for)}</td>
+    <td>${button("cancel", "POST", `/api/jobs/${encodeURIComponent(job.id)}/cancel`, job.own)}</td></tr>`).join("");
+}
+
+function running(jobs) {
+  return jobs.map((job) => {
+    const share = job.max > 0 ? Math.min(100, (100 * job.value) / job.max) : 0;
+    return `<tr data-job="${esc(job.id)}"><td><code>${short(job.id)}</code></td><td>${esc(job.lane)}</td>
+      <td class="state ${esc(job.state)}">${esc(job.state)}</td><td>${esc(job.node)}</td>
+      <td><span class="bar"><span style="width:${share}%"></span></span></td>
+      <td>${job.seconds.toFixed(1)} s</td>
+      <td>${button("cancel", "POST", `/api/jobs/${encodeURIComponent(job.id)}/cancel`, job.own)}</td></tr>`;
+  }).join("");
+}
+
+function collectors(list) {
+  if (!list.length) return "none running";
+  return list.map((c) => `<div data-collector="${esc(c.prompt_id)}:${esc(c.node)}">
+    <code>${short(c.prompt_id)}</code> node ${esc(c.node)} · ${esc(c.mode)}
+    ${c.live ? "(waiting)" : "(done)"}<div class="slots">${c.slots.map((s) =>
+      `<span class="slot ${esc(s.state)}" title="slot ${s.slot}: ${esc(s.state)} ${esc(s.error ?? "")}">${s.slot}</span>`).join("")}
+    </div></div>`).join("");
+}
+
+function recent(list) {
+  return list.map((job) => `<tr data-job="${esc(job.id)}"><td><code>${short(job.id)}</code></td>
+    <td class="state ${esc(job.status)}">${esc(job.status)}</td><td>${esc(job.lane)}</td>
+    <td>${job.seconds.toFixed(2)}</td></tr>`).join("");
+}
+
+function gallery(outputs) {
+  return outputs.map((image) => {
+    const query = new URLSearchParams({
+      filename: image.filename, subfolder: image.subfolder, type: image.type, preview: "webp;50",
+    });
+    return `<img loading="lazy" alt="${esc(image.filename)}" title="${esc(image.filename)}"
+      src="${base}/api/view?${query}">`;
+  }).join("");
+}
+
+function render(snapshot) {
+  admin = snapshot.admin;
+  document.body.dataset.admin = admin ? "yes" : "no";
+  $("lanes").innerHTML = lanes(snapshot);
+  $("counts").innerHTML = counts(snapshot.queue);
+  $("pending").innerHTML = pending(snapshot.queue);
+  $("running").innerHTML = running(snapshot.running);
+  $("collectors").innerHTML = collectors(snapshot.collectors);
+  $("recent").innerHTML = recent(snapshot.recent);
+  const shown = snapshot.outputs.map((o) => o.filename).join("\n");
+  if ($("gallery").dataset.shown !== shown) {  // images reload only when the list changes
+    $("gallery").dataset.shown = shown;
+    $("gallery").innerHTML = gallery(snapshot.outputs);
+  }
+}
+
+document.addEventListener("click", async (event) => {
+  const target = event.target.closest("button.admin");
+  if (!target) return;
+  target.disabled = true;
+  const answer = await fetch(base + target.dataset.path, { method: target.dataset.method });
+  if (!answer.ok) alert(`${target.textContent}: HTTP ${answer.status}`);
+});
+
+connect();

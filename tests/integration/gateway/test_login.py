@@ -1,0 +1,123 @@
+"""With authentication on, the server's own pages work with a token given once: the login
+page (or `?token=` on the page's URL) keeps it in a cookie the browser sends along with the
+editor's API calls, WebSocket, images and scripts, and only with those of this server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import aiohttp
+
+from tests.integration.gateway.test_auth import ALICE, BOB, ROOT, tenants
+from tests.integration.gateway.wire import Served
+
+
+@asynccontextmanager
+async def browser_like(served: Served) -> AsyncIterator[aiohttp.ClientSession]:
+    """A client that keeps cookies (of an IP address too) and follows no redirect."""
+    async with aiohttp.ClientSession(
+        served.url, cookie_jar=aiohttp.CookieJar(unsafe=True)
+    ) as session:
+        yield session
+
+
+async def _log_in(session: aiohttp.ClientSession, token: str, next_url: str = "/") -> str:
+    form = {"token": token, "next": next_url}
+    async with session.post("/login", data=form, allow_redirects=False) as answer:
+        assert answer.status == 303, await answer.text()
+        cookie = answer.headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/" in cookie
+        return answer.headers["Location"]
+
+
+async def test_a_page_without_a_token_goes_to_the_login_page_and_back(tmp_path: Path) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients, browser_like(clients.anonymous) as web:
+        async with web.get("/?x=1", allow_redirects=False) as page:
+            assert page.status == 302
+            location = urlsplit(page.headers["Location"])
+            assert (location.path, parse_qs(location.query)) == ("/login", {"next": ["/?x=1"]})
+        async with web.get("/login?next=/%3Fx%3D1") as login:
+            text = await login.text()
+            assert login.headers["Content-Type"].startswith("text/html")
+            assert 'name="token"' in text and 'value="/?x=1"' in text
+        async with web.post("/login", data={"token": "nope", "next": "/"}) as refused:
+            assert "not known" in await refused.text()
+            assert "Set-Cookie" not in refused.headers
+        async with web.get("/api/settings") as api:
+            assert api.status == 401  # API routes still answer 401, never a redirect
+        assert await _log_in(web, ALICE, "/?x=1") == "/?x=1"
+        async with web.get("/") as editor:
+            assert editor.status == 200 and "<title>ComfyUI</title>" in await editor.text()
+        async with web.post("/api/settings/Comfy.Locale", json="fr") as saved:
+            assert saved.status == 200
+        assert await clients.alice.get("/api/settings") == {"Comfy.Locale": "fr"}
+        assert await clients.bob.get("/api/settings") == {}
+        async with web.ws_connect("/ws?clientId=editor") as ws:  # the editor's own socket
+            assert (await ws.receive_json())["type"] == "status"
+
+
+async def test_token_in_the_page_url_moves_to_the_cookie(tmp_path: Path) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients, browser_like(clients.anonymous) as web:
+        async with web.get(f"/?token={BOB}&x=1", allow_redirects=False) as page:
+            assert page.status == 302
+            assert page.headers["Location"] == "/?x=1"  # the token leaves the URL
+            assert "HttpOnly" in page.headers["Set-Cookie"]
+        async with web.get("/api/users") as users:
+            assert users.status == 200
+        async with web.post("/api/userdata/workflows%2Fb.json", data=b"{}") as saved:
+            assert saved.status == 200
+        assert (await clients.bob.request("GET", "/api/userdata/workflows%2Fb.json")).status == 200
+        assert (
+            await clients.alice.request("GET", "/api/userdata/workflows%2Fb.json")
+        ).status == 404
+
+
+async def test_the_cookie_counts_only_for_the_servers_own_pages(tmp_path: Path) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients, browser_like(clients.anonymous) as web:
+        await _log_in(web, ALICE)
+        host = clients.anonymous.url.removeprefix("http://")
+        own = {"Origin": f"http://{host}"}
+        async with web.post("/api/settings/A", json=1, headers=own) as same_site:
+            assert same_site.status == 200
+        for origin in ("https://evil.example", "null", f"http://{host.split(':')[0]}:1"):
+            foreign = {"Origin": origin}
+            async with web.post("/api/settings/A", json=2, headers=foreign) as refused:
+                assert refused.status in (401, 403), origin
+            async with web.get("/api/settings", headers=foreign) as read:
+                assert read.status in (401, 403), origin
+        assert await clients.alice.get("/api/settings") == {"A": 1}
+        # Admin routes need an admin token, whatever carries it.
+        async with web.get("/api/fleet/backends") as admin_only:
+            assert admin_only.status == 403
+    async with (
+        tenants(tmp_path / "2", local_slots=0) as clients,
+        browser_like(clients.anonymous) as web,
+    ):
+        await _log_in(web, ROOT)
+        async with web.get("/api/fleet/backends") as admin:
+            assert admin.status == 200
+
+
+async def test_login_goes_back_only_to_this_server_and_logout_forgets(tmp_path: Path) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients, browser_like(clients.anonymous) as web:
+        for elsewhere in ("//evil.example/x", "https://evil.example/", "/\\evil", "x", ""):
+            assert await _log_in(web, ALICE, elsewhere) == "/", elsewhere
+        async with web.post("/logout", allow_redirects=False) as out:
+            assert out.status == 303 and out.headers["Location"] == "/login"
+        async with web.get("/api/settings") as after:
+            assert after.status == 401
+
+
+async def test_without_authentication_the_login_page_sends_the_browser_on(
+    tmp_path: Path,
+) -> None:
+    from tests.integration.gateway.wire import serve
+
+    async with serve(tmp_path, local_slots=0) as served, browser_like(served) as web:
+        async with web.get("/login?next=/fleet", allow_redirects=False) as page:
+            assert page.status == 303 and page.headers["Location"] == "/fleet"
+        async with web.get("/", allow_redirects=False) as editor:
+            assert editor.status == 200
