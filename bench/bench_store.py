@@ -24,10 +24,10 @@ from pathlib import Path
 
 import asyncpg
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.postgres import PostgresStore
 from comfyfleet.store.postgres_url import redact_url
-from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.sqlite import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.domain.jobs import NewJob
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import NewJob
 from comfyfleet.store.sqlite import SQLiteStore
 from comfyfleet.store.sqlite_io import GroupWriter
 from tests.faults.test_disk_full import fill, small_disk

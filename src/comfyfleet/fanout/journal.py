@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import (
+from comfyfleet.domain.remote_jobs import (
     REMOTE_FINAL,
     NewRemoteJob,
     RemoteJob,
     RemoteJobState,
     check_remote_finish,
 )
+from comfyfleet.store.base import StoreError
 
 _LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
 

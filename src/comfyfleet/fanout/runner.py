@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comfyfleet import imaging
+from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.fanout.drivers import Connection, Driver, Submitted
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Place
@@ -27,7 +28,6 @@ from comfyfleet.fanout.task import Task, TaskState
 from comfyfleet.providers.errors import ProviderError
 from comfyfleet.providers.retry import Cooldown
 from comfyfleet.store.base import RemoteJobJournal
-from comfyfleet.store.records import NewRemoteJob, RemoteJob, RemoteJobState
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comfyfleet.domain.jobs import NewJob
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.providers.redact import Redactor
-from comfyfleet.store.records import NewJob
 
 if TYPE_CHECKING:
     from comfyfleet.engine.executor import Engine

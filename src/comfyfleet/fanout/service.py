@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from comfyfleet import imaging
+from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
 from comfyfleet.engine.context import NodeContext
 from comfyfleet.fanout import secrets
 from comfyfleet.fanout.drivers import DRIVERS, Driver
@@ -31,7 +32,6 @@ from comfyfleet.fanout.watch import PromptWatch
 from comfyfleet.providers.errors import AmbiguousSubmit
 from comfyfleet.providers.retry import Cooldown
 from comfyfleet.store.base import RemoteJobJournal
-from comfyfleet.store.records import RemoteJob, RemoteJobState
 
 log = logging.getLogger(__name__)
 

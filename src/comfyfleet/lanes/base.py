@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.run import RunHandle
-from comfyfleet.store.records import Job, JobResult
 
 
 class LaneRun(RunHandle):

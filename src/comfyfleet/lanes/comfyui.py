@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
@@ -36,7 +37,6 @@ from comfyfleet.lanes.outputs import (
 )
 from comfyfleet.lanes.uploads import ForeignFile, InputPusher
 from comfyfleet.protocol import events
-from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)

@@ -8,11 +8,11 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.lanes.outputs import UnsafeOutput, output_files
 from comfyfleet.lanes.uploads import ForeignFile
 from comfyfleet.protocol import events
 from comfyfleet.protocol.errors import error, prompt_error_body
-from comfyfleet.store.records import Job, JobResult, JobStatus
 
 log = logging.getLogger(__name__)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
 from comfyfleet.lanes.base import Adopt, adopt_none
 from comfyfleet.lanes.outputs import output_files
-from comfyfleet.store.records import Job, JobResult, JobStatus
 from comfyfleet.tenants import TenantFolders
 
 STATUS = {

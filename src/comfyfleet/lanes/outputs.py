@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.domain.jobs import OutputFile
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
 from comfyfleet.lanes.backend import BackendError
-from comfyfleet.store.records import OutputFile
 
 Fetch = Callable[[str, str, str], Awaitable[bytes]]  # (filename, subfolder, type) -> bytes
 COPIED_TYPES = ("output", "temp")

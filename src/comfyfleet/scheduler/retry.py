@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.protocol import events
 from comfyfleet.store.base import JobStore
-from comfyfleet.store.records import Job, JobResult, JobStatus
 
 
 @dataclass(frozen=True)

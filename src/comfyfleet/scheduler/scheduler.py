@@ -25,13 +25,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.scheduler.streams import EventRouter, PromptStreams
 from comfyfleet.store.base import JobStore, StoreError
-from comfyfleet.store.records import Job, JobResult, JobStatus, NewJob
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.protocol import events
-from comfyfleet.store.records import Job, JobResult, JobStatus
 
 
 class EventRouter(Protocol):

@@ -15,12 +15,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
 from comfyfleet.protocol import events
 from comfyfleet.scheduler.streams import EventRouter
 from comfyfleet.server.hub import Hub
 from comfyfleet.server.pacing import TokenBucket
-from comfyfleet.store.records import Job, JobStatus
 from comfyfleet.tenants import DEFAULT_TENANT
 
 

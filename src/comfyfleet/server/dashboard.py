@@ -27,13 +27,13 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.fanout.status import slot_entry
 from comfyfleet.server.auth import request_tenant, scope, tenant_name
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import API_STATUS
 from comfyfleet.server.routing import Route
-from comfyfleet.store.records import Job, JobStatus
 
 log = logging.getLogger(__name__)
 

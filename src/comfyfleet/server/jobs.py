@@ -7,12 +7,12 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.jobs import HistoryEntry, Job, JobStatus
 from comfyfleet.server.auth import scope, visible
 from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY
 from comfyfleet.server.prompts import clamp_to_sql, own_ids
 from comfyfleet.server.routing import Route
-from comfyfleet.store.records import HistoryEntry, Job, JobStatus
 
 #: Job states as the jobs API names them.
 API_STATUS = {

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet import comfyui_pack
+from comfyfleet.domain.jobs import NewJob
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
@@ -21,7 +22,6 @@ from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
 from comfyfleet.store.base import DuplicateJob, StoreError
-from comfyfleet.store.records import NewJob
 
 log = logging.getLogger(__name__)
 

@@ -5,17 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from comfyfleet.store.records import (
-    HistoryEntry,
-    Job,
-    JobResult,
-    JobStatus,
-    NewJob,
-    NewRemoteJob,
-    OutputFile,
-    RemoteJob,
-    RemoteJobState,
-)
+from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 
 
 class StoreError(Exception):

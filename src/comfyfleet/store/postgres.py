@@ -33,6 +33,23 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from comfyfleet.domain.jobs import (
+    HISTORIC,
+    TERMINAL,
+    HistoryEntry,
+    Job,
+    JobResult,
+    JobStatus,
+    NewJob,
+    OutputFile,
+    order_key,
+)
+from comfyfleet.domain.remote_jobs import (
+    NewRemoteJob,
+    RemoteJob,
+    RemoteJobState,
+    check_remote_finish,
+)
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.store.postgres_text import (
@@ -43,21 +60,6 @@ from comfyfleet.store.postgres_text import (
     to_db_or_none,
 )
 from comfyfleet.store.postgres_url import redact_url
-from comfyfleet.store.records import (
-    HISTORIC,
-    TERMINAL,
-    HistoryEntry,
-    Job,
-    JobResult,
-    JobStatus,
-    NewJob,
-    NewRemoteJob,
-    OutputFile,
-    RemoteJob,
-    RemoteJobState,
-    check_remote_finish,
-    order_key,
-)
 from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")

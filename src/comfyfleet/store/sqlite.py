@@ -19,9 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from comfyfleet.store import sqlite_journal as journal
-from comfyfleet.store.base import DuplicateJob, StoreError
-from comfyfleet.store.records import (
+from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
     HistoryEntry,
@@ -29,12 +27,12 @@ from comfyfleet.store.records import (
     JobResult,
     JobStatus,
     NewJob,
-    NewRemoteJob,
     OutputFile,
-    RemoteJob,
-    RemoteJobState,
     order_key,
 )
+from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.store import sqlite_journal as journal
+from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")

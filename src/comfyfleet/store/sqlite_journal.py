@@ -12,8 +12,13 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.remote_jobs import (
+    NewRemoteJob,
+    RemoteJob,
+    RemoteJobState,
+    check_remote_finish,
+)
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import NewRemoteJob, RemoteJob, RemoteJobState, check_remote_finish
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 

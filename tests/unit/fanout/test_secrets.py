@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.jobs import NewJob
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.fanout.secrets import KeyUnavailable, SecretVault, parse_reference
 from comfyfleet.nodes import build_registry
-from comfyfleet.store.records import NewJob
 
 KEY = "typed-KEY-0a1b2c3d4e5f"
 

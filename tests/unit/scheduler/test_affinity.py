@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.affinity import Warmth
@@ -15,7 +16,6 @@ from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub
-from comfyfleet.store.records import Job, JobStatus, NewJob
 from comfyfleet.store.sqlite import SQLiteStore
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from comfyfleet.domain.jobs import JobStatus, NewJob
 from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.local import LocalLane
@@ -13,7 +14,6 @@ from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub
-from comfyfleet.store.records import JobStatus, NewJob
 from comfyfleet.store.sqlite import SQLiteStore
 
 PROMPT = {

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.local import LocalLane
@@ -26,7 +27,6 @@ from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub
-from comfyfleet.store.records import Job, JobStatus, NewJob
 from comfyfleet.store.sqlite import SQLiteStore
 
 

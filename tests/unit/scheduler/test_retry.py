@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.retry import RetryPolicy
-from comfyfleet.store.records import Job, JobStatus, NewJob
 from comfyfleet.store.sqlite import SQLiteStore
 
 PROMPT = {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}}}

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJobState
 from comfyfleet.fanout.journal import MemoryJournal
 from comfyfleet.store.base import JobStore, RemoteJobJournal, StoreError
-from comfyfleet.store.records import NewRemoteJob, RemoteJobState
 from tests.unit.store.stores import STORES, Clock, postgres_factory, sqlite_store
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres import PostgresStore
-from comfyfleet.store.records import Job, JobStatus, NewJob
 from tests.postgres import run_sync, schema_for
 
 
@@ -221,7 +221,7 @@ async def test_stores_opening_at_once_create_the_schema_once(
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from comfyfleet.store.records import NewJob
+    from comfyfleet.domain.jobs import NewJob
     from comfyfleet.store.postgres import PostgresStore
 
     async def submitter(store, worker):

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.records import JobResult, JobStatus, NewJob, NewRemoteJob, OutputFile
 from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
 from tests.helpers import as_older_schema
 
@@ -209,7 +210,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from comfyfleet.store.records import NewJob
+    from comfyfleet.domain.jobs import NewJob
     from comfyfleet.store.sqlite import SQLiteStore
 
     async def submitter(store, worker):

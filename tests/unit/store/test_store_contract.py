@@ -12,15 +12,8 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore, StoreError
-from comfyfleet.store.records import (
-    HistoryEntry,
-    Job,
-    JobResult,
-    JobStatus,
-    NewJob,
-    OutputFile,
-)
 from tests.helpers import load_scenario
 from tests.unit.store.stores import Clock
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore
-from comfyfleet.store.records import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.tenants import check_tenant_name
 
 

@@ -1,0 +1,1 @@
+"""The domain records every part of comfyfleet speaks in (jobs, remote jobs)."""
