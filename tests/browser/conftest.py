@@ -40,7 +40,8 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not shutil.which(CHROMIUM):
-        pytest.skip(f"no browser at {CHROMIUM}: install Debian's chromium (.ci/run does)")
+        # A missing browser is a failing test, never a skipped one: the pages go untested.
+        pytest.fail(f"no browser at {CHROMIUM}: install Debian's chromium (.ci/run does)")
     os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
     from playwright.sync_api import sync_playwright
 
