@@ -42,25 +42,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_fleet
 from bench_fleet import call, gaps, makespan, naive, spans, submit, wait_done, warm_up
-from comfyfleet.managed.spec import parse_group, plan
+from comfyfleet.managed.spec import COMFYFLEET_COMMAND, parse_group, plan
 from figures import figure
 from harness import free_port, percentile, serve
 
-STAND_IN = [
-    "{python}",
-    "-m",
-    "comfyfleet",
-    "serve",
-    "--port",
-    "{port}",
-    "--data-dir",
-    "{dir}",
-    "--local-slots",
-    "1",
-    "--testing-nodes",
-    "--log-level",
-    "WARNING",
-]
+STAND_IN = list(COMFYFLEET_COMMAND)
 
 
 def table(options: argparse.Namespace, root: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.servers import free_port
+from tests.loopback_comfyui import LoopbackComfyUI
 
 CASES_DIR = Path(__file__).parent / "data" / "comfyui-fleet"
 
@@ -50,7 +50,7 @@ def _renamed(value: Any, old: str, new: str) -> Any:
 
 
 @dataclass
-class ComfyUIReplay:
+class ComfyUIReplay(LoopbackComfyUI):
     cases: tuple[str, ...]
     pack: bool = False
     submits: list[dict[str, Any]] = field(default_factory=list)  # POST /prompt bodies
@@ -62,38 +62,21 @@ class ComfyUIReplay:
     _running: list[str] = field(default_factory=list)
     _server: TestServer | None = None
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.port}"
-
     async def start(self) -> ComfyUIReplay:
         for name in self.cases:
             case = load_case(name)
             self._loaded[_signature(case["submit"]["request"]["prompt"])] = case
-        app = web.Application()
-        app.router.add_get("/object_info", self._object_info)
-        app.router.add_get("/models", self._empty_list)
-        app.router.add_get("/prompt", self._prompt_info)
-        app.router.add_post("/prompt", self._submit)
-        app.router.add_get("/queue", self._queue)
-        app.router.add_post("/queue", self._ok)
-        app.router.add_post("/interrupt", self._ok)
-        app.router.add_get("/history/{prompt_id}", self._history_of)
-        app.router.add_get("/view", self._view)
-        app.router.add_get("/ws", self._ws)
+        app = self.comfyui_app()
         if self.pack:
             app.router.add_get("/comfyfleet/pack", self._pack)
             app.router.add_post("/comfyfleet/validate", self._validate)
-        self._server = TestServer(app, host="127.0.0.1", port=free_port())
-        await self._server.start_server()
+        await self.serve(app)
         return self
 
     async def close(self) -> None:
         for ws in list(self._sockets.values()):
             await ws.close()
-        if self._server is not None:
-            await self._server.close()
+        await self.stop_serving()
 
     def _case_for(self, body: Any) -> dict[str, Any]:
         prompt = body.get("prompt") if isinstance(body, dict) else None
@@ -110,17 +93,8 @@ class ComfyUIReplay:
             info.update(case["object_info"])
         return web.json_response(info)
 
-    async def _empty_list(self, _request: web.Request) -> web.Response:
-        return web.json_response([])
-
     async def _prompt_info(self, _request: web.Request) -> web.Response:
         return web.json_response({"exec_info": {"queue_remaining": len(self._running)}})
-
-    async def _queue(self, _request: web.Request) -> web.Response:
-        return web.json_response({"queue_running": [], "queue_pending": []})
-
-    async def _ok(self, _request: web.Request) -> web.Response:
-        return web.Response(status=200)
 
     async def _pack(self, _request: web.Request) -> web.Response:
         return web.json_response({"pack": "comfyfleet", "version": 1})
@@ -144,11 +118,6 @@ class ComfyUIReplay:
         play = self._play(case, old_id, prompt_id, str(body.get("client_id")))
         asyncio.get_running_loop().create_task(play)
         return web.json_response(_renamed(recorded["body"], old_id, prompt_id))
-
-    async def _history_of(self, request: web.Request) -> web.Response:
-        prompt_id = request.match_info["prompt_id"]
-        entry = self._history.get(prompt_id)
-        return web.json_response({prompt_id: entry} if entry is not None else {})
 
     async def _view(self, request: web.Request) -> web.Response:
         query = request.rel_url.query

@@ -25,6 +25,23 @@ from comfyfleet.lanes.fleet import NAME, FleetError
 #: Ports tried for instances unless a table says otherwise (ComfyUI's 8188 is left alone).
 DEFAULT_PORTS = (8200, 8299)
 MAX_PER_GPU = 64
+#: A command template that runs comfyfleet itself as a one-at-a-time ComfyUI stand-in
+#: (its testing nodes loaded): what the tests and benchmarks manage.
+COMFYFLEET_COMMAND = (
+    "{python}",
+    "-m",
+    "comfyfleet",
+    "serve",
+    "--port",
+    "{port}",
+    "--data-dir",
+    "{dir}",
+    "--local-slots",
+    "1",
+    "--testing-nodes",
+    "--log-level",
+    "WARNING",
+)
 MAX_WARMUP_BYTES = 10 * 1024 * 1024
 #: What a command template may name.
 PLACEHOLDERS = frozenset(

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from comfyfleet.nodes import build_registry
-from tests.servers import free_port
+from tests.loopback_comfyui import LoopbackComfyUI
 
 #: What `/view` answers for every file: bytes the backend chose.
 PAYLOAD = b"\x89PNG-not-really: bytes a backend chose"
@@ -35,7 +35,7 @@ def _node_info(*class_types: str) -> dict[str, Any]:
 
 
 @dataclass
-class ScriptedBackend:
+class ScriptedBackend(LoopbackComfyUI):
     outputs: dict[str, Any] = field(default_factory=dict)  # node id -> UI output
     history_outputs: dict[str, Any] | None = None  # None: the same as `outputs`
     class_types: tuple[str, ...] = ("EmptyImage", "SaveImage")
@@ -51,56 +51,25 @@ class ScriptedBackend:
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _server: TestServer | None = None
 
-    @property
-    def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.port}"
-
     async def start(self) -> ScriptedBackend:
-        app = web.Application()
-        app.router.add_get("/object_info", self._object_info)
-        app.router.add_get("/models", self._models)
-        app.router.add_get("/prompt", self._prompt_info)
-        app.router.add_post("/prompt", self._submit)
-        app.router.add_get("/queue", self._queue)
-        app.router.add_post("/queue", self._ok)
-        app.router.add_post("/interrupt", self._ok)
-        app.router.add_get("/history/{prompt_id}", self._history_of)
-        app.router.add_get("/view", self._view)
-        app.router.add_get("/ws", self._ws)
+        app = self.comfyui_app()
         app.router.add_get("/extensions", self._extensions)
         app.router.add_get("/extensions/{path:.*}", self._web_file)
-        self._server = TestServer(app, host="127.0.0.1", port=free_port())
-        await self._server.start_server()
+        await self.serve(app)
         return self
 
     async def close(self) -> None:
         for ws in list(self._sockets):
             await ws.close()
-        if self._server is not None:
-            await self._server.close()
+        await self.stop_serving()
 
     # -- routes ------------------------------------------------------------------
 
     async def _object_info(self, _request: web.Request) -> web.Response:
         return web.json_response(_node_info(*self.class_types))
 
-    async def _models(self, _request: web.Request) -> web.Response:
-        return web.json_response([])
-
     async def _prompt_info(self, _request: web.Request) -> web.Response:
         return web.json_response({"exec_info": {"queue_remaining": 0}})
-
-    async def _queue(self, _request: web.Request) -> web.Response:
-        return web.json_response({"queue_running": [], "queue_pending": []})
-
-    async def _ok(self, _request: web.Request) -> web.Response:
-        return web.json_response({})
-
-    async def _history_of(self, request: web.Request) -> web.Response:
-        prompt_id = request.match_info["prompt_id"]
-        entry = self._history.get(prompt_id)
-        return web.json_response({prompt_id: entry} if entry is not None else {})
 
     async def _view(self, request: web.Request) -> web.StreamResponse:
         self.views.append(dict(request.rel_url.query))

@@ -17,25 +17,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.managed.spec import COMFYFLEET_COMMAND
 from tests.integration.fleet.harness import Fleet, poll
 from tests.servers import ServerProcess
 
 #: The managed process: a one-at-a-time ComfyUI stand-in on the port it is given.
-INSTANCE = [
-    "{python}",
-    "-m",
-    "comfyfleet",
-    "serve",
-    "--port",
-    "{port}",
-    "--data-dir",
-    "{dir}",
-    "--local-slots",
-    "1",
-    "--testing-nodes",
-    "--log-level",
-    "WARNING",
-]
+INSTANCE = list(COMFYFLEET_COMMAND)
 
 
 def port_block(size: int = 40) -> list[int]:
