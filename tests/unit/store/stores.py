@@ -6,6 +6,10 @@ in the location, or a PostgreSQL schema named after it in the session's database
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,3 +48,31 @@ def postgres_factory(url: str) -> Callable[[Path, Clock], PostgresStore]:
         return PostgresStore(url, schema=schema_for(location), clock=clock)
 
     return make
+
+
+def kill_while_submitting(child_code: str, args: list[str], wanted: int) -> list[str]:
+    """Run `child_code` (a script that prints "open", then each id once its submit is
+    committed), SIGKILL it after `wanted` ids; every id it printed before the kill."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", child_code, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert child.stdout is not None
+    committed: list[str] = []
+    try:
+        for line in child.stdout:
+            if line.strip() != "open":
+                committed.append(line.strip())
+            if len(committed) >= wanted:
+                break
+        child.send_signal(signal.SIGKILL)
+        # Whatever was printed before the kill landed counts too.
+        committed += [line.strip() for line in child.stdout if line.strip()]
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    return committed

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +15,7 @@ from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres import PostgresStore
 from tests.postgres import run_sync, schema_for
+from tests.unit.store.stores import kill_while_submitting
 
 
 def new_job(prompt_id: str, number: float = 1) -> NewJob:
@@ -242,34 +239,8 @@ CHILD = textwrap.dedent(
 )
 
 
-def _run_and_kill(url: str, schema: str, wanted: int) -> list[str]:
-    """Start a submitting child, SIGKILL it mid-stream; the ids it saw committed."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, schema],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert child.stdout is not None
-    committed: list[str] = []
-    try:
-        for line in child.stdout:
-            if line.strip() != "open":
-                committed.append(line.strip())
-            if len(committed) >= wanted:
-                break
-        child.send_signal(signal.SIGKILL)
-        committed += [line.strip() for line in child.stdout if line.strip()]
-    finally:
-        child.kill()
-        child.wait()
-        child.stdout.close()
-    assert child.returncode == -signal.SIGKILL
-    return committed
-
-
 async def test_committed_submits_survive_sigkill(postgres_url: str, schema: str) -> None:
-    committed = await asyncio.to_thread(_run_and_kill, postgres_url, schema, 1000)
+    committed = await asyncio.to_thread(kill_while_submitting, CHILD, [postgres_url, schema], 1000)
     assert len(committed) >= 1000
     store = PostgresStore(postgres_url, schema=schema)
     await store.open()

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +18,7 @@ from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
 from tests.helpers import as_older_schema
+from tests.unit.store.stores import kill_while_submitting
 
 
 @pytest.fixture
@@ -231,36 +228,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def _run_and_kill(path: Path, wanted: int) -> list[str]:
-    """Start a submitting child, SIGKILL it mid-stream; the ids it saw committed."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert child.stdout is not None
-    committed: list[str] = []
-    try:
-        for line in child.stdout:
-            if line.strip() != "open":
-                committed.append(line.strip())
-            if len(committed) >= wanted:
-                break
-        child.send_signal(signal.SIGKILL)
-        # Whatever was printed before the kill landed counts too.
-        committed += [line.strip() for line in child.stdout if line.strip()]
-    finally:
-        child.kill()
-        child.wait()
-        child.stdout.close()
-    assert child.returncode == -signal.SIGKILL
-    return committed
-
-
 async def test_committed_submits_survive_sigkill(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
-    committed = await asyncio.to_thread(_run_and_kill, path, 2000)
+    committed = await asyncio.to_thread(kill_while_submitting, CHILD, [str(path)], 2000)
     assert len(committed) >= 2000
     store = SQLiteStore(path)
     await store.open()
