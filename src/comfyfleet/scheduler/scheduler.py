@@ -29,8 +29,9 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
+from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.retry import RetryPolicy
-from comfyfleet.scheduler.streams import EventRouter, PromptStreams
+from comfyfleet.scheduler.streams import PromptStreams
 from comfyfleet.store.base import JobStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -169,14 +170,13 @@ class Scheduler:
         self,
         store: JobStore,
         lanes: Sequence[Lane],
-        router: EventRouter,
-        *,
+        *observers: JobObserver,
         max_pending: int = 10_000,
         max_attempts: int = 3,
     ) -> None:
         self.store = store
-        self.router = router
-        self.streams = PromptStreams(router)
+        self.observers = Observers(*observers)  # told what happens to each job
+        self.streams = PromptStreams(self.observers)
         self.max_pending = max_pending
         self.retry = RetryPolicy(store, max_attempts)
         self.running: dict[str, Running] = {}
@@ -357,7 +357,7 @@ class Scheduler:
         return sum(len(entry.parked) for entry in self._lanes.values())
 
     def _queue_changed(self) -> None:
-        self.router.queue_changed(self.queue_remaining)
+        self.observers.queue_changed(self.queue_remaining)
 
     # -- admission ------------------------------------------------------------
 
@@ -375,6 +375,7 @@ class Scheduler:
         finally:
             self._submitting -= 1
         self.pending += 1
+        self.observers.job_submitted(job)
         self._queue_changed()
         self._wake()
         self._make_way_for(job)
@@ -407,6 +408,7 @@ class Scheduler:
             if not parked.started.done():
                 parked.started.set_result(None)  # the slot looks at the queue again
             raise
+        self.observers.job_submitted(job)
         if parked.started.done():  # the slot was stopped meanwhile: the job goes to the queue
             await self._give_back(job, None)
         else:
@@ -790,6 +792,7 @@ class Scheduler:
         after = slot.previous if slot is not None else None
         entry = Running(job, lane, EventGate(after), reserved=reserved)
         self.running[job.prompt_id] = entry
+        self.observers.job_started(job)
         slots = self._lanes.get(lane.name)
         if slots is not None:
             slots.busy += 1
@@ -860,7 +863,7 @@ class Scheduler:
             self._queue_changed()
             await entry.gate.opened.wait()
             self.streams.forget(entry.job.prompt_id)
-            self.router.job_stopped(entry.job)
+            self.observers.job_stopped(entry.job)
 
     async def _start_recorded(self, entry: Running) -> bool:
         """Whether a reserved job's start, recorded while it ran, holds: retried while
@@ -918,9 +921,9 @@ class Scheduler:
             self._queue_changed()  # as from ComfyUI: the end event, the count, the done signal
         await entry.gate.opened.wait()  # after the previous job's done signal
         if finished is not None:
-            self.router.job_finished(job, finished.status)
+            self.observers.job_finished(job, finished)
         else:
-            self.router.job_stopped(job)
+            self.observers.job_stopped(job)
 
     async def _settle_retrying(
         self, entry: Running, result: JobResult | None, failure: dict[str, Any] | None
@@ -996,6 +999,7 @@ class Scheduler:
             }
         if await self.store.requeue(job.prompt_id, job.attempt, reason):
             self.pending += 1
+            self.observers.job_requeued(job, reason)
             self._wake()
 
 

@@ -9,33 +9,17 @@ never reach the client; the end recorded in the store is sent instead, once.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.protocol import events
-
-
-class EventRouter(Protocol):
-    """Where job events go (the server's WebSocket hub)."""
-
-    def job_event(self, job: Job, event: EngineEvent) -> None: ...
-
-    def job_finished(self, job: Job, status: JobStatus) -> None:
-        """Called once the job's end is durably recorded."""
-
-    def job_stopped(self, job: Job) -> None:
-        """The job stopped running without an end recorded: it went back to the queue
-        (or its end could not be written); nothing of it is current any more."""
-
-    def queue_changed(self, remaining: int) -> None: ...
+from comfyfleet.scheduler.observers import JobObserver
 
 
 class PromptStreams:
     """Shapes the events of every attempt into one stream per prompt."""
 
-    def __init__(self, router: EventRouter) -> None:
-        self.router = router
+    def __init__(self, observer: JobObserver) -> None:
+        self.observer = observer
         self._begun: set[str] = set()  # prompts whose client has had `execution_start`
 
     def event(self, job: Job, event: EngineEvent) -> None:
@@ -46,10 +30,10 @@ class PromptStreams:
             if event.type == "execution_start":
                 if job.prompt_id not in self._begun:
                     self._begun.add(job.prompt_id)
-                    self.router.job_event(job, event)
+                    self.observer.job_event(job, event)
                 return  # a later attempt: the client's stream is under way
         self._begin(job)
-        self.router.job_event(job, event)
+        self.observer.job_event(job, event)
 
     def end(self, job: Job, result: JobResult) -> None:
         """The job's end is recorded: its end event, if it has one (the done signal
@@ -60,7 +44,7 @@ class PromptStreams:
             job.prompt_id in self._begun or result.status != JobStatus.CANCELLED
         ):
             self._begin(job)
-            self.router.job_event(job, end)
+            self.observer.job_event(job, end)
         self._begun.discard(job.prompt_id)
 
     def forget(self, prompt_id: str) -> None:
@@ -70,7 +54,7 @@ class PromptStreams:
     def _begin(self, job: Job) -> None:
         if job.prompt_id not in self._begun:
             self._begun.add(job.prompt_id)
-            self.router.job_event(
+            self.observer.job_event(
                 job, Message("execution_start", events.execution_start(job.prompt_id))
             )
 

@@ -57,7 +57,7 @@ def build_app(gateway: Gateway) -> web.Application:
     )
     routes += login_routes(tokens)
     watch = FleetWatch()
-    gateway.router.observer = watch
+    gateway.scheduler.observers.add(watch)
     dashboards = DashboardFeed(gateway, watch)
     routes += dashboard_routes(dashboards)
     logs = LogBuffer()  # the editor's terminal panel

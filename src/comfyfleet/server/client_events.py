@@ -15,10 +15,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from comfyfleet.domain.jobs import Job, JobStatus
+from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
 from comfyfleet.protocol import events
-from comfyfleet.scheduler.streams import EventRouter
+from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.server.hub import Hub
 from comfyfleet.server.pacing import TokenBucket
 from comfyfleet.tenants import DEFAULT_TENANT
@@ -80,17 +80,13 @@ class StatusBroadcaster:
 
 
 @dataclass
-class ClientRouter:
+class ClientRouter(JobObserver):
     hub: Hub
     status: StatusBroadcaster
-    #: Also told of every job event and queue change (the fleet dashboard's watch).
-    observer: EventRouter | None = None
     _latest: dict[str, _Latest] = field(default_factory=dict)
     _plain_previews: dict[str, PreviewImage] = field(default_factory=dict)  # by prompt id
 
     def job_event(self, job: Job, event: EngineEvent) -> None:
-        if self.observer is not None:
-            self.observer.job_event(job, event)
         if not job.client_id:
             return
         client_id = client_key(job.tenant, job.client_id)
@@ -123,9 +119,7 @@ class ClientRouter:
         elif message.type == "progress_state":
             latest.progress_state = message.data
 
-    def job_finished(self, job: Job, status: JobStatus) -> None:
-        if self.observer is not None:
-            self.observer.job_finished(job, status)
+    def job_finished(self, job: Job, result: JobResult) -> None:
         self._latest.pop(job.prompt_id, None)
         self._send_plain_preview(job)
         if job.client_id:
@@ -134,13 +128,9 @@ class ClientRouter:
             self.hub.send_json(key, "executing", events.executing(job.prompt_id, None))
 
     def job_stopped(self, job: Job) -> None:
-        if self.observer is not None:
-            self.observer.job_stopped(job)
         self._latest.pop(job.prompt_id, None)  # a reconnecting client must not see it running
 
     def queue_changed(self, remaining: int) -> None:
-        if self.observer is not None:
-            self.observer.queue_changed(remaining)
         self.status.changed(remaining)
 
     def catch_up(self, key: str) -> list[tuple[str, dict[str, Any]]]:

@@ -27,9 +27,10 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from comfyfleet.domain.jobs import Job, JobStatus
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.fanout.status import slot_entry
+from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.server.auth import request_tenant, scope, tenant_name
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import API_STATUS
@@ -61,8 +62,8 @@ class Viewer:
     admin: bool
 
 
-class FleetWatch:
-    """Told of every job event (ClientRouter.observer); keeps the dashboard's live state."""
+class FleetWatch(JobObserver):
+    """Told of every job event (a scheduler observer); keeps the dashboard's live state."""
 
     def __init__(self) -> None:
         self.progress: dict[str, _Progress] = {}
@@ -102,7 +103,8 @@ class FleetWatch:
                         {"prompt_id": job.prompt_id, "tenant": job.tenant, "report": report}
                     )
 
-    def job_finished(self, job: Job, status: JobStatus) -> None:
+    def job_finished(self, job: Job, result: JobResult) -> None:
+        status = result.status
         self.progress.pop(job.prompt_id, None)
         now = time.time()
         self.finished.appendleft(
