@@ -14,9 +14,12 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
+    MAX_FILE_BYTES,
     BackendClient,
     BackendError,
     BackendLost,
+    BackendSpec,
+    FileAnswer,
     PromptWatch,
     Withdrawn,
 )
@@ -150,6 +153,30 @@ class ComfyUILane:
             and not self.suspect
             and self.capabilities.can_run(job.prompt)
         )
+
+    @property
+    def spec(self) -> BackendSpec:
+        return self.client.spec
+
+    @property
+    def connected(self) -> bool:
+        """Its WebSocket is open (it may still be sorting out an earlier connection)."""
+        return self.client.connected.is_set()
+
+    async def fetch_json(self, path: str, timeout: float = 30.0) -> Any:
+        """A GET of one of the backend's JSON routes; BackendError when it fails."""
+        return await self.client.request("GET", path, timeout=timeout)
+
+    async def read_file(
+        self,
+        path: str,
+        params: dict[str, str] | None = None,
+        *,
+        max_bytes: int = MAX_FILE_BYTES,
+        timeout: float = 120.0,
+    ) -> FileAnswer:
+        """A file the backend serves (`BackendClient.read_file`)."""
+        return await self.client.read_file(path, params, max_bytes=max_bytes, timeout=timeout)
 
     @property
     def up(self) -> bool:

@@ -179,7 +179,7 @@ class Scheduler:
         self.streams = PromptStreams(self.observers)
         self.max_pending = max_pending
         self.retry = RetryPolicy(store, max_attempts)
-        self.running: dict[str, Running] = {}
+        self._running: dict[str, Running] = {}
         self.pending = 0
         self._lanes = {lane.name: _LaneSlots(lane) for lane in lanes}
         # Read by `can_run` checks in the store's writer thread: replaced, never mutated.
@@ -267,13 +267,13 @@ class Scheduler:
         has taken since, started on `lane` now and followed there (not run twice)."""
         keep: set[str] = set()
         for prompt_id in found:
-            running = self.running.get(prompt_id)
+            running = self._running.get(prompt_id)
             job = running.job if running is not None else await self.store.get(prompt_id)
             if job is None or job.lane not in (None, lane.name):
                 continue
             if job.status == JobStatus.RUNNING:
                 keep.add(prompt_id)
-            elif job.status == JobStatus.PENDING and prompt_id not in self.running:
+            elif job.status == JobStatus.PENDING and prompt_id not in self._running:
                 started = await self.store.start_reserved(job, lane.name)
                 if started is not None:
                     keep.add(prompt_id)
@@ -335,7 +335,7 @@ class Scheduler:
         if late:
             if before_requeue is not None:
                 before_requeue()
-            for entry in self.running.values():
+            for entry in self._running.values():
                 if which(entry):
                     entry.requeue = True
                     entry.handle.interrupt()
@@ -347,9 +347,17 @@ class Scheduler:
         if self._settling:
             await asyncio.wait(list(self._settling), timeout=30.0)
 
+    def running_jobs(self) -> list[Job]:
+        """The jobs running now (or handed to their lane a moment ago), each with its lane."""
+        return [run.job for run in self._running.values()]
+
+    def running_job(self, prompt_id: str) -> Job | None:
+        run = self._running.get(prompt_id)
+        return run.job if run is not None else None
+
     @property
     def queue_remaining(self) -> int:
-        return max(0, self.pending) + len(self.running)
+        return max(0, self.pending) + len(self._running)
 
     @property
     def waiting_slots(self) -> int:
@@ -427,16 +435,16 @@ class Scheduler:
 
     def interrupt(self, prompt_id: str | None = None) -> list[str]:
         """Interrupt one running job, or every running job when no id is given."""
-        targets = [prompt_id] if prompt_id is not None else list(self.running)
-        hit = [t for t in targets if t in self.running]
+        targets = [prompt_id] if prompt_id is not None else list(self._running)
+        hit = [t for t in targets if t in self._running]
         for target in hit:
-            self.running[target].handle.interrupt()
+            self._running[target].handle.interrupt()
         return hit
 
     async def delete_pending(self, prompt_ids: Sequence[str]) -> list[str]:
         # A reserved job started a moment ago is pending in the store until its start is
         # recorded: it is running, and only `cancel` stops it.
-        prompt_ids = [p for p in prompt_ids if p not in self.running]
+        prompt_ids = [p for p in prompt_ids if p not in self._running]
         for prompt_id in prompt_ids:
             self._reserved.pop(prompt_id, None)
         removed = await self.store.cancel(prompt_ids, pending_only=True)
@@ -451,9 +459,9 @@ class Scheduler:
 
     async def cancel(self, prompt_ids: Sequence[str]) -> list[str]:
         """Cancel pending or running jobs; a running one is interrupted and ends cancelled."""
-        cancelled = await self.delete_pending([p for p in prompt_ids if p not in self.running])
+        cancelled = await self.delete_pending([p for p in prompt_ids if p not in self._running])
         for prompt_id in prompt_ids:
-            entry = self.running.get(prompt_id)
+            entry = self._running.get(prompt_id)
             if entry is not None:
                 entry.cancelled = True
                 entry.handle.interrupt()
@@ -540,10 +548,10 @@ class Scheduler:
         back: it is about to be queued again."""
         if entry.would_queue:
             return False  # it would only wait in this backend's queue instead
-        started = {r.lane for r in self.running.values() if _runs_there(r)}
+        started = {r.lane for r in self._running.values() if _runs_there(r)}
         waiting = [
             r
-            for r in self.running.values()
+            for r in self._running.values()
             if r.lane in started
             and r.lane is not entry.lane
             and r.handle.take_back is not None
@@ -568,7 +576,7 @@ class Scheduler:
 
     def runs_on(self, lane: str) -> list[str]:
         """Prompt ids running on a lane (its backend has them, or is about to)."""
-        return sorted(p for p, run in self.running.items() if run.lane.name == lane)
+        return sorted(p for p, run in self._running.items() if run.lane.name == lane)
 
     def reserved_for(self, lane: str) -> list[str]:
         """Prompt ids set aside for a lane, in queue order."""
@@ -791,7 +799,7 @@ class Scheduler:
         """Count the job as running on the lane and start its attempt."""
         after = slot.previous if slot is not None else None
         entry = Running(job, lane, EventGate(after), reserved=reserved)
-        self.running[job.prompt_id] = entry
+        self._running[job.prompt_id] = entry
         self.observers.job_started(job)
         slots = self._lanes.get(lane.name)
         if slots is not None:
@@ -834,8 +842,8 @@ class Scheduler:
         try:
             started.finishing.cancel()
             await asyncio.wait([started.finishing])
-            if self.running.get(entry.job.prompt_id) is entry:
-                del self.running[entry.job.prompt_id]
+            if self._running.get(entry.job.prompt_id) is entry:
+                del self._running[entry.job.prompt_id]
         finally:
             self._slot_freed(started, slot)
 
@@ -850,7 +858,7 @@ class Scheduler:
         try:
             result, failure = await self._attempt(entry.lane, entry.job, entry, resume)
         except BaseException:
-            self.running.pop(entry.job.prompt_id, None)
+            self._running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             raise
         finally:
@@ -859,7 +867,7 @@ class Scheduler:
             await self._record(entry, result, failure)
         else:
             # Cancelled in the queue before its start was recorded: it ends there.
-            self.running.pop(entry.job.prompt_id, None)
+            self._running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             await entry.gate.opened.wait()
             self.streams.forget(entry.job.prompt_id)
@@ -914,7 +922,7 @@ class Scheduler:
             # The job stays running in the store and is recovered at the next start.
             log.exception("could not record the end of %s", job.prompt_id)
         finally:
-            self.running.pop(job.prompt_id, None)
+            self._running.pop(job.prompt_id, None)
             if finished is not None:
                 ended = finished
                 entry.gate.pass_on(lambda: self.streams.end(job, ended))

@@ -22,9 +22,9 @@ def _error(status: int, type_: str, message: str) -> web.Response:
 
 def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
     # A held lane (a managed process starting or being recycled) takes no work: down.
-    state = "up" if lane.client.connected.is_set() and not lane.held else "down"
+    state = "up" if lane.connected and not lane.held else "down"
     answer = {
-        **spec_json(lane.client.spec),
+        **spec_json(lane.spec),
         "lane": lane.name,
         "state": "draining" if lane.draining else state,
         "suspect": lane.suspect,
@@ -34,7 +34,7 @@ def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
         "running": gw.scheduler.runs_on(lane.name),
         "reserved": gw.scheduler.reserved_for(lane.name),
     }
-    managed = gw.managed.status(lane.client.spec.name)
+    managed = gw.managed.status(lane.spec.name)
     if managed is not None:
         answer["managed"] = managed
     return answer
@@ -91,10 +91,10 @@ async def remove_backend(request: web.Request) -> web.Response:
         return _error(400, "invalid_query", "timeout must be a number of seconds")
     lane.draining = True
     await gw.scheduler.remove_lane(lane.name, timeout)
-    await gw.managed.remove(lane.client.spec.name)  # a managed one's process stops too
-    await gw.fleet.forget(lane.client.spec.name)
-    await gw.store.delete_backend(lane.client.spec.name)
-    return web.json_response({"removed": lane.client.spec.name})
+    await gw.managed.remove(lane.spec.name)  # a managed one's process stops too
+    await gw.fleet.forget(lane.spec.name)
+    await gw.store.delete_backend(lane.spec.name)
+    return web.json_response({"removed": lane.spec.name})
 
 
 async def drain_backend(request: web.Request) -> web.Response:

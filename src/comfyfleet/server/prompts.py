@@ -296,12 +296,9 @@ async def post_interrupt(request: web.Request) -> web.Response:
     if tenant is None:
         scheduler.interrupt(prompt_id)
         return empty_ok()
-    running = scheduler.running
-    targets = [prompt_id] if prompt_id is not None else list(running)
-    for target in targets:
-        entry = running.get(target)
-        if entry is not None and entry.job.tenant == tenant:
-            scheduler.interrupt(target)
+    for job in scheduler.running_jobs():
+        if job.tenant == tenant and prompt_id in (None, job.prompt_id):
+            scheduler.interrupt(job.prompt_id)
     return empty_ok()
 
 
