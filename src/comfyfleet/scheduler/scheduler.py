@@ -29,6 +29,7 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
+from comfyfleet.scheduler.attempts import AttemptState, EventGate, Running
 from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.scheduler.streams import PromptStreams
@@ -51,52 +52,6 @@ class QueueFull(Exception):
         super().__init__(f"{pending} prompts are pending; try again later")
         self.pending = pending
         self.retry_after = retry_after
-
-
-class EventGate:
-    """Holds a job's events until the job before it on the same slot has sent its done
-    signal, so a slot's clients see one prompt's end before the next one's first event
-    (as from ComfyUI) while the next prompt already runs."""
-
-    def __init__(self, after: asyncio.Future[Any] | None) -> None:
-        self._held: list[Callable[[], None]] | None = None
-        self.opened = asyncio.Event()
-        if after is None or after.done():
-            self.opened.set()
-        else:
-            self._held = []
-            after.add_done_callback(lambda _f: self._open())
-
-    def pass_on(self, deliver: Callable[[], None]) -> None:
-        if self._held is None:
-            deliver()
-        else:
-            self._held.append(deliver)
-
-    def _open(self) -> None:
-        held, self._held = self._held or [], None
-        for deliver in held:
-            deliver()
-        self.opened.set()
-
-
-@dataclass
-class Running:
-    job: Job
-    lane: Lane
-    gate: EventGate
-    handle: LaneRun = field(default_factory=LaneRun)
-    cancelled: bool = False  # cancel (not interrupt): the job ends as cancelled
-    requeue: bool = False  # shutdown: back to pending instead of finishing
-    taken_back: bool = False  # being (or was) taken back from its backend's queue
-    # A reserved job (as reserved) started before its start was recorded, and that
-    # record, under way.
-    reserved: Job | None = None
-    starting: asyncio.Future[Job | None] | None = None
-
-    def record_start(self, store: JobStore) -> None:
-        assert self.reserved is not None
-        self.starting = asyncio.ensure_future(store.start_reserved(self.reserved, self.lane.name))
 
 
 @dataclass
@@ -336,8 +291,7 @@ class Scheduler:
             if before_requeue is not None:
                 before_requeue()
             for entry in self._running.values():
-                if which(entry):
-                    entry.requeue = True
+                if which(entry) and entry.to(AttemptState.GIVING_BACK):
                     entry.handle.interrupt()
             await asyncio.wait(late, timeout=max(timeout or 0.0, 5.0))
         for task in tasks:
@@ -463,7 +417,7 @@ class Scheduler:
         for prompt_id in prompt_ids:
             entry = self._running.get(prompt_id)
             if entry is not None:
-                entry.cancelled = True
+                entry.to(AttemptState.CANCELLING)
                 entry.handle.interrupt()
                 cancelled.append(prompt_id)
         return cancelled
@@ -556,20 +510,20 @@ class Scheduler:
             and r.lane is not entry.lane
             and r.handle.take_back is not None
             and r.handle.queued_there()
-            and not (r.taken_back or r.cancelled)
+            and r.state is AttemptState.RUNNING
             and self._may_take(entry, r.job)
         ]
         if not waiting:
             return False
         chosen = min(waiting, key=lambda r: r.job.dispatch_key())
         assert chosen.handle.take_back is not None
-        chosen.taken_back = True  # no other slot chooses it meanwhile
+        chosen.to(AttemptState.TAKING_BACK)  # no other slot chooses it meanwhile
         try:
             if await chosen.handle.take_back():
                 return True
         except Exception:
             log.exception("could not take %s back", chosen.job.prompt_id)
-        chosen.taken_back = False
+        chosen.to(AttemptState.RUNNING)  # still there: it runs there after all
         return False
 
     # -- reservations -----------------------------------------------------------
@@ -976,24 +930,23 @@ class Scheduler:
     ) -> JobResult | None:
         """Record how the attempt ended; None when the job went back to the queue."""
         job = entry.job
-        if entry.requeue and not entry.cancelled:
+        if entry.state is AttemptState.GIVING_BACK:
             await self._give_back(job, None)
             return None
-        if entry.taken_back and entry.handle.withdrawn and not entry.cancelled:
+        if entry.state is AttemptState.TAKING_BACK and entry.handle.withdrawn:
             # Taken out of its backend's queue for a free slot: not a failed attempt.
             await self._give_back(job, {"kind": "taken_back", "lane": entry.lane.name})
             return None
-        if not entry.cancelled:
+        if entry.state is AttemptState.CANCELLING:
+            messages = result.messages if result else []
+            error = result.error if result else None
+            result = JobResult(JobStatus.CANCELLED, {}, {}, messages, error, [])
+        else:
             decision = await self.retry.decide(job, entry.lane, result, failure)
             if decision.requeue:
                 await self._give_back(job, decision.reason)
                 return None
             result = decision.result
-        assert result is not None or entry.cancelled
-        if entry.cancelled:
-            messages = result.messages if result else []
-            error = result.error if result else None
-            result = JobResult(JobStatus.CANCELLED, {}, {}, messages, error, [])
         assert result is not None
         self._avoid.pop(job.prompt_id, None)
         if await self.store.finish(job.prompt_id, job.attempt, result):
