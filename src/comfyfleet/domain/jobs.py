@@ -91,6 +91,9 @@ class Job:
     finished_at: float | None = None
     error: dict[str, Any] | None = None  # the final execution_error / interrupted payload
     tenant: str = DEFAULT_TENANT
+    # The gateway whose lease covers the running attempt (None while pending); another
+    # gateway takes the job over once that lease has run out.
+    owner: str | None = None
 
     def dispatch_key(self) -> tuple[int, float, int]:
         """Where the job stands in the queue (the store's dispatch order): front jobs

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from comfyfleet.domain.gateways import Gateway
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 
@@ -15,6 +16,57 @@ class StoreError(Exception):
 
 class DuplicateJob(StoreError):
     """A job with this prompt_id already exists."""
+
+
+class GatewayIdInUse(StoreError):
+    """Another live process holds this gateway id (`holder`)."""
+
+    def __init__(self, message: str, holder: Gateway) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class GatewayLeases(Protocol):
+    """Several gateways on one store: each claims as `owner`, and its lease (renewed by
+    heartbeat) covers every job it runs. Once a lease has run out, the jobs it covered
+    are orphaned: another gateway re-queues or adopts them, fenced by attempt."""
+
+    #: The gateway this store claims for: claims, hand-offs and starts record it.
+    owner: str
+
+    async def join(self, gateway: Gateway, lease: float, *, replace: str | None = None) -> None:
+        """Register `gateway` (its id is `owner`) with a lease of `lease` seconds.
+        GatewayIdInUse when another instance with that id still holds a lease, unless
+        that instance is `replace` (known to be dead: its process is gone)."""
+
+    async def heartbeat(self, lease: float) -> bool:
+        """Renew the lease; False when this instance is no longer registered (another
+        instance took the id over after the lease ran out)."""
+
+    async def leave(self) -> None:
+        """Unregister (a clean stop: its jobs were finished or re-queued)."""
+
+    async def gateways(self) -> list[Gateway]:
+        """Every gateway whose lease holds, with the number of jobs each runs, by id."""
+
+    async def orphaned(self) -> list[Job]:
+        """Jobs whose owner's lease has run out (or that have no owner): running ones, in
+        start order, and pending ones set aside for a lane (a reservation, which
+        `unreserve` gives back). None of them is another live gateway's."""
+
+    async def requeue_orphaned(self, job: Job) -> bool:
+        """Put an orphaned job back to pending (its run died with its gateway), fenced:
+        False when it is no longer running at `job.attempt` or no longer orphaned."""
+
+    async def adopt(self, job: Job) -> Job | None:
+        """Make an orphaned job this gateway's to follow where it runs (a backend): owner,
+        and attempt + 1 so the old owner's writes are refused. None when it is no longer
+        orphaned at `job.attempt`. The attempt note says it was adopted, not failed."""
+
+    async def watch_work(self, wake: Callable[[str], None]) -> None:
+        """Call `wake(owner)` on the event loop whenever a job becomes claimable in the
+        store (queued, re-queued, given back), `owner` being the gateway that did it:
+        in-process with SQLite, by LISTEN/NOTIFY with PostgreSQL."""
 
 
 class RemoteJobJournal(Protocol):
@@ -63,7 +115,7 @@ class RemoteJobJournal(Protocol):
         """Delete final jobs that finished before this time; returns how many went."""
 
 
-class JobStore(RemoteJobJournal, Protocol):
+class JobStore(GatewayLeases, RemoteJobJournal, Protocol):
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
 
@@ -92,8 +144,9 @@ class JobStore(RemoteJobJournal, Protocol):
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
     ) -> Job | None:
         """Like `claim`, but the job stays pending, set aside for `lane` (its `lane`
-        field names it): listed and cancellable as pending, skipped by claims and
-        reservations. A busy lane takes its next job ahead of time this way."""
+        field names it) by this gateway (`owner`): listed and cancellable as pending,
+        skipped by claims and reservations. A busy lane takes its next job ahead of time
+        this way."""
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
         """Start a job reserved for `job.lane` on `lane` (running, attempt + 1), or
@@ -125,8 +178,9 @@ class JobStore(RemoteJobJournal, Protocol):
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Every job running on a lane whose name starts with `lane_prefix` goes back to
-        pending (used at start-up for the local lane). Returns their ids, in
-        submission order."""
+        pending (used at start-up for the local lane), if it is this gateway's (`owner`)
+        or orphaned: another live gateway's jobs stay. Returns their ids, in submission
+        order."""
 
     async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
         """Mark pending (and, unless `pending_only`, running) jobs cancelled; returns

@@ -123,3 +123,18 @@ CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at
 
 -- ComfyUI's submission counter: a fresh store starts at 0, and a sequence never goes back.
 CREATE SEQUENCE job_number MINVALUE 0 START WITH 0;
+
+-- name: migration_2
+-- Job owners and gateway leases (see base.GatewayLeases).
+ALTER TABLE jobs ADD COLUMN owner TEXT;
+
+CREATE TABLE gateways (
+    id          TEXT PRIMARY KEY,
+    instance    TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         BIGINT NOT NULL,
+    url         TEXT NOT NULL,
+    started_at  DOUBLE PRECISION NOT NULL,
+    seen_at     DOUBLE PRECISION NOT NULL,
+    lease_until DOUBLE PRECISION NOT NULL
+);

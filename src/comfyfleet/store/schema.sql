@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 4 (PRAGMA user_version).
+-- comfyfleet job store, schema version 5 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -23,7 +23,8 @@ CREATE TABLE jobs (
     started_at  REAL,
     finished_at REAL,
     error       TEXT,
-    tenant      TEXT NOT NULL DEFAULT 'default'  -- who submitted it (comfyfleet.tenants)
+    tenant      TEXT NOT NULL DEFAULT 'default',  -- who submitted it (comfyfleet.tenants)
+    owner       TEXT  -- the gateway whose lease covers the running attempt (gateways.id)
 );
 
 -- Claim and the pending queue read this index in order, no sort step.
@@ -110,3 +111,16 @@ CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at
 CREATE INDEX remote_jobs_live ON remote_jobs (created_at)
     WHERE state IN ('submitting', 'running');
 CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+-- The gateways sharing this store, each with the lease that covers the jobs it runs
+-- (jobs.owner); see sqlite_leases.py.
+CREATE TABLE gateways (
+    id          TEXT PRIMARY KEY,
+    instance    TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    url         TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    seen_at     REAL NOT NULL,
+    lease_until REAL NOT NULL
+) WITHOUT ROWID;

@@ -239,9 +239,29 @@ CHILD = textwrap.dedent(
 )
 
 
+async def sessions_ended(url: str, timeout: float = 10.0) -> None:
+    """Until no other session is connected to the test database."""
+    conn = await asyncpg.connect(url)
+    try:
+        for _ in range(int(timeout / 0.05)):
+            others = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if others == 0:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    raise AssertionError("the killed child's sessions did not end")
+
+
 async def test_committed_submits_survive_sigkill(postgres_url: str, schema: str) -> None:
     committed = await asyncio.to_thread(kill_while_submitting, CHILD, [postgres_url, schema], 1000)
     assert len(committed) >= 1000
+    # The server finishes what the killed child had sent (a commit may land a moment after
+    # the kill) before it notices the connections are gone: read once they are.
+    await sessions_ended(postgres_url)
     store = PostgresStore(postgres_url, schema=schema)
     await store.open()
     try:
@@ -287,3 +307,35 @@ async def test_claims_read_the_claimable_index_in_order(
             assert "Sort" not in plan, plan
     finally:
         await conn.close()
+
+
+async def test_work_queued_by_one_gateway_wakes_another(
+    postgres_url: str, schema: str, store: PostgresStore
+) -> None:
+    other = PostgresStore(postgres_url, schema=schema, owner="other")
+    await other.open()
+    try:
+        woken: asyncio.Queue[str] = asyncio.Queue()
+        await store.watch_work(woken.put_nowait)
+        await other.submit(new_job("theirs"))
+        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        await other.submit(new_job("claimed at once"), claim_for="local")  # nothing claimable
+        await other.submit(new_job("again"))
+        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        assert woken.empty()
+    finally:
+        await other.close()
+
+
+async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
+    postgres_url: str, schema: str, store: PostgresStore
+) -> None:
+    other = PostgresStore(postgres_url, schema=schema, owner="other")
+    await other.open()
+    try:
+        assert await store.next_number() == 0
+        await other.submit(new_job("imported", 500))
+        assert await store.next_number() == 501
+        assert await other.next_number() == 502
+    finally:
+        await other.close()

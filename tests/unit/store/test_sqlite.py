@@ -267,7 +267,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 4
+    assert version == sqlite_module.SCHEMA_VERSION == 5
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -295,6 +295,29 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
     assert "jobs_tenant" in indexes
+
+
+async def test_version_4_file_gains_owners_and_its_running_jobs_are_orphans(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("was running"))
+    assert await store.claim("local") is not None
+    await store.close()
+    as_older_schema(path, 4, "DROP TABLE gateways", "ALTER TABLE jobs DROP COLUMN owner")
+
+    store = SQLiteStore(path, owner="g1")
+    await store.open()
+    try:
+        assert [job.prompt_id for job in await store.orphaned()] == ["was running"]
+        assert await store.requeue_lane("local") == ["was running"]
+        job = await store.claim("local")
+        assert job is not None and job.owner == "g1"
+        assert (await store.get("was running")).owner == "g1"  # type: ignore[union-attr]
+    finally:
+        await store.close()
 
 
 async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
