@@ -36,6 +36,15 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="where jobs and history live: postgresql://user@host/db, or a SQLite file "
         "(default: comfyfleet.db in the data dir)",
     )
+    serve.add_argument(
+        "--gateway-id",
+        help="this gateway among several sharing one store (default: the id kept in the data dir)",
+    )
+    serve.add_argument(
+        "--lease",
+        help="how long this gateway's jobs stay its own without a heartbeat before another "
+        "gateway takes them over (default 10s)",
+    )
     serve.add_argument("--local-slots", type=int, help="prompts run at once by the built-in engine")
     serve.add_argument("--custom-nodes", action="append", type=Path, metavar="DIR")
     serve.add_argument("--testing-nodes", action="store_true", default=None)
@@ -116,6 +125,8 @@ def serve_main(args: argparse.Namespace) -> int:
             "port",
             "data_dir",
             "store",
+            "gateway_id",
+            "lease",
             "local_slots",
             "custom_nodes",
             "testing_nodes",

@@ -19,7 +19,7 @@ DEFAULT_LEASE = 10.0
 
 
 @dataclass(frozen=True)
-class Gateway:
+class GatewayRecord:
     """A gateway as the store knows it."""
 
     id: str

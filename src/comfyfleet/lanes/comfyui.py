@@ -50,6 +50,9 @@ class BackendHung(BackendError):
 
 
 #: The companion pack's routes (comfyfleet.comfyui_pack; comfyfleet serves them too).
+#: Seconds without a frame from a running prompt before the backend's history is asked
+#: whether it ended (and again as often while it stays quiet).
+QUIET_ASK = 5.0
 PACK_ROUTE = "/comfyfleet/pack"
 VALIDATE_ROUTE = "/comfyfleet/validate"
 
@@ -487,20 +490,34 @@ class ComfyUILane:
         return await self._result(job, entry, copier)
 
     async def _next(self, job: Job, watch: PromptWatch) -> EngineEvent:
+        asked = time.monotonic()
         while True:
             event = await watch.queue.get()
             if event is None:  # the watch's tick: check the clock and the connection
-                idle = time.monotonic() - watch.last_frame
+                now = time.monotonic()
+                idle = now - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout:
                     self._suspect_until = time.monotonic() + self.settings.suspect_for
                     self._interrupt_soon(watch)
                     raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
                     raise BackendLost(f"backend {self.client.spec.name} went away")
+                if idle >= QUIET_ASK and now - asked >= QUIET_ASK:
+                    asked = now
+                    if await self._ended_quietly(job):
+                        # Its frames go elsewhere (submitted by a gateway that died, then
+                        # adopted here), or its done signal was lost: it ended there.
+                        return Message("executing", events.executing(job.prompt_id, None))
                 continue
             if isinstance(event, BackendError):  # lost, or withdrawn from its queue
                 raise event
             return event
+
+    async def _ended_quietly(self, job: Job) -> bool:
+        try:
+            return await self.client.history(job.prompt_id) is not None
+        except BackendError:
+            return False  # asked again later; a lost backend is noticed on its own
 
     async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
         await self.submits.let_pass()

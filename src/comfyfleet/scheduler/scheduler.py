@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from comfyfleet.domain.gateways import DEFAULT_LEASE
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
@@ -128,6 +129,7 @@ class Scheduler:
         *observers: JobObserver,
         max_pending: int = 10_000,
         max_attempts: int = 3,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         self.store = store
         self.observers = Observers(*observers)  # told what happens to each job
@@ -150,6 +152,8 @@ class Scheduler:
         # Jobs set aside for busy remote lanes (still pending in the store), by id.
         self._reserved: dict[str, _Reservation] = {}
         self._reserving: set[asyncio.Task[None]] = set()
+        self.lease = lease  # this gateway's lease on its jobs (`store.join` made it)
+        self._keeper: asyncio.Task[None] | None = None
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -166,13 +170,23 @@ class Scheduler:
 
     async def start(self) -> None:
         running, pending = await self.store.queue()
-        running += await self._recover_reserved([job for job in pending if job.lane])
+        # Of what the store holds, this gateway's own (from before a restart) and orphans:
+        # never another live gateway's.
+        orphans = {job.prompt_id for job in await self.store.orphaned()}
+
+        def ours(job: Job) -> bool:
+            return job.owner == self.store.owner or job.prompt_id in orphans
+
+        running = [job for job in running if ours(job)]
+        running += await self._recover_reserved([j for j in pending if j.lane and ours(j)])
         await self._recall_avoided([job for job in pending if job.attempt > 0])
         for entry in self._lanes.values():
             await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
         self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
         for entry in self._lanes.values():
             await self._start_lane(entry)
+        await self.store.watch_work(self._work_elsewhere)
+        self._keeper = asyncio.create_task(self._keep_lease(), name="lease")
 
     async def _recover(self, lane: Lane, jobs: list[Job]) -> None:
         """Jobs recorded as running on `lane` when the gateway stopped."""
@@ -182,7 +196,10 @@ class Scheduler:
                 log.info("re-queued %d jobs that were running on %s", len(requeued), lane.name)
             return
         for job in jobs:
-            self._follow(lane, job)
+            # Another gateway's (it died): this one's now, the old owner fenced out.
+            adopted = job if job.owner == self.store.owner else await self.store.adopt(job)
+            if adopted is not None:
+                self._follow(lane, adopted)
 
     async def _recall_avoided(self, requeued: list[Job]) -> None:
         """Re-queued jobs keep leaving the lanes they were given back from (failed there,
@@ -267,6 +284,9 @@ class Scheduler:
         """Stop claiming; let running jobs finish for `grace` seconds, then re-queue them
         (`before_requeue` is called first: what they started must outlive the process)."""
         self._stopping = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
         tasks = [t for entry in self._lanes.values() for t in entry.tasks] + list(self._resumes)
         await self._wind_down(tasks, grace, lambda _r: True, before_requeue)
         await self._return_reservations(lambda _r: True, settle=True)
@@ -320,6 +340,56 @@ class Scheduler:
 
     def _queue_changed(self) -> None:
         self.observers.queue_changed(self.queue_remaining)
+
+    # -- several gateways ---------------------------------------------------------
+
+    def _work_elsewhere(self, owner: str) -> None:
+        """Another gateway queued (or gave back) a job: idle slots here look too. It is
+        counted until the next recount, whoever claims it."""
+        if owner != self.store.owner and not self._stopping:
+            self.pending += 1
+            self._wake()
+
+    async def _keep_lease(self) -> None:
+        """Renew this gateway's lease; take over what gateways whose lease ran out left."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await self.store.heartbeat(self.lease):
+                    log.error(
+                        "gateway id %s is now another process's: give each gateway an id "
+                        "of its own (--gateway-id)",
+                        self.store.owner,
+                    )
+                live = await self.store.gateways()
+                await self._take_over(await self.store.orphaned())
+                if len(live) > 1:  # the others' submits and claims count too
+                    self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
+            except StoreError as exc:
+                log.warning("could not renew the lease of gateway %s: %s", self.store.owner, exc)
+
+    async def _take_over(self, orphans: list[Job]) -> None:
+        """Jobs of gateways that are gone: a run on a lane of this gateway's kind is
+        re-queued (in-process) or adopted and followed (a backend's), a reservation
+        given back. A lane this gateway does not have is left to one that has it."""
+        for job in orphans:
+            if job.owner == self.store.owner or job.prompt_id in self._running:
+                continue
+            if job.status == JobStatus.PENDING:
+                await self._unreserve([job.prompt_id])
+                continue
+            entry = self._lanes.get(job.lane or "")
+            if entry is None or entry.retiring:
+                continue
+            if entry.lane.in_process:
+                if await self.store.requeue_orphaned(job):
+                    log.info("re-queued %s: gateway %s is gone", job.prompt_id, job.owner)
+                    self.pending += 1
+                    self.observers.job_requeued(job, {"kind": "orphaned", "from": job.owner})
+                    self._wake()
+            elif (adopted := await self.store.adopt(job)) is not None:
+                log.info("following %s: gateway %s is gone", job.prompt_id, job.owner)
+                self._follow(entry.lane, adopted)
 
     # -- admission ------------------------------------------------------------
 

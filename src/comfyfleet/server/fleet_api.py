@@ -113,8 +113,33 @@ async def resume_backend(request: web.Request) -> web.Response:
     return web.json_response(backend_json(gw, lane))
 
 
+async def list_gateways(request: web.Request) -> web.Response:
+    """The gateways sharing this one's store whose lease holds, and what each runs; this
+    one's own entry also names its lanes."""
+    gw = request.app[GATEWAY]
+    me = gw.store.owner
+    listed = []
+    for record in await gw.store.gateways():
+        entry: dict[str, Any] = {
+            "id": record.id,
+            "host": record.host,
+            "pid": record.pid,
+            "url": record.url,
+            "started_at": record.started_at,
+            "seen_at": record.seen_at,
+            "lease_until": record.lease_until,
+            "running": record.running,
+            "self": record.id == me,
+        }
+        if record.id == me:
+            entry["lanes"] = [lane.name for lane in gw.scheduler.lanes]
+        listed.append(entry)
+    return web.json_response({"gateways": listed, "self": me})
+
+
 def fleet_routes() -> list[Route]:
     return [
+        Route("GET", "/api/fleet/gateways", list_gateways, admin=True),
         Route("GET", "/api/fleet/backends", list_backends, admin=True),
         Route("POST", "/api/fleet/backends", add_backend, admin=True),
         Route("DELETE", "/api/fleet/backends/{name}", remove_backend, admin=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from comfyfleet.domain.gateways import Gateway
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 
@@ -21,7 +21,7 @@ class DuplicateJob(StoreError):
 class GatewayIdInUse(StoreError):
     """Another live process holds this gateway id (`holder`)."""
 
-    def __init__(self, message: str, holder: Gateway) -> None:
+    def __init__(self, message: str, holder: GatewayRecord) -> None:
         super().__init__(message)
         self.holder = holder
 
@@ -34,7 +34,9 @@ class GatewayLeases(Protocol):
     #: The gateway this store claims for: claims, hand-offs and starts record it.
     owner: str
 
-    async def join(self, gateway: Gateway, lease: float, *, replace: str | None = None) -> None:
+    async def join(
+        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
+    ) -> None:
         """Register `gateway` (its id is `owner`) with a lease of `lease` seconds.
         GatewayIdInUse when another instance with that id still holds a lease, unless
         that instance is `replace` (known to be dead: its process is gone)."""
@@ -46,7 +48,7 @@ class GatewayLeases(Protocol):
     async def leave(self) -> None:
         """Unregister (a clean stop: its jobs were finished or re-queued)."""
 
-    async def gateways(self) -> list[Gateway]:
+    async def gateways(self) -> list[GatewayRecord]:
         """Every gateway whose lease holds, with the number of jobs each runs, by id."""
 
     async def orphaned(self) -> list[Job]:

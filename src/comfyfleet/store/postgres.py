@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from comfyfleet.domain.gateways import Gateway
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -486,7 +486,9 @@ class PostgresStore:
 
     # -- gateways and leases ---------------------------------------------------------
 
-    async def join(self, gateway: Gateway, lease: float, *, replace: str | None = None) -> None:
+    async def join(
+        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
+    ) -> None:
         now = self._clock()
 
         async def join(conn: Any) -> Any:
@@ -523,7 +525,7 @@ class PostgresStore:
     async def leave(self) -> None:
         await self._run(lambda db: db.execute(Q["leave"], self._owner_db, self._instance))
 
-    async def gateways(self) -> list[Gateway]:
+    async def gateways(self) -> list[GatewayRecord]:
         rows = await self._run(lambda db: db.fetch(Q["live_gateways"], self._clock()))
         return [_gateway(row, row[8]) for row in rows]
 
@@ -816,9 +818,11 @@ def _job(row: Sequence[Any]) -> Job:
     )
 
 
-def _gateway(row: Sequence[Any], running: int = 0) -> Gateway:
+def _gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
     host, url = from_db(row[2]), from_db(row[4])
-    return Gateway(from_db(row[0]), row[1], host, row[3], url, row[5], row[6], row[7], running)
+    return GatewayRecord(
+        from_db(row[0]), row[1], host, row[3], url, row[5], row[6], row[7], running
+    )
 
 
 async def _candidates(rows: list[Any]) -> Iterable[Job]:

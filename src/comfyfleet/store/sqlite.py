@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from comfyfleet.domain.gateways import Gateway
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -567,7 +567,9 @@ class SQLiteStore:
 
     # -- gateways and leases ---------------------------------------------------------
 
-    async def join(self, gateway: Gateway, lease: float, *, replace: str | None = None) -> None:
+    async def join(
+        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
+    ) -> None:
         joining = dataclasses.replace(gateway, id=self.owner, instance=self._instance)
         op = functools.partial(
             leases.join, joining=joining, lease=lease, now=self._clock(), replace=replace
@@ -587,7 +589,7 @@ class SQLiteStore:
         params = (self.owner, self._instance)
         await self._write(lambda conn: conn.execute(leases.LEAVE, params))
 
-    async def gateways(self) -> list[Gateway]:
+    async def gateways(self) -> list[GatewayRecord]:
         return await self._read(functools.partial(leases.live, now=self._clock()))
 
     async def orphaned(self) -> list[Job]:

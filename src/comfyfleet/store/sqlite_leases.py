@@ -1,4 +1,4 @@
-"""Gateway leases in the SQLite store (the `GatewayLeases` verbs; see store/base.py).
+"""GatewayRecord leases in the SQLite store (the `GatewayLeases` verbs; see store/base.py).
 
 A job's lease is its owner's: one heartbeat renews the lease of every job a gateway
 runs. A job is orphaned once its owner's lease has run out, or when it has no owner
@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from comfyfleet.domain.gateways import Gateway
+from comfyfleet.domain.gateways import GatewayRecord
 
 GATEWAYS_TABLE = """
 CREATE TABLE IF NOT EXISTS gateways (
@@ -69,19 +69,19 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute(GATEWAYS_TABLE)
 
 
-def gateway(row: Sequence[Any], running: int = 0) -> Gateway:
+def gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
     id_, instance, host, pid, url, started_at, seen_at, lease_until = row[:8]
-    return Gateway(id_, instance, host, pid, url, started_at, seen_at, lease_until, running)
+    return GatewayRecord(id_, instance, host, pid, url, started_at, seen_at, lease_until, running)
 
 
-def holder(conn: sqlite3.Connection, gateway_id: str) -> Gateway | None:
+def holder(conn: sqlite3.Connection, gateway_id: str) -> GatewayRecord | None:
     row = conn.execute(SELECT_HOLDER.format(columns=GATEWAY_COLUMNS), (gateway_id,)).fetchone()
     return None if row is None else gateway(row)
 
 
 def join(
-    conn: sqlite3.Connection, joining: Gateway, lease: float, now: float, replace: str | None
-) -> Gateway | None:
+    conn: sqlite3.Connection, joining: GatewayRecord, lease: float, now: float, replace: str | None
+) -> GatewayRecord | None:
     """Register `joining`; the other live instance holding its id instead, if any (but
     `replace`, known dead)."""
     held = holder(conn, joining.id)
@@ -107,7 +107,7 @@ def join(
     return None
 
 
-def live(conn: sqlite3.Connection, now: float) -> list[Gateway]:
+def live(conn: sqlite3.Connection, now: float) -> list[GatewayRecord]:
     columns = ", ".join(f"g.{name}" for name in GATEWAY_COLUMNS.split(", "))
     rows = conn.execute(LIVE_GATEWAYS.format(columns=columns), (now,)).fetchall()
     return [gateway(row, row[8]) for row in rows]

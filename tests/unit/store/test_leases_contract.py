@@ -1,4 +1,4 @@
-"""Gateway leases (base.GatewayLeases), over every store: two store objects on one set of
+"""GatewayRecord leases (base.GatewayLeases), over every store: two store objects on one set of
 data stand for two gateways. A job's lease is its owner's; once it runs out, another
 gateway re-queues or adopts the job, and the old owner's writes are refused."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.domain.gateways import Gateway
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.store.base import GatewayIdInUse, JobStore
 from tests.unit.store.stores import Clock, StoreFactory
@@ -19,8 +19,8 @@ from tests.unit.store.test_store_contract import new_job, result
 LEASE = 10.0
 
 
-def gateway(host: str = "host-a", pid: int = 100) -> Gateway:
-    return Gateway("ignored", "ignored", host, pid, "http://127.0.0.1:8188", 1.0)
+def gateway(host: str = "host-a", pid: int = 100) -> GatewayRecord:
+    return GatewayRecord("ignored", "ignored", host, pid, "http://127.0.0.1:8188", 1.0)
 
 
 @pytest.fixture
