@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -50,6 +51,7 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
+from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.store.postgres_text import (
@@ -220,22 +222,38 @@ class PostgresStore:
 
     async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); DuplicateJob if the id exists."""
+        that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is."""
         now = self._clock()
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
             self._raise_counter(abs(job.number) + 1)
         params = _job_params(job, now, claim_for)
-        db = self._db()
-        with self._wrapped():
+        keyed = job.idempotency
+
+        async def insert(db: Any) -> int | IdempotentRequest:
+            if keyed is not None:
+                taken = await idempotency.claim(db, job.tenant, keyed, job.prompt_id, now)
+                if taken is not None:
+                    return taken
             try:
                 seq: int = await db.fetchval(Q["insert_job"], *params)
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
-        queued = job.pending(seq, now)
+            return seq
+
+        # A keyed job and its key commit together; a plain one is one statement.
+        inserted = await (self._run(insert) if keyed is None else self._write(insert))
+        if isinstance(inserted, IdempotentRequest):
+            raise IdempotencyKeyTaken(inserted)
+        queued = job.pending(inserted, now)
         if claim_for is None:
             return queued
         return replace(queued, status=JobStatus.RUNNING, attempt=1, lane=claim_for, started_at=now)
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if it was less than a window ago."""
+        now = self._clock()
+        return await self._run(lambda db: idempotency.first(db, tenant, key, now))
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64

@@ -123,3 +123,17 @@ CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at
 
 -- ComfyUI's submission counter: a fresh store starts at 0, and a sequence never goes back.
 CREATE SEQUENCE job_number MINVALUE 0 START WITH 0;
+
+-- name: migration_2
+-- Idempotency-Key submits: see schema.sql.
+CREATE TABLE idempotency_keys (
+    tenant       TEXT COLLATE "C" NOT NULL,
+    key          TEXT COLLATE "C" NOT NULL,
+    request_hash TEXT NOT NULL,
+    prompt_id    TEXT NOT NULL,
+    answer       TEXT NOT NULL,
+    created_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
