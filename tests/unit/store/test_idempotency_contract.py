@@ -4,8 +4,11 @@ recorded with its job in one transaction, per tenant, and is free again after th
 from __future__ import annotations
 
 import asyncio
+import textwrap
+import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +20,9 @@ from comfyfleet.domain.idempotency import (
 )
 from comfyfleet.domain.jobs import JobStatus, NewJob
 from comfyfleet.store.base import DuplicateJob, JobStore
-from tests.unit.store.stores import Clock
+from comfyfleet.store.sqlite import SQLiteStore
+from tests.postgres import schema_for
+from tests.unit.store.stores import Clock, kill_while_submitting
 
 
 def keyed(prompt_id: str, key: str = "k1", request_hash: str = "h1", **kw: Any) -> NewJob:
@@ -131,3 +136,55 @@ async def test_unkeyed_jobs_record_no_key(store: JobStore) -> None:
     await store.submit(keyed("p2"))
     first = await store.idempotent_request("default", "k1")
     assert first is not None and first.answer["prompt_id"] == "p2"
+
+
+KEYED_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from comfyfleet.domain.idempotency import IdempotentRequest
+    from comfyfleet.domain.jobs import NewJob
+    from comfyfleet.store.postgres import PostgresStore
+    from comfyfleet.store.sqlite import SQLiteStore
+
+    async def submitter(store, worker):
+        for i in range(1_000_000):
+            pid = f"w{worker}-{i}"
+            keyed = IdempotentRequest(f"key-{pid}", "h", {"prompt_id": pid})
+            prompt = {"1": {"class_type": "Noop", "inputs": {}}}
+            await store.submit(NewJob(pid, i, False, prompt, {}, ["1"], idempotency=keyed))
+            print(pid, flush=True)
+
+    async def main():
+        if sys.argv[1] == "sqlite":
+            store = SQLiteStore(Path(sys.argv[2]) / "jobs.db", synchronous="NORMAL")
+        else:
+            store = PostgresStore(sys.argv[2], schema=sys.argv[3])
+        await store.open()
+        print("open", flush=True)
+        await asyncio.gather(*(submitter(store, w) for w in range(8)))
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_sigkill_never_splits_a_key_from_its_job(
+    store: JobStore, clock: Clock, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if isinstance(store, SQLiteStore):
+        args = ["sqlite", str(tmp_path)]
+    else:
+        args = ["postgres", request.getfixturevalue("postgres_url"), schema_for(tmp_path)]
+    committed = await asyncio.to_thread(kill_while_submitting, KEYED_CHILD, args, 300)
+    clock.now = time.time()  # the child recorded its keys by the real clock
+    jobs, _ = await store.jobs()
+    stored = {job.prompt_id for job in jobs}
+    assert set(committed) <= stored
+    for prompt_id in stored:  # every job has its key ...
+        first = await store.idempotent_request("default", f"key-{prompt_id}")
+        assert first is not None and first.answer == {"prompt_id": prompt_id}
+    for worker in range(8):  # ... and the submit under way at the kill left neither
+        done = [int(p.split("-")[1]) for p in stored if p.startswith(f"w{worker}-")]
+        in_flight = f"w{worker}-{max(done, default=-1) + 1}"
+        assert await store.idempotent_request("default", f"key-{in_flight}") is None
