@@ -3,7 +3,7 @@
 While a job's attempt runs, `JOB` holds which job it is (`tag_job`, set by the
 scheduler in the attempt's task), so every line logged inside the attempt by the
 scheduler, the lane, the engine or node code on its threads carries the job's
-prompt_id, tenant, lane and attempt. A `job` passed in a record's `extra` wins.
+prompt_id, tenant, lane and attempt. A `job_tag` passed in a record's `extra` wins.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class JobTagFilter(logging.Filter):
     """Stamps the current job's tag on each record, in the thread that logged it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "job", None) is None:
-            record.job = JOB.get()
+        if getattr(record, "job_tag", None) is None:
+            record.job_tag = JOB.get()
         return True
 
 
@@ -75,7 +75,7 @@ class JsonFormatter(logging.Formatter):
             line["exception"] = self.redact(self.formatException(record.exc_info))
         if record.stack_info:
             line["stack"] = self.redact(self.formatStack(record.stack_info))
-        tag = getattr(record, "job", None)
+        tag = getattr(record, "job_tag", None)
         if isinstance(tag, JobTag):
             line.update(asdict(tag))
         # ASCII: a lone surrogate in a message cannot break the line's encoding.
