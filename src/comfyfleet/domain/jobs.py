@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.tenants import DEFAULT_TENANT
 
 
@@ -45,6 +46,8 @@ class NewJob:
     client_id: str | None = None
     node_errors: dict[str, Any] = field(default_factory=dict)
     tenant: str = DEFAULT_TENANT  # who submitted it (see comfyfleet.tenants)
+    # Submitted under an Idempotency-Key: the store records the key with the job.
+    idempotency: IdempotentRequest | None = None
 
     def pending(self, seq: int, created_at: float) -> Job:
         """The job as queued (before the store assigns `seq`, 0 stands in)."""

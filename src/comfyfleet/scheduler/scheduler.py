@@ -30,6 +30,7 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
+from comfyfleet.logs import tag_job
 from comfyfleet.scheduler.attempts import AttemptState, EventGate, Running
 from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.retry import RetryPolicy
@@ -879,6 +880,7 @@ class Scheduler:
                 slots.accepted.discard(slot)
 
     async def _finish(self, entry: Running, resume: bool) -> None:
+        tag_job(entry.job)  # this task is the attempt: its log lines name the job
         try:
             result, failure = await self._attempt(entry.lane, entry.job, entry, resume)
         except BaseException:

@@ -78,6 +78,8 @@ class ServerConfig:
     auth_tokens: tuple[AuthToken, ...] = ()
     # The graph editor's files: a build of ComfyUI's frontend (None: comfyui-frontend-package).
     front_end_root: Path | None = None
+    # Log lines: "text", or "json" (one object per line, with the job's fields).
+    log_format: str = "text"
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -203,6 +205,8 @@ def load_config(
     )
     if config.local_slots < 0:
         raise ConfigError("local_slots must be >= 0")
+    if config.log_format not in ("text", "json"):
+        raise ConfigError(f"log_format must be text or json, not {config.log_format!r}")
     if config.output_mode not in ("copy", "reference"):
         raise ConfigError(f"output_mode must be copy or reference, not {config.output_mode!r}")
     if not 0 < config.port < 65536:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 
@@ -130,7 +131,15 @@ class JobStore(GatewayLeases, RemoteJobJournal, Protocol):
         """Durably queue a job as pending; raises StoreError if the id exists.
 
         With `claim_for`, that lane takes the job in the same transaction (running,
-        attempt 1): a hand-off to an idle slot while nothing else is pending."""
+        attempt 1): a hand-off to an idle slot while nothing else is pending.
+
+        With `job.idempotency`, its key is recorded for the job's tenant in the same
+        transaction; when the tenant used the key less than IDEMPOTENCY_WINDOW ago,
+        nothing is written and IdempotencyKeyTaken carries the first request."""
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if recorded less than
+        IDEMPOTENCY_WINDOW ago (by the store's clock); None once the key is free."""
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64

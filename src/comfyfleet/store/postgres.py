@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -52,6 +53,7 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
+from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.postgres_text import (
@@ -235,7 +237,7 @@ class PostgresStore:
 
     async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); DuplicateJob if the id exists."""
+        that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is."""
         now = self._clock()
         # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it, for
         # every gateway: the insert moves the sequence.
@@ -243,13 +245,24 @@ class PostgresStore:
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             ahead = abs(job.number) + 1 if abs(job.number) < COUNTER_MAX else None
         params = (*_job_params(job, now, claim_for), self._owner_db, ahead)
-        db = self._db()
-        with self._wrapped():
+        keyed = job.idempotency
+
+        async def insert(db: Any) -> int | IdempotentRequest:
+            if keyed is not None:
+                taken = await idempotency.claim(db, job.tenant, keyed, job.prompt_id, now)
+                if taken is not None:
+                    return taken
             try:
                 seq: int = await db.fetchval(Q["insert_job"], *params)
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
-        queued = job.pending(seq, now)
+            return seq
+
+        # A keyed job and its key commit together; a plain one is one statement.
+        inserted = await (self._run(insert) if keyed is None else self._write(insert))
+        if isinstance(inserted, IdempotentRequest):
+            raise IdempotencyKeyTaken(inserted)
+        queued = job.pending(inserted, now)
         if claim_for is None:
             return queued
         return replace(
@@ -260,6 +273,11 @@ class PostgresStore:
             started_at=now,
             owner=self.owner,
         )
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if it was less than a window ago."""
+        now = self._clock()
+        return await self._run(lambda db: idempotency.first(db, tenant, key, now))
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64

@@ -366,3 +366,25 @@ WITH job AS (
     SELECT prompt_id, $2, -1, 'requeued', $5 FROM job
 )
 SELECT count(*) = 1 FROM job
+-- name: idempotency_claim
+-- Record a key for its job, in the job's transaction. A key older than the window ($7)
+-- is free again: its row is taken over; a fresh one is left alone and returns no row.
+INSERT INTO idempotency_keys (tenant, key, request_hash, prompt_id, answer, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant, key) DO UPDATE SET
+    request_hash = excluded.request_hash, prompt_id = excluded.prompt_id,
+    answer = excluded.answer, created_at = excluded.created_at
+WHERE idempotency_keys.created_at <= $7
+RETURNING true
+
+-- name: idempotency_first
+SELECT key, request_hash, answer, created_at FROM idempotency_keys
+WHERE tenant = $1 AND key = $2 AND created_at > $3
+
+-- name: idempotency_forget_expired
+-- Each keyed submit forgets a few expired keys (rows another transaction holds are left
+-- to the next one), so the table holds about one window of keys.
+DELETE FROM idempotency_keys WHERE (tenant, key) IN (
+    SELECT tenant, key FROM idempotency_keys WHERE created_at <= $1 LIMIT 16
+    FOR UPDATE SKIP LOCKED
+)

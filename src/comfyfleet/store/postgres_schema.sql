@@ -138,3 +138,17 @@ CREATE TABLE gateways (
     seen_at     DOUBLE PRECISION NOT NULL,
     lease_until DOUBLE PRECISION NOT NULL
 );
+
+-- name: migration_3
+-- Idempotency-Key submits: see schema.sql.
+CREATE TABLE idempotency_keys (
+    tenant       TEXT COLLATE "C" NOT NULL,
+    key          TEXT COLLATE "C" NOT NULL,
+    request_hash TEXT NOT NULL,
+    prompt_id    TEXT NOT NULL,
+    answer       TEXT NOT NULL,
+    created_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);

@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 5 (PRAGMA user_version).
+-- comfyfleet job store, schema version 6 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -124,3 +124,18 @@ CREATE TABLE gateways (
     seen_at     REAL NOT NULL,
     lease_until REAL NOT NULL
 ) WITHOUT ROWID;
+-- Idempotency-Key submits: a tenant's key, a digest of its request and the answer it got,
+-- written in the transaction that inserts the job. A key older than 24 hours is free
+-- again (see comfyfleet.domain.idempotency). Not tied to jobs: the answer outlives a
+-- pruned job for the rest of its window.
+CREATE TABLE idempotency_keys (
+    tenant       TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    prompt_id    TEXT NOT NULL,
+    answer       TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -34,6 +35,7 @@ from comfyfleet.domain.jobs import (
     order_key,
 )
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
@@ -42,7 +44,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -73,6 +75,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     3: journal.migrate,  # the remote-job journal
     4: _add_tenants,
     5: leases.migrate,  # job owners and gateway leases
+    6: idempotency.migrate,  # Idempotency-Key submits
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -333,16 +336,23 @@ class SQLiteStore:
 
     async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); StoreError if the id exists."""
+        that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is."""
         now = self._clock()
         params = _job_params(job, now)
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
             self._number = max(self._number, abs(job.number) + 1)
         op = functools.partial(
-            _insert_job, params=params, claim=claim_for, now=now, owner=self.owner
+            _insert_job,
+            params=params,
+            claim=claim_for,
+            now=now,
+            owner=self.owner,
+            keyed=job.idempotency,
         )
         seq = await self._write(op)
+        if isinstance(seq, IdempotentRequest):
+            raise IdempotencyKeyTaken(seq)
         queued = job.pending(seq, now)
         if claim_for is None:
             self._work_arrived()
@@ -355,6 +365,11 @@ class SQLiteStore:
             started_at=now,
             owner=self.owner,
         )
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if it was less than a window ago."""
+        op = functools.partial(idempotency.first, tenant=tenant, key=key, now=self._clock())
+        return await self._read(op)
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
@@ -804,8 +819,19 @@ def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:
 
 
 def _insert_job(
-    conn: sqlite3.Connection, params: tuple[Any, ...], claim: str | None, now: float, owner: str
-) -> int:
+    conn: sqlite3.Connection,
+    params: tuple[Any, ...],
+    claim: str | None,
+    now: float,
+    owner: str,
+    keyed: IdempotentRequest | None,
+) -> int | IdempotentRequest:
+    """The job's seq; with `keyed`, its key recorded first, or (nothing written) the key's
+    first request when another job holds it."""
+    if keyed is not None:
+        first = idempotency.claim(conn, params[-1], keyed, params[0], now)
+        if first is not None:
+            return first
     try:
         seq: int = conn.execute(INSERT_JOB, params).fetchone()[0]
     except sqlite3.IntegrityError as exc:

@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres import PostgresStore
 from tests.postgres import run_sync, schema_for
-from tests.unit.store.stores import kill_while_submitting
+from tests.unit.store.stores import Clock, kill_while_submitting
 
 
 def new_job(prompt_id: str, number: float = 1) -> NewJob:
@@ -199,6 +201,31 @@ async def test_migrations_run_on_open(
         target
     )
     assert await sql(postgres_url, schema, "SELECT priority FROM jobs") == 0
+
+
+async def test_a_version_2_database_gains_idempotency_keys(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE idempotency_keys")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
+    clock = Clock()
+    again = PostgresStore(postgres_url, schema=schema, clock=clock)
+    await again.open()
+    answer = {"prompt_id": "x", "number": 1, "node_errors": {}}
+    try:
+        assert await again.get("old") is not None
+        for i in range(20):
+            request = IdempotentRequest(f"k{i}", "h", answer)
+            await again.submit(replace(new_job(f"p{i}"), idempotency=request))
+        clock.advance(IDEMPOTENCY_WINDOW)
+        for i in range(2):  # each keyed submit forgets up to 16 expired keys
+            request = IdempotentRequest(f"new{i}", "h", answer)
+            await again.submit(replace(new_job(f"new{i}"), idempotency=request))
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT count(*) FROM idempotency_keys") == 2
 
 
 async def test_stores_opening_at_once_create_the_schema_once(
