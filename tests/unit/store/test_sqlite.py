@@ -8,6 +8,7 @@ import textwrap
 import time
 from collections.abc import AsyncIterator
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -267,7 +268,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 4
+    assert version == sqlite_module.SCHEMA_VERSION == 5
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -295,6 +296,27 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobs)")}
     assert "jobs_tenant" in indexes
+
+
+async def test_version_4_file_gains_the_webhook_outbox(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    hooked = replace(new_job("old"), extra_data={"webhook_url": "https://h.example/"})
+    await store.submit(hooked)
+    await store.close()
+    as_older_schema(path, 4, "DROP TABLE webhook_deliveries", "DROP TABLE webhook_targets")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        await run_to_end(store, "old")
+        [delivery] = (await store.webhook_deliveries())[0]
+        assert (delivery.prompt_id, delivery.url) == ("old", "https://h.example/")
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
 
 
 async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
