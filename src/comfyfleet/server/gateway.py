@@ -26,6 +26,8 @@ from comfyfleet.server.hub import Hub
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.factory import open_store
 from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
+from comfyfleet.webhooks import WebhookSender, WebhookSettings
+from comfyfleet.webhooks.signing import parse_secret
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class Gateway:
     scheduler: Scheduler
     tenants: TenantFolders  # `default` (all jobs when auth is off) has `folders`
     managed: ManagedBackends  # the backend processes it runs itself ([[comfyui]])
+    webhooks: WebhookSender  # job ends to webhooks, from the store's outbox
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -75,13 +78,27 @@ class Gateway:
         scheduler = Scheduler(
             store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
         )
+        webhooks = WebhookSender(store, webhook_settings(config))
+        scheduler.observers.add(webhooks)
         return cls(
-            config, folders, engine, store, fanout, fleet, hub, router, scheduler, tenants, managed
+            config,
+            folders,
+            engine,
+            store,
+            fanout,
+            fleet,
+            hub,
+            router,
+            scheduler,
+            tenants,
+            managed,
+            webhooks,
         )
 
     async def start(self) -> None:
         await self.store.open()
         await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
+        await self.webhooks.start()  # before any job ends: the store matches its targets
         for raw in await self.store.backends():
             try:
                 self.fleet.backend_lane(parse_spec(raw))
@@ -124,6 +141,7 @@ class Gateway:
         # Prompts re-queued at shutdown leave their paid jobs running for the next process.
         await self.scheduler.stop(self.config.shutdown_grace, self.fanout.detach_soon)
         await self.managed.stop()  # their prompts have ended or gone back to the queue
+        await self.webhooks.stop()  # what it was sending is sent again by the next start
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -182,6 +200,19 @@ def fanout_settings(config: ServerConfig) -> FanoutSettings:
     return FanoutSettings(
         image=PoolSize(config.image_concurrency, config.image_pending),
         video=PoolSize(config.video_concurrency, config.video_pending),
+    )
+
+
+def webhook_settings(config: ServerConfig) -> WebhookSettings:
+    host = config.host if ":" not in config.host else f"[{config.host}]"
+    return WebhookSettings(
+        targets=config.webhooks,
+        key=None if config.webhooks_secret is None else parse_secret(config.webhooks_secret),
+        allow_private=config.webhooks_allow_private,
+        timeout=config.webhooks_timeout,
+        retry_for=config.webhooks_retry_for,
+        concurrency=config.webhooks_concurrency,
+        view_base=(config.public_url or f"http://{host}:{config.port}").rstrip("/"),
     )
 
 

@@ -22,6 +22,8 @@ from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.routing import Route, empty_ok
 from comfyfleet.store.base import DuplicateJob, StoreError
+from comfyfleet.webhooks.addresses import NotAllowed
+from comfyfleet.webhooks.submit import check_prompt_webhook
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,10 @@ async def post_prompt(request: web.Request) -> web.Response:
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
+    try:
+        await check_prompt_webhook(new.extra_data, gw.webhooks.settings)
+    except NotAllowed as exc:
+        return bad_request("invalid_webhook", str(exc))
     new = scrub_new_job(gw.engine, replace(new, tenant=tenant))  # typed keys stay out of storage
     try:
         await gw.scheduler.submit(new)

@@ -95,6 +95,10 @@ class WebhookOutbox(Protocol):
         """How an attempt went (the body is kept from the first attempt on); the lease
         ends. False, and nothing written, when the lease is no longer this one."""
 
+    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
+        """Give a claimed delivery back unsent (no attempt counted), due at `next_at`.
+        False when the lease is no longer this one."""
+
     async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None: ...
 
     async def webhook_deliveries(

@@ -627,6 +627,9 @@ class PostgresStore:
         now = self._clock()
         return await self._run(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
 
+    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
+        return await self._run(lambda db: webhooks.release(db, delivery_id, lease, next_at))
+
     async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         return await self._run(lambda db: webhooks.one(db, delivery_id))
 

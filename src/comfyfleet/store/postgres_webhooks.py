@@ -84,6 +84,10 @@ async def record(
     return bool(done)
 
 
+async def release(db: Any, delivery_id: str, lease: str, next_at: float) -> bool:
+    return bool(await db.fetchval(W["release_webhook_delivery"], delivery_id, lease, next_at))
+
+
 async def one(db: Any, delivery_id: str) -> WebhookDelivery | None:
     found = await db.fetchrow(W["webhook_delivery"], to_db(delivery_id))
     return None if found is None else _row(found)

@@ -60,6 +60,11 @@ SET state = $3, attempts = attempts + 1, next_at = coalesce($4, next_at),
 WHERE id = $1 AND lease = $2
 RETURNING true
 
+-- name: release_webhook_delivery
+UPDATE webhook_deliveries SET next_at = $3, lease = NULL, lease_until = 0
+WHERE id = $1 AND lease = $2
+RETURNING true
+
 -- name: webhook_delivery
 SELECT id, prompt_id, tenant, event, target, url, state, attempts, created_at,
        retry_since, next_at, delivered_at, last_status, last_error, body, lease

@@ -517,6 +517,12 @@ class SQLiteStore:
         )
         return await self._write(op)
 
+    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
+        op = functools.partial(
+            webhooks.release, delivery_id=delivery_id, lease=lease, next_at=next_at
+        )
+        return await self._write(op)
+
     async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         return await self._read(functools.partial(webhooks.one, delivery_id=delivery_id))
 

@@ -106,6 +106,10 @@ SET state = :state, attempts = attempts + 1, next_at = coalesce(:next_at, next_a
     lease = NULL, lease_until = 0, updated_at = :now
 WHERE id = :id AND lease = :lease
 """
+RELEASE = """
+UPDATE webhook_deliveries SET next_at = ?, lease = NULL, lease_until = 0
+WHERE id = ? AND lease = ?
+"""
 SELECT_ONE = f"SELECT {_FIELDS} FROM webhook_deliveries WHERE id = ?"
 RETRY = f"""
 UPDATE webhook_deliveries
@@ -185,6 +189,10 @@ def record(
         "body": attempt.body,
     }
     return conn.execute(RECORD, params).rowcount == 1
+
+
+def release(conn: sqlite3.Connection, delivery_id: str, lease: str, next_at: float) -> bool:
+    return conn.execute(RELEASE, (next_at, delivery_id, lease)).rowcount == 1
 
 
 def retry(conn: sqlite3.Connection, delivery_id: str, now: float) -> WebhookDelivery | None:

@@ -149,6 +149,20 @@ async def test_a_claim_leases_deliveries_until_the_lease_ends(
     )
 
 
+async def test_a_released_delivery_is_due_again_with_no_attempt_counted(
+    store: JobStore, clock: Clock
+) -> None:
+    await store.submit(hooked("p1"))
+    await end(store)
+    [claimed] = await store.claim_webhook_deliveries(1, 30)
+    assert await store.release_webhook_delivery(claimed.id, claimed.lease or "", clock.now + 2)
+    assert not await store.release_webhook_delivery(claimed.id, claimed.lease or "", clock.now)
+    assert await store.claim_webhook_deliveries(1, 30) == []
+    clock.advance(2)
+    [again] = await store.claim_webhook_deliveries(1, 30)
+    assert again.id == claimed.id and again.attempts == 0
+
+
 async def test_attempts_are_recorded_and_the_first_body_is_kept(
     store: JobStore, clock: Clock
 ) -> None:
