@@ -6,6 +6,7 @@ hands the connection only public addresses."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import socket
 from urllib.parse import SplitResult, urlsplit
@@ -104,7 +105,8 @@ class PublicResolver(AbstractResolver):
         found = await self._resolver.resolve(host, port, family)
         public = [r for r in found if is_public(ipaddress.ip_address(r["host"].split("%")[0]))]
         if not public:
-            raise OSError(f"{host} resolves to no public address")
+            # strerror: what aiohttp's connection error shows.
+            raise OSError(errno.EHOSTUNREACH, f"{host} resolves to no public address")
         return public
 
     async def close(self) -> None:
