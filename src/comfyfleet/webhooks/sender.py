@@ -6,9 +6,11 @@ the same PostgreSQL) and for what an earlier process left. Each claimed delivery
 leased in the store, so two senders never send one at the same moment; a sender that
 dies holding one leaves it to the next claim once the lease ends (at least once). Each
 attempt has its own timeout and at most `concurrency` run at once, at most a quarter of
-them to one destination (a target, or a prompt URL's host): a claimed delivery whose
-destination is full is given back for a second. So a receiver that hangs holds a few
-slots for one timeout each, and delays nobody else.
+them to one destination (a target, or a prompt URL's host). A claimed delivery whose
+destination is busy waits for it, up to three times as many as it has slots; beyond
+that, it is given back for a moment (for one timeout when the destination has finished
+no attempt for a second: it hangs). So a receiver that hangs holds a few slots for one
+timeout each, and delays nobody else.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import functools
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 import aiohttp
@@ -38,8 +40,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between looks at the outbox when nothing wakes the sender.
 POLL = 1.0
-#: A lease outlasts an attempt's timeout by this much (time to record the attempt).
-LEASE_MARGIN = 5.0
+#: Deliveries held for a busy destination, per slot it has: each waits at most this many
+#: attempts' time, and its lease lasts one more (and a margin to record the attempt).
+WAITING_PER_SLOT, LEASE_MARGIN = 3, 5.0
 #: Retries wait 1 s, 2 s, 4 s ... at most 30 min (with jitter), within the retry window.
 FIRST_RETRY, LONGEST_RETRY = 1.0, 1800.0
 #: Bytes of a receiver's answer read (the rest is never read); characters kept of it.
@@ -66,6 +69,8 @@ class WebhookSender(JobObserver):
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self._per_destination: Counter[str] = Counter()
+        self._waiting: dict[str, deque[WebhookDelivery]] = {}
+        self._progress: dict[str, float] = {}  # destination -> its last attempt's end
         self._destination_cap = max(1, settings.concurrency // 4)
         self._task: asyncio.Task[None] | None = None
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
@@ -100,6 +105,7 @@ class WebhookSender(JobObserver):
     async def stop(self) -> None:
         """Stop sending: attempts under way are abandoned (their leases end, and a later
         claim sends them again)."""
+        self._waiting.clear()  # held deliveries: their leases end too
         tasks = [t for t in (self._task, *self._inflight) if t is not None]
         for task in tasks:
             task.cancel()
@@ -119,44 +125,62 @@ class WebhookSender(JobObserver):
             claimed: list[WebhookDelivery] = []
             try:
                 if free > 0:
-                    lease = self.settings.timeout + LEASE_MARGIN
+                    # Time to wait for its destination, then for its own attempt.
+                    lease = (WAITING_PER_SLOT + 1) * self.settings.timeout + LEASE_MARGIN
                     claimed = await self.store.claim_webhook_deliveries(free, lease)
                 if self._clock() - pruned > PRUNE_EVERY:
                     await self.store.prune_webhook_deliveries(self._clock() - KEEP_FINISHED)
                     pruned = self._clock()
             except StoreError as exc:
                 log.warning("webhook outbox unavailable: %s", exc)
-            started = await self._start_all(claimed)
-            if claimed and len(claimed) == free and started:
+            taken = await self._start_all(claimed)
+            if claimed and len(claimed) == free and taken:
                 continue  # more may be due
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), POLL)
 
     async def _start_all(self, claimed: list[WebhookDelivery]) -> int:
-        """Start an attempt for each delivery whose destination has room; give the
-        others back for a second. Returns how many started."""
-        started = 0
+        """Start an attempt for each delivery whose destination has room, hold some for
+        when it has, give the rest back (see the module doc). Returns how many it took on."""
+        taken = 0
         for delivery in claimed:
             where = _destination_key(delivery)
-            if self._per_destination[where] >= self._destination_cap:
+            waiting = self._waiting.setdefault(where, deque())
+            if self._per_destination[where] < self._destination_cap:
+                self._start(where, delivery)
+            elif len(waiting) < WAITING_PER_SLOT * self._destination_cap:
+                waiting.append(delivery)
+            else:
+                stalled = self._clock() - self._progress.get(where, 0.0) > POLL
+                later = self._clock() + (self.settings.timeout if stalled else POLL / 10)
                 with contextlib.suppress(StoreError):
-                    later = self._clock() + POLL
                     await self.store.release_webhook_delivery(
                         delivery.id, delivery.lease or "", later
                     )
                 continue
-            self._per_destination[where] += 1
-            task = asyncio.create_task(self._deliver(delivery))
-            self._inflight.add(task)
-            task.add_done_callback(functools.partial(self._done, where))
-            started += 1
-        return started
+            taken += 1
+        return taken
+
+    def _start(self, where: str, delivery: WebhookDelivery) -> None:
+        if not self._per_destination[where]:
+            self._progress[where] = self._clock()  # idle until now: not stalled
+        self._per_destination[where] += 1
+        task = asyncio.create_task(self._deliver(delivery))
+        self._inflight.add(task)
+        task.add_done_callback(functools.partial(self._done, where))
 
     def _done(self, where: str, task: asyncio.Task[None]) -> None:
+        self._progress[where] = self._clock()
         self._per_destination[where] -= 1
-        if not self._per_destination[where]:
-            del self._per_destination[where]
         self._inflight.discard(task)
+        waiting = self._waiting.get(where)
+        if waiting:
+            self._start(where, waiting.popleft())
+        else:
+            self._waiting.pop(where, None)
+            if not self._per_destination[where]:
+                del self._per_destination[where]
+                del self._progress[where]
         self._wake.set()  # a slot is free
         if not task.cancelled() and task.exception() is not None:
             log.error("webhook delivery failed", exc_info=task.exception())
