@@ -46,7 +46,7 @@ async def test_every_end_is_delivered_once_after_a_sigkill(tmp_path: Path) -> No
         receiver.mode = "ok"
         second = await asyncio.to_thread(ServerProcess(data, "--config", str(config)).start)
         try:
-            # The dead process's lease on the one it was sending ends after 1 + 5 s.
+            # The dead process's lease on the one it was sending ends after 4 x 1 + 5 s.
             got = await receiver.wait_for(len(ids), timeout=60)
         finally:
             second.kill()
