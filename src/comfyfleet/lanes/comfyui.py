@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus
+from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
@@ -55,6 +56,8 @@ class BackendHung(BackendError):
 QUIET_ASK = 5.0
 PACK_ROUTE = "/comfyfleet/pack"
 VALIDATE_ROUTE = "/comfyfleet/validate"
+#: extra_data keys a backend is not sent: this gateway routes events and sends webhooks.
+BACKEND_DROPS = frozenset({"client_id", URL_KEY, EVENTS_KEY})
 
 
 class PromptRefused(Exception):
@@ -416,7 +419,8 @@ class ComfyUILane:
         raise BackendError("websocket closed")
 
     async def _submit(self, job: Job) -> None:
-        extra = {k: v for k, v in job.extra_data.items() if k != "client_id"}
+        # The backend sends no webhook of its own: this gateway delivers the job's end.
+        extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs

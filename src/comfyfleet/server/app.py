@@ -27,6 +27,7 @@ from comfyfleet.server.settings import settings_routes
 from comfyfleet.server.system import system_routes
 from comfyfleet.server.userdata import userdata_routes
 from comfyfleet.server.waits import WAITS, PromptWaits
+from comfyfleet.server.webhooks_api import webhook_routes
 from comfyfleet.server.ws import ws_routes
 from comfyfleet.store.postgres_url import redact_urls_in
 
@@ -39,7 +40,7 @@ def build_app(gateway: Gateway) -> web.Application:
         """The folders of the tenant a request acts for."""
         return gateway.tenants.of(tenant_name(request))
 
-    routes = prompt_routes() + job_routes() + fleet_routes() + ws_routes()
+    routes = prompt_routes() + job_routes() + fleet_routes() + ws_routes() + webhook_routes()
     routes += file_routes(
         gateway.folders,
         max_upload_bytes=config.max_upload_bytes,

@@ -15,6 +15,7 @@ from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
 if TYPE_CHECKING:
     from comfyfleet.managed.spec import ManagedGroup
+    from comfyfleet.webhooks.settings import WebhookConfig
 
 DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
 
@@ -80,6 +81,17 @@ class ServerConfig:
     front_end_root: Path | None = None
     # Log lines: "text", or "json" (one object per line, with the job's fields).
     log_format: str = "text"
+    # Webhooks: `[[webhooks]]` targets, and the secret (whsec_...) that signs the webhooks
+    # prompts name themselves (extra_data.webhook_url); none without it.
+    webhooks: tuple[WebhookConfig, ...] = ()
+    webhooks_secret: str | None = field(default=None, repr=False)
+    webhooks_secret_file: Path | None = None
+    webhooks_allow_private: bool = False  # prompts' webhooks to loopback, private addresses
+    webhooks_timeout: float = 10.0  # seconds per attempt
+    webhooks_retry_for: float = 86400.0  # seconds of retries, then the dead-letter list
+    webhooks_concurrency: int = 32
+    # Where clients reach this server (the /view URLs in webhook bodies); None: host:port.
+    public_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -109,7 +121,9 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "store":  # checked on its own: its errors never show the value
         return _store_location(value)
     try:
-        if name == "lease":
+        if name == "webhooks":
+            return value if isinstance(value, tuple) else _webhook_tables(value, Path.cwd())
+        if name in ("lease", "webhooks_retry_for"):
             return float(value) if isinstance(value, int | float) else parse_duration(str(value))
         if name == "history_max_age":
             return (
@@ -133,9 +147,9 @@ def _coerce(name: str, value: Any) -> Any:
             return tuple(Path(p) for p in items if str(p))
         if name == "data_dir":
             return Path(value)
-        if name in ("secrets_file", "front_end_root"):
+        if name in ("secrets_file", "front_end_root", "webhooks_secret_file"):
             return None if value in (None, "") else Path(value)
-        if name == "testing_nodes":
+        if name in ("testing_nodes", "webhooks_allow_private"):
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
         if "int" in kind:
             return None if value in (None, "") else int(value)
@@ -184,6 +198,8 @@ def load_config(
                 continue
             if name == "comfyui":  # its paths are relative to the file
                 value = _comfyui_tables(value, config_file.parent)
+            if name == "webhooks":  # so are its secret files
+                value = _webhook_tables(value, config_file.parent)
             (values if name in known else extra)[name] = value
     environ = os.environ if env is None else env
     for key, value in environ.items():
@@ -217,6 +233,7 @@ def load_config(
         )
     if not 1.0 <= config.lease <= 3600.0:
         raise ConfigError(f"lease must be between 1 s and 1 h, not {config.lease:g} s")
+    config = _checked_webhooks(config)
     if config.auth_enabled and config.output_mode == "reference":
         raise ConfigError(
             "output_mode reference cannot keep tenants' outputs apart (files stay on shared "
@@ -255,6 +272,43 @@ def _comfyui_flags(flags: dict[str, Any]) -> None:
             raise ConfigError("--comfyui-python, --gpus and --per-gpu go with --comfyui DIR")
         return
     flags["comfyui"] = _comfyui_tables([{"path": str(path), **table}], Path.cwd())
+
+
+# -- webhooks -------------------------------------------------------------------------
+
+
+def _webhook_tables(value: Any, base: Path) -> tuple[WebhookConfig, ...]:
+    from comfyfleet.webhooks.settings import parse_tables
+
+    try:
+        return parse_tables(value, base)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _checked_webhooks(config: ServerConfig) -> ServerConfig:
+    """The webhook settings checked; the secret file read into `webhooks_secret`."""
+    from comfyfleet.webhooks.settings import read_secret_file
+    from comfyfleet.webhooks.signing import parse_secret
+
+    secret = config.webhooks_secret or None
+    try:
+        if config.webhooks_secret_file is not None:
+            if secret is not None:
+                raise ValueError("give webhooks_secret or webhooks_secret_file, not both")
+            secret = read_secret_file(config.webhooks_secret_file)
+        if secret is not None:
+            parse_secret(secret)  # its errors never quote it
+    except ValueError as exc:
+        raise ConfigError(f"webhooks_secret: {exc}") from None
+    if not config.webhooks_timeout > 0 or config.webhooks_concurrency < 1:
+        raise ConfigError("webhooks_timeout must be > 0 and webhooks_concurrency >= 1")
+    if config.webhooks_retry_for < 0:
+        raise ConfigError("webhooks_retry_for must be >= 0")
+    public = config.public_url
+    if public is not None and not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", public):
+        raise ConfigError(f"public_url must be an http(s) URL without query: {public!r}")
+    return replace(config, webhooks_secret=secret)
 
 
 # -- authentication ------------------------------------------------------------------

@@ -28,6 +28,8 @@ from comfyfleet.server.identity import process_alive, this_gateway
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
 from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
+from comfyfleet.webhooks import WebhookSender, WebhookSettings
+from comfyfleet.webhooks.signing import parse_secret
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class Gateway:
     tenants: TenantFolders  # `default` (all jobs when auth is off) has `folders`
     managed: ManagedBackends  # the backend processes it runs itself ([[comfyui]])
     identity: GatewayRecord  # this gateway among those sharing the store
+    webhooks: WebhookSender  # job ends to webhooks, from the store's outbox
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -87,6 +90,8 @@ class Gateway:
             max_attempts=config.max_attempts,
             lease=config.lease,
         )
+        webhooks = WebhookSender(store, webhook_settings(config))
+        scheduler.observers.add(webhooks)
         return cls(
             config,
             folders,
@@ -100,12 +105,14 @@ class Gateway:
             tenants,
             managed,
             identity,
+            webhooks,
         )
 
     async def start(self) -> None:
         await self.store.open()
         await self._join()
         await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
+        await self.webhooks.start()  # before any job ends: the store matches its targets
         for raw in await self.store.backends():
             try:
                 self.fleet.backend_lane(parse_spec(raw))
@@ -165,6 +172,7 @@ class Gateway:
             await self.store.leave()  # nothing of this gateway's is left running
         except StoreError as exc:
             log.warning("could not leave the store's gateways: %s", exc)
+        await self.webhooks.stop()  # what it was sending is sent again by the next start
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -223,6 +231,19 @@ def fanout_settings(config: ServerConfig) -> FanoutSettings:
     return FanoutSettings(
         image=PoolSize(config.image_concurrency, config.image_pending),
         video=PoolSize(config.video_concurrency, config.video_pending),
+    )
+
+
+def webhook_settings(config: ServerConfig) -> WebhookSettings:
+    host = config.host if ":" not in config.host else f"[{config.host}]"
+    return WebhookSettings(
+        targets=config.webhooks,
+        key=None if config.webhooks_secret is None else parse_secret(config.webhooks_secret),
+        allow_private=config.webhooks_allow_private,
+        timeout=config.webhooks_timeout,
+        retry_for=config.webhooks_retry_for,
+        concurrency=config.webhooks_concurrency,
+        view_base=(config.public_url or f"http://{host}:{config.port}").rstrip("/"),
     )
 
 

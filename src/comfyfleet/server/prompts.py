@@ -31,6 +31,8 @@ from comfyfleet.server.idempotency import (
 from comfyfleet.server.routing import Route, empty_ok
 from comfyfleet.server.waits import WAITS, BadWait, wait_seconds
 from comfyfleet.store.base import DuplicateJob, StoreError
+from comfyfleet.webhooks.addresses import NotAllowed
+from comfyfleet.webhooks.submit import check_prompt_webhook
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,10 @@ async def _submit(
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
+    try:
+        await check_prompt_webhook(new.extra_data, gw.webhooks.settings)
+    except NotAllowed as exc:
+        return bad_request("invalid_webhook", str(exc))
     answer = {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     keyed_request = None if keyed is None else IdempotentRequest(*keyed, answer)
     new = replace(new, tenant=tenant, idempotency=keyed_request)

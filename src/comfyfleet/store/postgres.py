@@ -53,8 +53,16 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
+from comfyfleet.domain.webhooks import (
+    EVENT_OF,
+    DeliveryAttempt,
+    DeliveryState,
+    WebhookDelivery,
+    WebhookTarget,
+)
 from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
+from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.postgres_text import (
     from_db,
@@ -68,7 +76,7 @@ from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")
 
-Q = load_blocks("postgres_queries.sql")
+Q = webhooks.with_deliveries(load_blocks("postgres_queries.sql"))
 SCHEMA = load_blocks("postgres_schema.sql")
 
 #: Migrations by version: MIGRATIONS[n] takes a version n-1 database to version n.
@@ -393,6 +401,7 @@ class PostgresStore:
             encoded.meta,
             *encoded.events,
             *encoded.files,
+            EVENT_OF[result.status].value,
         )
         return bool(await self._run(lambda db: db.fetchval(Q["finish_job"], *params)))
 
@@ -736,6 +745,53 @@ class PostgresStore:
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
         return await self._run(journal.live)
+
+    # -- webhook outbox -----------------------------------------------------------------
+
+    async def set_webhook_targets(self, targets: Sequence[WebhookTarget]) -> None:
+        """Replace the server-wide targets that job ends are matched against."""
+        await self._write(lambda conn: webhooks.set_targets(conn, targets))
+
+    async def claim_webhook_deliveries(
+        self, limit: int, lease_seconds: float
+    ) -> list[WebhookDelivery]:
+        """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
+        now, lease = self._clock(), uuid.uuid4().hex
+        return await self._run(
+            lambda db: webhooks.claim(db, limit, lease, now, now + lease_seconds)
+        )
+
+    async def record_webhook_attempt(
+        self, delivery_id: str, lease: str, attempt: DeliveryAttempt
+    ) -> bool:
+        now = self._clock()
+        return await self._run(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
+
+    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
+        return await self._run(lambda db: webhooks.release(db, delivery_id, lease, next_at))
+
+    async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        return await self._run(lambda db: webhooks.one(db, delivery_id))
+
+    async def webhook_deliveries(
+        self,
+        *,
+        state: DeliveryState | None = None,
+        prompt_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[WebhookDelivery], int]:
+        """A page of deliveries, newest first, and how many match."""
+        return await self._snapshot(
+            lambda conn: webhooks.page(conn, state, prompt_id, limit, offset)
+        )
+
+    async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        now = self._clock()
+        return await self._run(lambda db: webhooks.retry(db, delivery_id, now))
+
+    async def prune_webhook_deliveries(self, before: float) -> int:
+        return await self._run(lambda db: webhooks.prune(db, before))
 
     async def prune_remote_jobs(self, finished_before: float) -> int:
         return await self._run(lambda db: journal.prune(db, finished_before))

@@ -65,11 +65,12 @@ SELECT pg_notify('comfyfleet_work', $2) FROM (SELECT count(*) AS n FROM given) g
 -- name: finish_job
 -- One statement, one round trip: the update fenced on the attempt and, only when it
 -- changed the job, the history entry ($6: whether the status makes one), the attempt's
--- messages (seq, type, data side by side) and the files it wrote, in the order given.
+-- messages (seq, type, data side by side), the files it wrote, in the order given, and
+-- the webhook deliveries of its event ($15; see postgres_webhooks.sql).
 WITH job AS (
     UPDATE jobs SET status = $3, finished_at = $4, error = $5
     WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
-    RETURNING prompt_id
+    RETURNING prompt_id, tenant, extra_data, $15::text AS event, $4::double precision AS at
 ), entry AS (
     INSERT INTO history (prompt_id, status, outputs, meta, completed_at)
     SELECT prompt_id, $3, $7, $8, $4 FROM job WHERE $6::boolean
@@ -83,7 +84,7 @@ WITH job AS (
     FROM job, unnest($12::text[], $13::text[], $14::text[])
         WITH ORDINALITY AS f (filename, subfolder, type, n)
     ORDER BY f.n
-)
+), hooks AS ({webhook_deliveries})
 SELECT count(*) = 1 FROM job
 
 -- name: requeue_job
@@ -115,14 +116,21 @@ WHERE status = 'running' AND starts_with(lane, $1)
 RETURNING prompt_id, seq
 
 -- name: cancel_jobs
--- $3: the statuses that may be cancelled (pending, and running unless pending_only).
-UPDATE jobs SET status = 'cancelled', finished_at = $1
-WHERE prompt_id = ANY($2::text[]) AND status = ANY($3::text[])
-RETURNING prompt_id
+-- $3: the statuses that may be cancelled (pending, and running unless pending_only); the
+-- webhook deliveries of the cancellations with them.
+WITH job AS (
+    UPDATE jobs SET status = 'cancelled', finished_at = $1
+    WHERE prompt_id = ANY($2::text[]) AND status = ANY($3::text[])
+    RETURNING prompt_id, tenant, extra_data, 'job.cancelled'::text AS event, $1::double precision AS at
+), hooks AS ({webhook_deliveries})
+SELECT prompt_id FROM job
 
 -- name: cancel_pending
-UPDATE jobs SET status = 'cancelled', finished_at = $1 WHERE status = 'pending'
-RETURNING prompt_id, seq
+WITH job AS (
+    UPDATE jobs SET status = 'cancelled', finished_at = $1 WHERE status = 'pending'
+    RETURNING prompt_id, seq, tenant, extra_data, 'job.cancelled'::text AS event, $1::double precision AS at
+), hooks AS ({webhook_deliveries})
+SELECT prompt_id, seq FROM job
 
 -- name: delete_history
 DELETE FROM history WHERE prompt_id = ANY($1::text[])

@@ -152,3 +152,38 @@ CREATE TABLE idempotency_keys (
 );
 
 CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+-- name: migration_4
+-- The webhook outbox (see schema.sql and postgres_webhooks.sql). Server-wide targets,
+-- mirrored from the config without their secrets; NULL events or tenants: every one.
+CREATE TABLE webhook_targets (
+    name    TEXT COLLATE "C" PRIMARY KEY,
+    url     TEXT NOT NULL,
+    events  TEXT[],
+    tenants TEXT[]
+);
+
+CREATE TABLE webhook_deliveries (
+    pos          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id           TEXT COLLATE "C" NOT NULL UNIQUE,
+    prompt_id    TEXT COLLATE "C" NOT NULL,
+    tenant       TEXT COLLATE "C" NOT NULL,
+    event        TEXT COLLATE "C" NOT NULL,
+    target       TEXT COLLATE "C",
+    url          TEXT NOT NULL,
+    state        TEXT COLLATE "C" NOT NULL,
+    attempts     BIGINT NOT NULL DEFAULT 0,
+    created_at   DOUBLE PRECISION NOT NULL,
+    retry_since  DOUBLE PRECISION NOT NULL,
+    next_at      DOUBLE PRECISION NOT NULL,
+    lease        TEXT COLLATE "C",
+    lease_until  DOUBLE PRECISION NOT NULL DEFAULT 0,
+    delivered_at DOUBLE PRECISION,
+    last_status  INTEGER,
+    last_error   TEXT,
+    body         TEXT,
+    updated_at   DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, pos) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_state ON webhook_deliveries (state, pos);
+CREATE INDEX webhook_deliveries_prompt ON webhook_deliveries (prompt_id);

@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 6 (PRAGMA user_version).
+-- comfyfleet job store, schema version 7 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -139,3 +139,42 @@ CREATE TABLE idempotency_keys (
 ) WITHOUT ROWID;
 
 CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+-- Server-wide webhooks ([[webhooks]] in the config, without their secrets), mirrored at
+-- start so a job's end finds its targets in the same transaction. events and tenants:
+-- space-delimited words with a space at each end; NULL for every one.
+CREATE TABLE webhook_targets (
+    name    TEXT PRIMARY KEY,
+    url     TEXT NOT NULL,
+    events  TEXT,
+    tenants TEXT
+) WITHOUT ROWID;
+
+-- The webhook outbox: one row per job end and target, written with the end (see
+-- sqlite_webhooks.py). `id` is the webhook-id every attempt carries; a sender leases a
+-- row (lease, lease_until) while it sends. Not tied to jobs: a delivery outlives
+-- retention, and `body` keeps what was first sent.
+CREATE TABLE webhook_deliveries (
+    pos          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT NOT NULL UNIQUE,
+    prompt_id    TEXT NOT NULL,
+    tenant       TEXT NOT NULL,
+    event        TEXT NOT NULL,
+    target       TEXT,           -- a webhook_targets name; NULL: the job's own webhook_url
+    url          TEXT NOT NULL,
+    state        TEXT NOT NULL,  -- pending, delivered or dead
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    created_at   REAL NOT NULL,
+    retry_since  REAL NOT NULL,
+    next_at      REAL NOT NULL,
+    lease        TEXT,
+    lease_until  REAL NOT NULL DEFAULT 0,
+    delivered_at REAL,
+    last_status  INTEGER,
+    last_error   TEXT,
+    body         TEXT,
+    updated_at   REAL NOT NULL
+);
+
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, pos) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_state ON webhook_deliveries (state, pos);
+CREATE INDEX webhook_deliveries_prompt ON webhook_deliveries (prompt_id);

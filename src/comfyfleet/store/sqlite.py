@@ -35,16 +35,25 @@ from comfyfleet.domain.jobs import (
     order_key,
 )
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.domain.webhooks import (
+    EVENT_OF,
+    DeliveryAttempt,
+    DeliveryState,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookTarget,
+)
 from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
+from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -76,6 +85,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _add_tenants,
     5: leases.migrate,  # job owners and gateway leases
     6: idempotency.migrate,  # Idempotency-Key submits
+    7: webhooks.migrate,  # the webhook outbox
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -533,6 +543,64 @@ class SQLiteStore:
     async def prune_remote_jobs(self, finished_before: float) -> int:
         return await self._write(functools.partial(journal.prune, before=finished_before))
 
+    # -- webhook outbox -----------------------------------------------------------------
+
+    async def set_webhook_targets(self, targets: Sequence[WebhookTarget]) -> None:
+        """Replace the server-wide targets that job ends are matched against."""
+        await self._write(functools.partial(webhooks.set_targets, targets=list(targets)))
+
+    async def claim_webhook_deliveries(
+        self, limit: int, lease_seconds: float
+    ) -> list[WebhookDelivery]:
+        """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
+        now = self._clock()
+        op = functools.partial(
+            webhooks.claim, limit=limit, lease=uuid.uuid4().hex, now=now, until=now + lease_seconds
+        )
+        return await self._write(op)
+
+    async def record_webhook_attempt(
+        self, delivery_id: str, lease: str, attempt: DeliveryAttempt
+    ) -> bool:
+        op = functools.partial(
+            webhooks.record,
+            delivery_id=delivery_id,
+            lease=lease,
+            attempt=attempt,
+            now=self._clock(),
+        )
+        return await self._write(op)
+
+    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
+        op = functools.partial(
+            webhooks.release, delivery_id=delivery_id, lease=lease, next_at=next_at
+        )
+        return await self._write(op)
+
+    async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        return await self._read(functools.partial(webhooks.one, delivery_id=delivery_id))
+
+    async def webhook_deliveries(
+        self,
+        *,
+        state: DeliveryState | None = None,
+        prompt_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[WebhookDelivery], int]:
+        """A page of deliveries, newest first, and how many match."""
+        op = functools.partial(
+            webhooks.page, state=state, prompt_id=prompt_id, limit=limit, offset=offset
+        )
+        return await self._read(op)
+
+    async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        op = functools.partial(webhooks.retry, delivery_id=delivery_id, now=self._clock())
+        return await self._write(op)
+
+    async def prune_webhook_deliveries(self, before: float) -> int:
+        return await self._write(functools.partial(webhooks.prune, before=before))
+
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""
         op = functools.partial(
@@ -738,6 +806,7 @@ class _ResultParams:
 
     def __init__(self, result: JobResult) -> None:
         self.status = result.status.value
+        self.event = EVENT_OF[result.status]
         self.historic = result.status in HISTORIC
         self.error = None if result.error is None else _dumps(result.error)
         self.outputs = _dumps(result.outputs)
@@ -904,6 +973,7 @@ def _finish(
         conn.execute(INSERT_HISTORY, (prompt_id, result.status, result.outputs, result.meta, now))
     conn.executemany(INSERT_EVENT, [(prompt_id, attempt, *event) for event in result.events])
     conn.executemany(INSERT_OUTPUT, [(prompt_id, *file) for file in result.files])
+    webhooks.enqueue(conn, prompt_id, result.event, now)
     return True
 
 
@@ -951,12 +1021,18 @@ def _requeue_lane(conn: sqlite3.Connection, prefix: str, owner: str, now: float)
 def _cancel(conn: sqlite3.Connection, ids: list[str], pending_only: bool, now: float) -> list[str]:
     statuses = "('pending')" if pending_only else "('pending', 'running')"
     statement = CANCEL_JOB + statuses
-    return [pid for pid in ids if conn.execute(statement, (now, pid)).rowcount]
+    cancelled = [pid for pid in ids if conn.execute(statement, (now, pid)).rowcount]
+    for prompt_id in cancelled:
+        webhooks.enqueue(conn, prompt_id, WebhookEvent.CANCELLED, now)
+    return cancelled
 
 
 def _cancel_pending(conn: sqlite3.Connection, now: float) -> list[str]:
     rows = conn.execute(CANCEL_PENDING, (now,)).fetchall()
-    return [prompt_id for prompt_id, _ in sorted(rows, key=lambda row: row[1])]
+    cancelled = [prompt_id for prompt_id, _ in sorted(rows, key=lambda row: row[1])]
+    for prompt_id in cancelled:
+        webhooks.enqueue(conn, prompt_id, WebhookEvent.CANCELLED, now)
+    return cancelled
 
 
 def _delete_history(conn: sqlite3.Connection, ids: list[str]) -> None:

@@ -208,7 +208,8 @@ async def test_a_version_2_database_gains_idempotency_keys(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE idempotency_keys")
+    for table in ("idempotency_keys", "webhook_deliveries", "webhook_targets"):  # 3 and on
+        await sql(postgres_url, schema, f"DROP TABLE {table}")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
     clock = Clock()
     again = PostgresStore(postgres_url, schema=schema, clock=clock)

@@ -269,7 +269,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 6
+    assert version == sqlite_module.SCHEMA_VERSION == 7
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -330,6 +330,16 @@ async def test_version_5_file_gains_idempotency_keys(tmp_path: Path) -> None:
     await store.close()
     as_older_schema(path, 5, "DROP TABLE idempotency_keys")
 
+
+async def test_version_6_file_gains_the_webhook_outbox(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    hooked = replace(new_job("old"), extra_data={"webhook_url": "https://h.example/"})
+    await store.submit(hooked)
+    await store.close()
+    as_older_schema(path, 6, "DROP TABLE webhook_deliveries", "DROP TABLE webhook_targets")
+
     store = SQLiteStore(path)
     await store.open()
     try:
@@ -339,6 +349,9 @@ async def test_version_5_file_gains_idempotency_keys(tmp_path: Path) -> None:
         await store.submit(keyed)
         first = await store.idempotent_request("default", "k")
         assert first is not None and first.answer == answer
+        await run_to_end(store, "old")
+        [delivery] = (await store.webhook_deliveries())[0]
+        assert (delivery.prompt_id, delivery.url) == ("old", "https://h.example/")
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:

@@ -1,0 +1,235 @@
+"""The webhook outbox's SQL on SQLite: operations the store runs on its threads.
+
+Deliveries are recorded by `enqueue`, which the store's finish and cancel operations
+call inside their own transaction, so a job's end and its deliveries commit together.
+A server-wide target's events and tenants are kept as space-delimited words with a
+space at each end (` job.failed job.succeeded `), so one `instr` tells a match.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from comfyfleet.domain.webhooks import (
+    DeliveryAttempt,
+    DeliveryState,
+    WebhookDelivery,
+    WebhookEvent,
+    WebhookTarget,
+)
+
+#: Version 5 adds the outbox; IF NOT EXISTS because a fresh file already has it.
+WEBHOOKS_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS webhook_targets (
+        name    TEXT PRIMARY KEY,
+        url     TEXT NOT NULL,
+        events  TEXT,
+        tenants TEXT
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS webhook_deliveries (
+        pos          INTEGER PRIMARY KEY AUTOINCREMENT,
+        id           TEXT NOT NULL UNIQUE,
+        prompt_id    TEXT NOT NULL,
+        tenant       TEXT NOT NULL,
+        event        TEXT NOT NULL,
+        target       TEXT,
+        url          TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        created_at   REAL NOT NULL,
+        retry_since  REAL NOT NULL,
+        next_at      REAL NOT NULL,
+        lease        TEXT,
+        lease_until  REAL NOT NULL DEFAULT 0,
+        delivered_at REAL,
+        last_status  INTEGER,
+        last_error   TEXT,
+        body         TEXT,
+        updated_at   REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (next_at, pos) "
+    "WHERE state = 'pending'",
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_state ON webhook_deliveries (state, pos)",
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_prompt ON webhook_deliveries (prompt_id)",
+)
+
+_NEW_ID = "'msg_' || lower(hex(randomblob(16)))"
+_INSERT = """
+INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
+                                created_at, retry_since, next_at, updated_at)
+"""
+# The job's own webhook: only looked for (JSON parsed) when its extra_data names one and
+# holds no escaped NUL (as on PostgreSQL, whose JSON functions fail on one).
+ENQUEUE = f"""
+{_INSERT}
+SELECT {_NEW_ID}, j.prompt_id, j.tenant, :event, NULL,
+       json_extract(j.extra_data, '$.webhook_url'), 'pending', :now, :now, :now, :now
+FROM jobs j
+WHERE j.prompt_id = :prompt_id
+  AND CASE WHEN instr(j.extra_data, '"webhook_url"') > 0
+                AND instr(j.extra_data, '\\u0000') = 0 THEN
+        json_type(j.extra_data, '$.webhook_url') = 'text'
+        AND (json_type(j.extra_data, '$.webhook_events') IS NOT 'array'
+             OR EXISTS (SELECT 1 FROM json_each(j.extra_data, '$.webhook_events')
+                        WHERE value = :event))
+      ELSE 0 END
+UNION ALL
+SELECT {_NEW_ID}, j.prompt_id, j.tenant, :event, t.name, t.url, 'pending', :now, :now, :now, :now
+FROM jobs j, webhook_targets t
+WHERE j.prompt_id = :prompt_id
+  AND (t.events IS NULL OR instr(t.events, ' ' || :event || ' ') > 0)
+  AND (t.tenants IS NULL OR instr(t.tenants, ' ' || j.tenant || ' ') > 0)
+"""
+_FIELDS = (
+    "id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since, "
+    "next_at, delivered_at, last_status, last_error, body, lease"
+)
+CLAIM = f"""
+UPDATE webhook_deliveries SET lease = :lease, lease_until = :until
+WHERE pos IN (
+    SELECT pos FROM webhook_deliveries INDEXED BY webhook_deliveries_due
+    WHERE state = 'pending' AND next_at <= :now AND lease_until <= :now
+    ORDER BY next_at, pos LIMIT :limit)
+RETURNING {_FIELDS}
+"""
+RECORD = """
+UPDATE webhook_deliveries
+SET state = :state, attempts = attempts + 1, next_at = coalesce(:next_at, next_at),
+    delivered_at = CASE WHEN :state = 'delivered' THEN :now ELSE delivered_at END,
+    last_status = :status, last_error = :error, body = coalesce(body, :body),
+    lease = NULL, lease_until = 0, updated_at = :now
+WHERE id = :id AND lease = :lease
+"""
+RELEASE = """
+UPDATE webhook_deliveries SET next_at = ?, lease = NULL, lease_until = 0
+WHERE id = ? AND lease = ?
+"""
+SELECT_ONE = f"SELECT {_FIELDS} FROM webhook_deliveries WHERE id = ?"
+RETRY = f"""
+UPDATE webhook_deliveries
+SET state = 'pending', next_at = :now, retry_since = :now, lease = NULL, lease_until = 0,
+    updated_at = :now
+WHERE id = :id AND state != 'pending'
+RETURNING {_FIELDS}
+"""
+PRUNE = "DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < ?"
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    for statement in WEBHOOKS_SCHEMA:
+        conn.execute(statement)
+
+
+def _words(values: frozenset[str] | None) -> str | None:
+    return None if values is None else " " + " ".join(sorted(values)) + " "
+
+
+def _row(row: Sequence[Any]) -> WebhookDelivery:
+    return WebhookDelivery(
+        id=row[0],
+        prompt_id=row[1],
+        tenant=row[2],
+        event=WebhookEvent(row[3]),
+        target=row[4],
+        url=row[5],
+        state=DeliveryState(row[6]),
+        attempts=row[7],
+        created_at=row[8],
+        retry_since=row[9],
+        next_at=row[10],
+        delivered_at=row[11],
+        last_status=row[12],
+        last_error=row[13],
+        body=row[14],
+        lease=row[15],
+    )
+
+
+# -- writer thread ------------------------------------------------------------------
+
+
+def enqueue(conn: sqlite3.Connection, prompt_id: str, event: WebhookEvent, now: float) -> None:
+    """The deliveries of a job that just ended (inside the transaction that ended it)."""
+    conn.execute(ENQUEUE, {"prompt_id": prompt_id, "event": event.value, "now": now})
+
+
+def set_targets(conn: sqlite3.Connection, targets: Sequence[WebhookTarget]) -> None:
+    conn.execute("DELETE FROM webhook_targets")
+    conn.executemany(
+        "INSERT INTO webhook_targets (name, url, events, tenants) VALUES (?, ?, ?, ?)",
+        [(t.name, t.url, _words(t.events), _words(t.tenants)) for t in targets],
+    )
+
+
+def claim(
+    conn: sqlite3.Connection, limit: int, lease: str, now: float, until: float
+) -> list[WebhookDelivery]:
+    params = {"lease": lease, "until": until, "now": now, "limit": limit}
+    rows = conn.execute(CLAIM, params).fetchall()
+    return sorted(map(_row, rows), key=lambda d: (d.next_at, d.created_at))
+
+
+def record(
+    conn: sqlite3.Connection, delivery_id: str, lease: str, attempt: DeliveryAttempt, now: float
+) -> bool:
+    params = {
+        "id": delivery_id,
+        "lease": lease,
+        "state": attempt.state.value,
+        "next_at": attempt.next_at,
+        "now": now,
+        "status": attempt.status,
+        "error": attempt.error,
+        "body": attempt.body,
+    }
+    return conn.execute(RECORD, params).rowcount == 1
+
+
+def release(conn: sqlite3.Connection, delivery_id: str, lease: str, next_at: float) -> bool:
+    return conn.execute(RELEASE, (next_at, delivery_id, lease)).rowcount == 1
+
+
+def retry(conn: sqlite3.Connection, delivery_id: str, now: float) -> WebhookDelivery | None:
+    found = conn.execute(RETRY, {"id": delivery_id, "now": now}).fetchone()
+    return None if found is None else _row(found)
+
+
+def prune(conn: sqlite3.Connection, before: float) -> int:
+    return conn.execute(PRUNE, (before,)).rowcount
+
+
+# -- reader threads ------------------------------------------------------------------
+
+
+def one(conn: sqlite3.Connection, delivery_id: str) -> WebhookDelivery | None:
+    found = conn.execute(SELECT_ONE, (delivery_id,)).fetchone()
+    return None if found is None else _row(found)
+
+
+def page(
+    conn: sqlite3.Connection,
+    state: DeliveryState | None,
+    prompt_id: str | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[WebhookDelivery], int]:
+    wanted = {"state": None if state is None else state.value, "prompt_id": prompt_id}
+    params: dict[str, Any] = {key: value for key, value in wanted.items() if value is not None}
+    where = " AND ".join(f"{key} = :{key}" for key in params)
+    where = f"WHERE {where}" if where else ""
+    params.update(limit=limit, offset=offset)
+    rows = conn.execute(
+        f"SELECT {_FIELDS} FROM webhook_deliveries {where} ORDER BY pos DESC "
+        "LIMIT :limit OFFSET :offset",
+        params,
+    ).fetchall()
+    total: int = conn.execute(
+        f"SELECT count(*) FROM webhook_deliveries {where}", params
+    ).fetchone()[0]
+    return [_row(row) for row in rows], total
