@@ -123,3 +123,18 @@ CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at
 
 -- ComfyUI's submission counter: a fresh store starts at 0, and a sequence never goes back.
 CREATE SEQUENCE job_number MINVALUE 0 START WITH 0;
+
+-- name: migration_2
+-- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
+-- with every append and is never reused, so a follower resumes after the last id it saw.
+-- Not tied to jobs: retention prunes it on its own clock.
+CREATE TABLE event_log (
+    id        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    prompt_id TEXT COLLATE "C" NOT NULL,
+    type      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    at        DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
+CREATE INDEX event_log_at ON event_log (at);

@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 4 (PRAGMA user_version).
+-- comfyfleet job store, schema version 5 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -110,3 +110,17 @@ CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at
 CREATE INDEX remote_jobs_live ON remote_jobs (created_at)
     WHERE state IN ('submitting', 'running');
 CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+-- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
+-- with every append and is never reused (AUTOINCREMENT), so a follower resumes after
+-- the last id it saw. Not tied to jobs: retention prunes it on its own clock.
+CREATE TABLE event_log (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    prompt_id TEXT NOT NULL,
+    type      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    at        REAL NOT NULL
+);
+
+CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
+CREATE INDEX event_log_at ON event_log (at);
