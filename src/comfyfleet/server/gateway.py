@@ -22,6 +22,7 @@ from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
+from comfyfleet.server.event_log import EventLog
 from comfyfleet.server.hub import Hub
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.factory import open_store
@@ -46,6 +47,7 @@ class Gateway:
     scheduler: Scheduler
     tenants: TenantFolders  # `default` (all jobs when auth is off) has `folders`
     managed: ManagedBackends  # the backend processes it runs itself ([[comfyui]])
+    events: EventLog | None  # every prompt's client stream, for followers (None: kept off)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -75,8 +77,23 @@ class Gateway:
         scheduler = Scheduler(
             store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
         )
+        events = None
+        if config.events_retention > 0:
+            events = EventLog(store, config.events_retention)
+            scheduler.observers.add(events)
         return cls(
-            config, folders, engine, store, fanout, fleet, hub, router, scheduler, tenants, managed
+            config,
+            folders,
+            engine,
+            store,
+            fanout,
+            fleet,
+            hub,
+            router,
+            scheduler,
+            tenants,
+            managed,
+            events,
         )
 
     async def start(self) -> None:
@@ -91,8 +108,7 @@ class Gateway:
             self.scheduler.include(lane)
         await self.scheduler.start()
         await self.managed.start(self.scheduler)
-        if self.config.history_max_entries or self.config.history_max_age:
-            self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
+        self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
     async def validate(
         self, prompt: Any, targets: list[str] | None, tenant: str = DEFAULT_TENANT
@@ -127,6 +143,8 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.events is not None:
+            await self.events.close()  # the last events written; followers end
         await self.hub.close_all()
 
     async def close(self) -> None:
@@ -142,6 +160,8 @@ class Gateway:
 
     async def prune_once(self) -> int:
         """Apply the retention settings now; returns the number of files removed."""
+        if self.events is not None:
+            await self.events.prune()
         files = await self.store.prune_history(
             max_entries=self.config.history_max_entries,
             max_age_seconds=self.config.history_max_age,
@@ -174,7 +194,7 @@ class Gateway:
             try:
                 await self.prune_once()
             except Exception:
-                log.exception("history retention failed")
+                log.exception("retention failed")
             await asyncio.sleep(60)
 
 
