@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.domain.prompt_events import PromptEvent
+from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.auth import visible
 from comfyfleet.server.event_log import EventLog
 from comfyfleet.server.gateway import GATEWAY, Gateway
@@ -123,7 +124,7 @@ class Subscriptions:
 
 
 def _error(status: type[web.HTTPException], kind: str, message: str) -> web.HTTPException:
-    body = {"error": {"type": kind, "message": message}, "node_errors": {}}
+    body = prompt_error_body(error(kind, message))
     return status(text=json.dumps(body), content_type="application/json")
 
 
