@@ -49,6 +49,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),
     ("bench_history.py", "History at 1,000,000 entries"),
     ("bench_dashboard.py", "Fleet dashboard at 100 prompts/s"),
+    ("bench_follow.py", "Following prompts: late subscribers and SSE"),
 ]
 
 

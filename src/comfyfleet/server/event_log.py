@@ -38,7 +38,7 @@ from comfyfleet.store.base import JobStore, StoreError
 log = logging.getLogger(__name__)
 
 #: Seconds events wait to be written together: at most this many commits a second.
-FLUSH_INTERVAL = 0.02
+FLUSH_INTERVAL = 0.01
 #: Events held while the store refuses them; beyond this, new ones are dropped (logged).
 MAX_BUFFERED = 100_000
 #: Events a follower reads from the store at once.
