@@ -31,7 +31,7 @@ EVENT_LOG_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at)",
 )
 
-INSERT = "INSERT INTO event_log (prompt_id, type, data, at) VALUES (?, ?, ?, ?) RETURNING id"
+INSERT = "INSERT INTO event_log (prompt_id, type, data, at) VALUES (?, ?, ?, ?)"
 SELECT_AFTER = """
 SELECT id, type, data, at FROM event_log INDEXED BY event_log_prompt
 WHERE prompt_id = ? AND id > ? ORDER BY id LIMIT ?
@@ -64,7 +64,11 @@ def encode(events: Sequence[NewPromptEvent]) -> list[tuple[str, str, str]]:
 
 
 def append(conn: sqlite3.Connection, rows: list[tuple[str, str, str]], now: float) -> list[int]:
-    return [conn.execute(INSERT, (*row, now)).fetchone()[0] for row in rows]
+    conn.executemany(INSERT, [(*row, now) for row in rows])
+    # One connection writes, and AUTOINCREMENT takes the largest id ever used plus one:
+    # the rows of one statement have consecutive ids, ending at the last one inserted.
+    last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    return list(range(last - len(rows) + 1, last + 1))
 
 
 def prune(conn: sqlite3.Connection, before: float) -> int:
