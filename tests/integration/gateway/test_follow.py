@@ -370,3 +370,15 @@ async def test_the_retention_loop_prunes_events_without_history_limits(tmp_path:
             return await store.prompt_events(prompt_id) == []
 
         await poll(pruned, what="the retention loop to prune the ended prompt's events")
+
+
+async def test_with_the_log_off_following_is_refused(tmp_path: Path) -> None:
+    async with serve(tmp_path, local_slots=1, events_retention=0) as served:
+        owner = await served.connect()
+        prompt_id = await served.submit(sleep_prompt(0.05), owner.client_id)
+        await owner.done(prompt_id)
+        refused = await refusal(owner, {"type": "subscribe", "data": {"prompt_id": prompt_id}})
+        assert refused["message"] == "the event log is off (events_retention = 0)"
+        reply = await served.request("GET", f"/api/jobs/{prompt_id}/events")
+        assert reply.status == 404 and "event log is off" in reply.json["error"]["message"]
+        assert await served.gateway.store.prompt_events(prompt_id) == []
