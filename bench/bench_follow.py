@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_dashboard import prompt as trivial_prompt  # PrimitiveInt -> PreviewAny
 from figures import figure
 from harness import free_port, percentile, serve, wait_ready
 
@@ -68,13 +69,6 @@ NODE_CLASS_MAPPINGS = {"ClockTicks": ClockTicks}
 def clock_prompt(ticks: int, seed: int) -> dict[str, Any]:
     return {
         "1": {"class_type": "ClockTicks", "inputs": {"ticks": ticks, "every": 0.01, "seed": seed}}
-    }
-
-
-def trivial_prompt(n: int) -> dict[str, Any]:
-    return {
-        "1": {"class_type": "PrimitiveInt", "inputs": {"value": n}},
-        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
     }
 
 
