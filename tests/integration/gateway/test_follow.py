@@ -382,3 +382,23 @@ async def test_with_the_log_off_following_is_refused(tmp_path: Path) -> None:
         reply = await served.request("GET", f"/api/jobs/{prompt_id}/events")
         assert reply.status == 404 and "event log is off" in reply.json["error"]["message"]
         assert await served.gateway.store.prompt_events(prompt_id) == []
+
+
+async def test_following_works_the_same_over_postgres(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    async with serve(tmp_path, local_slots=1, store=postgres_database) as served:
+        owner = await served.connect()
+        prompt_id = await served.submit(sleep_prompt(0.6), owner.client_id)
+        await owner.wait_until(progress_count(prompt_id, 3), what="the prompt under way")
+        late = await served.connect()
+        await subscribe(late, prompt_id)
+        await late.done(prompt_id)
+        await owner.done(prompt_id)
+        assert stream_of(late, prompt_id) == stream_of(owner, prompt_id)
+        everything = await sse(served, prompt_id)
+        assert_strictly_increasing(everything)
+        assert [(e.event, e.data) for e in everything] == stream_of(owner, prompt_id)
+        middle = everything[len(everything) // 2].id
+        resumed = await sse(served, prompt_id, **{"Last-Event-ID": str(middle)})
+        assert resumed == [e for e in everything if e.id > middle]
