@@ -26,8 +26,11 @@ With `--backends URL,...` the benchmark uses servers that are already running
 pack for `--sleep-node TestSleep`) instead of starting comfyfleet backends;
 sizes then go up to the number of URLs.
 
+With `--store postgresql://...` (a server) the gateway keeps its store in a fresh
+database there.
+
     .venv/bin/python bench/bench_fleet.py [--sizes 1,2,4,8,16] [--per-backend 16] [--prefetch 0]
-        [--repeat 1] [--backends URL,...] [--sleep-node Sleep]
+        [--repeat 1] [--backends URL,...] [--sleep-node Sleep] [--store URL]
 """
 
 from __future__ import annotations
@@ -45,12 +48,13 @@ import time
 import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure
-from harness import free_port, percentile, serve
+from harness import free_port, percentile, serve, throwaway_database
 
 _connections = threading.local()  # per thread: one kept-alive connection per server
 
@@ -177,7 +181,7 @@ def warm_up(gateway_url: str, backend_urls: list[str]) -> None:
 
 
 def run_size(
-    n: int, per_backend: int, prefetch: int, root: Path, external: list[str]
+    n: int, per_backend: int, prefetch: int, root: Path, external: list[str], store: str
 ) -> dict[str, float]:
     ports = [free_port() for _ in range(n + 1)]
     urls = external[:n] or [f"http://127.0.0.1:{p}" for p in ports[1:]]
@@ -203,6 +207,7 @@ def run_size(
                 "0",
                 "--config",
                 str(config),
+                *(("--store", store) if store else ()),
             )
         )
         wait_up(gateway_url)
@@ -253,13 +258,15 @@ def naive(urls: list[str], count: int) -> dict[str, list[tuple[int, int]]]:
 
 
 def median_run(
-    n: int, per_backend: int, prefetch: int, external: list[str], repeat: int
+    n: int, per_backend: int, prefetch: int, external: list[str], repeat: int, store: str
 ) -> dict[str, float]:
-    """Each figure's median over `repeat` runs of one size."""
+    """Each figure's median over `repeat` runs of one size (with `store`, a PostgreSQL
+    server: the gateway's store in a fresh database there each run)."""
     runs = []
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory() as tmp:
-            runs.append(run_size(n, per_backend, prefetch, Path(tmp), external))
+        with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+            url = stack.enter_context(throwaway_database(store)) if store else ""
+            runs.append(run_size(n, per_backend, prefetch, Path(tmp), external, url))
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
@@ -271,6 +278,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per size (medians)")
     parser.add_argument("--backends", default="", help="running servers to use, comma-separated")
     parser.add_argument("--sleep-node", default="Sleep", help="the node class that sleeps")
+    parser.add_argument("--store", default="", help="a PostgreSQL server for the gateway's store")
     options = parser.parse_args()
     global SLEEP_NODE
     SLEEP_NODE = options.sleep_node
@@ -283,7 +291,9 @@ def main() -> None:
     print("   N   wall s  efficiency  gap p50 ms  gap p99 ms  spread ms |", end="")
     print(" naive wall s  naive eff.  naive gap p50  naive spread")
     for n in (int(s) for s in options.sizes.split(",")):
-        fig = median_run(n, options.per_backend, options.prefetch, external, options.repeat)
+        fig = median_run(
+            n, options.per_backend, options.prefetch, external, options.repeat, options.store
+        )
         print(
             f"{n:4d}  {fig['wall']:7.2f}  {ideal / fig['wall']:10.3f}  {fig['gap50']:10.1f}  "
             f"{fig['gap99']:10.1f}  {fig['spread']:9.0f} | {fig['naive_wall']:12.2f}  "

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
+import urllib.parse
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -47,3 +51,26 @@ async def wait_ready(url: str, timeout: float = 30.0) -> None:
                 pass
             await asyncio.sleep(0.05)
     raise RuntimeError(f"server at {url} did not start")
+
+
+@contextlib.contextmanager
+def throwaway_database(server_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database on the server of `server_url`, dropped afterwards; its
+    URL. (A database, not a schema: servers use the database's default schema.)"""
+    import asyncpg  # only the PostgreSQL benchmarks need it
+
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    parts = urllib.parse.urlsplit(server_url)
+
+    async def admin(statement: str) -> None:
+        conn = await asyncpg.connect(server_url)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -44,6 +44,11 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_gateway.py --prompts 1000", "Server end to end, 1 and 8 slots"),
     ("bench_fleet.py", "Scale-out over N ComfyUI backends, prefetch 0"),
     ("bench_fleet.py --prefetch 1", "Scale-out over N ComfyUI backends, prefetch 1"),
+    (
+        "bench_fleet.py --sizes 16 --store postgresql://postgres@127.0.0.1:5432/postgres",
+        "Scale-out at N = 16 with the store on PostgreSQL",
+    ),
+    ("bench_gateways.py", "Several gateways on PostgreSQL"),
     ("bench_managed.py", "Managed backends: start-up and scale-out"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),

@@ -8,13 +8,20 @@ import ipaddress
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from comfyfleet import logs
+from comfyfleet.providers.redact import Redactor
 from comfyfleet.server.config import ConfigError, ServerConfig, load_config
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.postgres_url import is_postgres_url, redact_url
+from comfyfleet.store.postgres_url import is_postgres_url, redact_url, redact_urls_in
+
+if TYPE_CHECKING:
+    from comfyfleet.server.gateway import Gateway
 
 log = logging.getLogger("comfyfleet")
 
@@ -35,6 +42,15 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="where jobs and history live: postgresql://user@host/db, or a SQLite file "
         "(default: comfyfleet.db in the data dir)",
+    )
+    serve.add_argument(
+        "--gateway-id",
+        help="this gateway among several sharing one store (default: the id kept in the data dir)",
+    )
+    serve.add_argument(
+        "--lease",
+        help="how long this gateway's jobs stay its own without a heartbeat before another "
+        "gateway takes them over (default 10s)",
     )
     serve.add_argument("--local-slots", type=int, help="prompts run at once by the built-in engine")
     serve.add_argument("--custom-nodes", action="append", type=Path, metavar="DIR")
@@ -108,12 +124,15 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         "--shutdown-grace", type=float, help="seconds running prompts get on SIGTERM"
     )
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="text lines (default), or one JSON object per line with the job's prompt_id, "
+        "tenant, lane and attempt",
+    )
 
 
 def serve_main(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     overrides = {
         key: getattr(args, key)
         for key in (
@@ -121,6 +140,8 @@ def serve_main(args: argparse.Namespace) -> int:
             "port",
             "data_dir",
             "store",
+            "gateway_id",
+            "lease",
             "local_slots",
             "custom_nodes",
             "testing_nodes",
@@ -141,6 +162,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "auth_token",
             "auth_token_file",
             "front_end_root",
+            "log_format",
         )
     }
     try:
@@ -148,10 +170,11 @@ def serve_main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"comfyfleet: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config))
+    formatter = logs.configure(config.log_format, args.log_level)
+    return asyncio.run(_serve(config, formatter))
 
 
-async def _serve(config: ServerConfig) -> int:
+async def _serve(config: ServerConfig, formatter: logging.Formatter | None = None) -> int:
     from comfyfleet.lanes.fleet import FleetError
     from comfyfleet.server.app import build_app
     from comfyfleet.server.gateway import Gateway
@@ -161,6 +184,8 @@ async def _serve(config: ServerConfig) -> int:
     except FleetError as exc:  # a backend that cannot be set up (a name taken, no port)
         log.error("%s", exc)
         return 2
+    if isinstance(formatter, logs.JsonFormatter):
+        formatter.redact = log_redactor(config, gateway)
     runner = web.AppRunner(build_app(gateway), handle_signals=False, access_log=None)
     try:
         await runner.setup()  # opens the store
@@ -200,6 +225,23 @@ async def _serve(config: ServerConfig) -> int:
     await runner.cleanup()  # stops accepting, then the gateway drains (app on_shutdown)
     log.info("stopped")
     return 0
+
+
+def log_redactor(config: ServerConfig, gateway: Gateway) -> Callable[[str], str]:
+    """What JSON log text passes through: known secrets (auth tokens, API keys the server
+    has seen, backends' auth header values, the store URL's password) and secret-shaped
+    text (bearer tokens, key headers, URL query strings: see providers.redact) become ***."""
+    tokens = [entry.token for entry in config.auth_tokens]
+    store = config.store if config.store and is_postgres_url(config.store) else None
+
+    def redact(text: str) -> str:
+        specs = [lane.client.spec for lane in list(gateway.fleet.backends.values())]
+        values = [value for spec in specs for value in spec.headers().values()]
+        known: Redactor = gateway.fanout.vault.redactor().including(*tokens, *values)
+        text = known.text(text)
+        return redact_urls_in(redact_url(store, text) if store else text)
+
+    return redact
 
 
 def _store_name(config: ServerConfig) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.tenants import DEFAULT_TENANT
 
 
@@ -45,6 +46,8 @@ class NewJob:
     client_id: str | None = None
     node_errors: dict[str, Any] = field(default_factory=dict)
     tenant: str = DEFAULT_TENANT  # who submitted it (see comfyfleet.tenants)
+    # Submitted under an Idempotency-Key: the store records the key with the job.
+    idempotency: IdempotentRequest | None = None
 
     def pending(self, seq: int, created_at: float) -> Job:
         """The job as queued (before the store assigns `seq`, 0 stands in)."""
@@ -91,6 +94,9 @@ class Job:
     finished_at: float | None = None
     error: dict[str, Any] | None = None  # the final execution_error / interrupted payload
     tenant: str = DEFAULT_TENANT
+    # The gateway whose lease covers the running attempt (None while pending); another
+    # gateway takes the job over once that lease has run out.
+    owner: str | None = None
 
     def dispatch_key(self) -> tuple[int, float, int]:
         """Where the job stands in the queue (the store's dispatch order): front jobs

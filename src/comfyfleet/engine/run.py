@@ -259,6 +259,14 @@ class PromptRun:
         except NodeFailure as fail:
             status = "error"
             failure = self._error_payload(fail)
+            log.warning(
+                "prompt %s: node %s (%s) failed: %s",
+                self.prompt_id,
+                failure["node_id"],
+                failure["node_type"],
+                failure["exception_message"].rstrip(),
+                exc_info=fail.exc,
+            )
             self._record("execution_error", failure)
         finally:
             await self._cancel_inflight_and_wait()

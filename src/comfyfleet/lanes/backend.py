@@ -51,6 +51,15 @@ class Withdrawn(BackendError):
 
 
 @dataclass(frozen=True)
+class FileAnswer:
+    """A backend's answer to a GET, as data: the server decides how to pass it on."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     url: str
     name: str
@@ -161,17 +170,26 @@ class BackendClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 
-    async def read_file(self, path: str, params: dict[str, str]) -> tuple[int, bytes, str]:
-        """(status, body, content type) of a GET, for passing a backend's answer on."""
+    async def read_file(
+        self,
+        path: str,
+        params: dict[str, str] | None = None,
+        *,
+        max_bytes: int = MAX_FILE_BYTES,
+        timeout: float = 120.0,
+    ) -> FileAnswer:
+        """A GET's answer, for passing it on (a redirect is passed on as such, never
+        followed); BackendError when it fails or is longer than `max_bytes`."""
         try:
             async with self.session.get(
                 self.base + path,
                 params=params,
                 headers=self.spec.headers(),
-                timeout=aiohttp.ClientTimeout(total=120.0),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=False,
             ) as response:
-                body = await _read_capped(response, MAX_FILE_BYTES, f"GET {path}")
-                return response.status, body, response.content_type
+                body = await _read_capped(response, max_bytes, f"GET {path}")
+                return FileAnswer(response.status, body, response.content_type)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
 

@@ -14,9 +14,12 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
+    MAX_FILE_BYTES,
     BackendClient,
     BackendError,
     BackendLost,
+    BackendSpec,
+    FileAnswer,
     PromptWatch,
     Withdrawn,
 )
@@ -47,6 +50,9 @@ class BackendHung(BackendError):
 
 
 #: The companion pack's routes (comfyfleet.comfyui_pack; comfyfleet serves them too).
+#: Seconds without a frame from a running prompt before the backend's history is asked
+#: whether it ended (and again as often while it stays quiet).
+QUIET_ASK = 5.0
 PACK_ROUTE = "/comfyfleet/pack"
 VALIDATE_ROUTE = "/comfyfleet/validate"
 
@@ -150,6 +156,30 @@ class ComfyUILane:
             and not self.suspect
             and self.capabilities.can_run(job.prompt)
         )
+
+    @property
+    def spec(self) -> BackendSpec:
+        return self.client.spec
+
+    @property
+    def connected(self) -> bool:
+        """Its WebSocket is open (it may still be sorting out an earlier connection)."""
+        return self.client.connected.is_set()
+
+    async def fetch_json(self, path: str, timeout: float = 30.0) -> Any:
+        """A GET of one of the backend's JSON routes; BackendError when it fails."""
+        return await self.client.request("GET", path, timeout=timeout)
+
+    async def read_file(
+        self,
+        path: str,
+        params: dict[str, str] | None = None,
+        *,
+        max_bytes: int = MAX_FILE_BYTES,
+        timeout: float = 120.0,
+    ) -> FileAnswer:
+        """A file the backend serves (`BackendClient.read_file`)."""
+        return await self.client.read_file(path, params, max_bytes=max_bytes, timeout=timeout)
 
     @property
     def up(self) -> bool:
@@ -460,20 +490,34 @@ class ComfyUILane:
         return await self._result(job, entry, copier)
 
     async def _next(self, job: Job, watch: PromptWatch) -> EngineEvent:
+        asked = time.monotonic()
         while True:
             event = await watch.queue.get()
             if event is None:  # the watch's tick: check the clock and the connection
-                idle = time.monotonic() - watch.last_frame
+                now = time.monotonic()
+                idle = now - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout:
                     self._suspect_until = time.monotonic() + self.settings.suspect_for
                     self._interrupt_soon(watch)
                     raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
                     raise BackendLost(f"backend {self.client.spec.name} went away")
+                if idle >= QUIET_ASK and now - asked >= QUIET_ASK:
+                    asked = now
+                    if await self._ended_quietly(job):
+                        # Its frames go elsewhere (submitted by a gateway that died, then
+                        # adopted here), or its done signal was lost: it ended there.
+                        return Message("executing", events.executing(job.prompt_id, None))
                 continue
             if isinstance(event, BackendError):  # lost, or withdrawn from its queue
                 raise event
             return event
+
+    async def _ended_quietly(self, job: Job) -> bool:
+        try:
+            return await self.client.history(job.prompt_id) is not None
+        except BackendError:
+            return False  # asked again later; a lost backend is noticed on its own
 
     async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
         await self.submits.let_pass()

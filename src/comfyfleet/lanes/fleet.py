@@ -11,12 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, using_folders
-from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec
+from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec, FileAnswer
 from comfyfleet.lanes.base import Lane
 from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings, Submits
 from comfyfleet.lanes.local import LocalLane
@@ -200,8 +199,8 @@ class Fleet:
             missing = lane.capabilities.missing_for(prompt)
             if not missing and not lane.draining:
                 return None
-            if not lane.client.connected.is_set():
-                missing = [f"backend {lane.client.spec.name} is down", *missing]
+            if not lane.connected:
+                missing = [f"backend {lane.spec.name} is down", *missing]
             reasons[lane.name] = missing or ["draining"]
         return reasons
 
@@ -213,21 +212,17 @@ class Fleet:
         with using_folders(folders or self.folders):
             return self.registry.object_info(class_type)
 
-    async def remote_view(
-        self, backend: str, query: Mapping[str, str]
-    ) -> web.StreamResponse | None:
-        """`/view` of a file kept on a backend (reference mode); None when it is unknown."""
+    async def remote_view(self, backend: str, query: Mapping[str, str]) -> FileAnswer | None:
+        """`/view` of a file kept on a backend (reference mode); None when the backend is
+        unknown, a 502 answer when it could not be asked."""
         lane = self.backends.get(backend)
         if lane is None:
             return None
         params = {k: v for k, v in query.items() if k in VIEW_PARAMS}
         try:
-            status, body, content_type = await lane.client.read_file("/view", params)
+            return await lane.read_file("/view", params)
         except BackendError:
-            return web.Response(status=502)
-        if status != 200:
-            return web.Response(status=status)
-        return web.Response(body=body, content_type=content_type)
+            return FileAnswer(502, b"", "text/plain")
 
     async def close(self) -> None:
         if self._session is not None:

@@ -42,6 +42,10 @@ LANE_FAULT_TYPES = frozenset(
 )
 
 
+#: Attempt notes of attempts that ended without failing.
+NOT_FAILED = frozenset({"taken_back", "adopted"})
+
+
 def lane_fault(error: dict[str, Any] | None) -> bool:
     """Whether a node error is the lane's fault (worth another lane)."""
     return str((error or {}).get("exception_type")) in LANE_FAULT_TYPES
@@ -71,7 +75,8 @@ class RetryPolicy:
         ):
             return Decision(False, result=result)
         notes = await self.store.attempt_notes(job.prompt_id)
-        failed = job.attempt - sum(note.get("kind") == "taken_back" for _, note in notes)
+        # Taken back for a free slot, or adopted from a gateway that died: not failures.
+        failed = job.attempt - sum(note.get("kind") in NOT_FAILED for _, note in notes)
         if result is None:
             if failed < self.max_attempts:
                 return Decision(True, {"kind": "lane", **(failure or {"lane": lane.name})})

@@ -25,10 +25,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from comfyfleet.domain.gateways import DEFAULT_LEASE
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
+from comfyfleet.logs import tag_job
+from comfyfleet.scheduler.attempts import AttemptState, EventGate, Running
 from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.scheduler.streams import PromptStreams
@@ -51,52 +54,6 @@ class QueueFull(Exception):
         super().__init__(f"{pending} prompts are pending; try again later")
         self.pending = pending
         self.retry_after = retry_after
-
-
-class EventGate:
-    """Holds a job's events until the job before it on the same slot has sent its done
-    signal, so a slot's clients see one prompt's end before the next one's first event
-    (as from ComfyUI) while the next prompt already runs."""
-
-    def __init__(self, after: asyncio.Future[Any] | None) -> None:
-        self._held: list[Callable[[], None]] | None = None
-        self.opened = asyncio.Event()
-        if after is None or after.done():
-            self.opened.set()
-        else:
-            self._held = []
-            after.add_done_callback(lambda _f: self._open())
-
-    def pass_on(self, deliver: Callable[[], None]) -> None:
-        if self._held is None:
-            deliver()
-        else:
-            self._held.append(deliver)
-
-    def _open(self) -> None:
-        held, self._held = self._held or [], None
-        for deliver in held:
-            deliver()
-        self.opened.set()
-
-
-@dataclass
-class Running:
-    job: Job
-    lane: Lane
-    gate: EventGate
-    handle: LaneRun = field(default_factory=LaneRun)
-    cancelled: bool = False  # cancel (not interrupt): the job ends as cancelled
-    requeue: bool = False  # shutdown: back to pending instead of finishing
-    taken_back: bool = False  # being (or was) taken back from its backend's queue
-    # A reserved job (as reserved) started before its start was recorded, and that
-    # record, under way.
-    reserved: Job | None = None
-    starting: asyncio.Future[Job | None] | None = None
-
-    def record_start(self, store: JobStore) -> None:
-        assert self.reserved is not None
-        self.starting = asyncio.ensure_future(store.start_reserved(self.reserved, self.lane.name))
 
 
 @dataclass
@@ -173,13 +130,14 @@ class Scheduler:
         *observers: JobObserver,
         max_pending: int = 10_000,
         max_attempts: int = 3,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         self.store = store
         self.observers = Observers(*observers)  # told what happens to each job
         self.streams = PromptStreams(self.observers)
         self.max_pending = max_pending
         self.retry = RetryPolicy(store, max_attempts)
-        self.running: dict[str, Running] = {}
+        self._running: dict[str, Running] = {}
         self.pending = 0
         self._lanes = {lane.name: _LaneSlots(lane) for lane in lanes}
         # Read by `can_run` checks in the store's writer thread: replaced, never mutated.
@@ -195,6 +153,8 @@ class Scheduler:
         # Jobs set aside for busy remote lanes (still pending in the store), by id.
         self._reserved: dict[str, _Reservation] = {}
         self._reserving: set[asyncio.Task[None]] = set()
+        self.lease = lease  # this gateway's lease on its jobs (`store.join` made it)
+        self._keeper: asyncio.Task[None] | None = None
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -211,13 +171,23 @@ class Scheduler:
 
     async def start(self) -> None:
         running, pending = await self.store.queue()
-        running += await self._recover_reserved([job for job in pending if job.lane])
+        # Of what the store holds, this gateway's own (from before a restart) and orphans:
+        # never another live gateway's.
+        orphans = {job.prompt_id for job in await self.store.orphaned()}
+
+        def ours(job: Job) -> bool:
+            return job.owner == self.store.owner or job.prompt_id in orphans
+
+        running = [job for job in running if ours(job)]
+        running += await self._recover_reserved([j for j in pending if j.lane and ours(j)])
         await self._recall_avoided([job for job in pending if job.attempt > 0])
         for entry in self._lanes.values():
             await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
         self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
         for entry in self._lanes.values():
             await self._start_lane(entry)
+        await self.store.watch_work(self._work_elsewhere)
+        self._keeper = asyncio.create_task(self._keep_lease(), name="lease")
 
     async def _recover(self, lane: Lane, jobs: list[Job]) -> None:
         """Jobs recorded as running on `lane` when the gateway stopped."""
@@ -227,7 +197,10 @@ class Scheduler:
                 log.info("re-queued %d jobs that were running on %s", len(requeued), lane.name)
             return
         for job in jobs:
-            self._follow(lane, job)
+            # Another gateway's (it died): this one's now, the old owner fenced out.
+            adopted = job if job.owner == self.store.owner else await self.store.adopt(job)
+            if adopted is not None:
+                self._follow(lane, adopted)
 
     async def _recall_avoided(self, requeued: list[Job]) -> None:
         """Re-queued jobs keep leaving the lanes they were given back from (failed there,
@@ -267,13 +240,13 @@ class Scheduler:
         has taken since, started on `lane` now and followed there (not run twice)."""
         keep: set[str] = set()
         for prompt_id in found:
-            running = self.running.get(prompt_id)
+            running = self._running.get(prompt_id)
             job = running.job if running is not None else await self.store.get(prompt_id)
             if job is None or job.lane not in (None, lane.name):
                 continue
             if job.status == JobStatus.RUNNING:
                 keep.add(prompt_id)
-            elif job.status == JobStatus.PENDING and prompt_id not in self.running:
+            elif job.status == JobStatus.PENDING and prompt_id not in self._running:
                 started = await self.store.start_reserved(job, lane.name)
                 if started is not None:
                     keep.add(prompt_id)
@@ -312,6 +285,9 @@ class Scheduler:
         """Stop claiming; let running jobs finish for `grace` seconds, then re-queue them
         (`before_requeue` is called first: what they started must outlive the process)."""
         self._stopping = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
         tasks = [t for entry in self._lanes.values() for t in entry.tasks] + list(self._resumes)
         await self._wind_down(tasks, grace, lambda _r: True, before_requeue)
         await self._return_reservations(lambda _r: True, settle=True)
@@ -335,9 +311,8 @@ class Scheduler:
         if late:
             if before_requeue is not None:
                 before_requeue()
-            for entry in self.running.values():
-                if which(entry):
-                    entry.requeue = True
+            for entry in self._running.values():
+                if which(entry) and entry.to(AttemptState.GIVING_BACK):
                     entry.handle.interrupt()
             await asyncio.wait(late, timeout=max(timeout or 0.0, 5.0))
         for task in tasks:
@@ -347,9 +322,17 @@ class Scheduler:
         if self._settling:
             await asyncio.wait(list(self._settling), timeout=30.0)
 
+    def running_jobs(self) -> list[Job]:
+        """The jobs running now (or handed to their lane a moment ago), each with its lane."""
+        return [run.job for run in self._running.values()]
+
+    def running_job(self, prompt_id: str) -> Job | None:
+        run = self._running.get(prompt_id)
+        return run.job if run is not None else None
+
     @property
     def queue_remaining(self) -> int:
-        return max(0, self.pending) + len(self.running)
+        return max(0, self.pending) + len(self._running)
 
     @property
     def waiting_slots(self) -> int:
@@ -358,6 +341,56 @@ class Scheduler:
 
     def _queue_changed(self) -> None:
         self.observers.queue_changed(self.queue_remaining)
+
+    # -- several gateways ---------------------------------------------------------
+
+    def _work_elsewhere(self, owner: str) -> None:
+        """Another gateway queued (or gave back) a job: idle slots here look too. It is
+        counted until the next recount, whoever claims it."""
+        if owner != self.store.owner and not self._stopping:
+            self.pending += 1
+            self._wake()
+
+    async def _keep_lease(self) -> None:
+        """Renew this gateway's lease; take over what gateways whose lease ran out left."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await self.store.heartbeat(self.lease):
+                    log.error(
+                        "gateway id %s is now another process's: give each gateway an id "
+                        "of its own (--gateway-id)",
+                        self.store.owner,
+                    )
+                live = await self.store.gateways()
+                await self._take_over(await self.store.orphaned())
+                if len(live) > 1:  # the others' submits and claims count too
+                    self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
+            except StoreError as exc:
+                log.warning("could not renew the lease of gateway %s: %s", self.store.owner, exc)
+
+    async def _take_over(self, orphans: list[Job]) -> None:
+        """Jobs of gateways that are gone: a run on a lane of this gateway's kind is
+        re-queued (in-process) or adopted and followed (a backend's), a reservation
+        given back. A lane this gateway does not have is left to one that has it."""
+        for job in orphans:
+            if job.owner == self.store.owner or job.prompt_id in self._running:
+                continue
+            if job.status == JobStatus.PENDING:
+                await self._unreserve([job.prompt_id])
+                continue
+            entry = self._lanes.get(job.lane or "")
+            if entry is None or entry.retiring:
+                continue
+            if entry.lane.in_process:
+                if await self.store.requeue_orphaned(job):
+                    log.info("re-queued %s: gateway %s is gone", job.prompt_id, job.owner)
+                    self.pending += 1
+                    self.observers.job_requeued(job, {"kind": "orphaned", "from": job.owner})
+                    self._wake()
+            elif (adopted := await self.store.adopt(job)) is not None:
+                log.info("following %s: gateway %s is gone", job.prompt_id, job.owner)
+                self._follow(entry.lane, adopted)
 
     # -- admission ------------------------------------------------------------
 
@@ -427,16 +460,16 @@ class Scheduler:
 
     def interrupt(self, prompt_id: str | None = None) -> list[str]:
         """Interrupt one running job, or every running job when no id is given."""
-        targets = [prompt_id] if prompt_id is not None else list(self.running)
-        hit = [t for t in targets if t in self.running]
+        targets = [prompt_id] if prompt_id is not None else list(self._running)
+        hit = [t for t in targets if t in self._running]
         for target in hit:
-            self.running[target].handle.interrupt()
+            self._running[target].handle.interrupt()
         return hit
 
     async def delete_pending(self, prompt_ids: Sequence[str]) -> list[str]:
         # A reserved job started a moment ago is pending in the store until its start is
         # recorded: it is running, and only `cancel` stops it.
-        prompt_ids = [p for p in prompt_ids if p not in self.running]
+        prompt_ids = [p for p in prompt_ids if p not in self._running]
         for prompt_id in prompt_ids:
             self._reserved.pop(prompt_id, None)
         removed = await self.store.cancel(prompt_ids, pending_only=True)
@@ -451,11 +484,11 @@ class Scheduler:
 
     async def cancel(self, prompt_ids: Sequence[str]) -> list[str]:
         """Cancel pending or running jobs; a running one is interrupted and ends cancelled."""
-        cancelled = await self.delete_pending([p for p in prompt_ids if p not in self.running])
+        cancelled = await self.delete_pending([p for p in prompt_ids if p not in self._running])
         for prompt_id in prompt_ids:
-            entry = self.running.get(prompt_id)
+            entry = self._running.get(prompt_id)
             if entry is not None:
-                entry.cancelled = True
+                entry.to(AttemptState.CANCELLING)
                 entry.handle.interrupt()
                 cancelled.append(prompt_id)
         return cancelled
@@ -540,35 +573,35 @@ class Scheduler:
         back: it is about to be queued again."""
         if entry.would_queue:
             return False  # it would only wait in this backend's queue instead
-        started = {r.lane for r in self.running.values() if _runs_there(r)}
+        started = {r.lane for r in self._running.values() if _runs_there(r)}
         waiting = [
             r
-            for r in self.running.values()
+            for r in self._running.values()
             if r.lane in started
             and r.lane is not entry.lane
             and r.handle.take_back is not None
             and r.handle.queued_there()
-            and not (r.taken_back or r.cancelled)
+            and r.state is AttemptState.RUNNING
             and self._may_take(entry, r.job)
         ]
         if not waiting:
             return False
         chosen = min(waiting, key=lambda r: r.job.dispatch_key())
         assert chosen.handle.take_back is not None
-        chosen.taken_back = True  # no other slot chooses it meanwhile
+        chosen.to(AttemptState.TAKING_BACK)  # no other slot chooses it meanwhile
         try:
             if await chosen.handle.take_back():
                 return True
         except Exception:
             log.exception("could not take %s back", chosen.job.prompt_id)
-        chosen.taken_back = False
+        chosen.to(AttemptState.RUNNING)  # still there: it runs there after all
         return False
 
     # -- reservations -----------------------------------------------------------
 
     def runs_on(self, lane: str) -> list[str]:
         """Prompt ids running on a lane (its backend has them, or is about to)."""
-        return sorted(p for p, run in self.running.items() if run.lane.name == lane)
+        return sorted(p for p, run in self._running.items() if run.lane.name == lane)
 
     def reserved_for(self, lane: str) -> list[str]:
         """Prompt ids set aside for a lane, in queue order."""
@@ -791,7 +824,7 @@ class Scheduler:
         """Count the job as running on the lane and start its attempt."""
         after = slot.previous if slot is not None else None
         entry = Running(job, lane, EventGate(after), reserved=reserved)
-        self.running[job.prompt_id] = entry
+        self._running[job.prompt_id] = entry
         self.observers.job_started(job)
         slots = self._lanes.get(lane.name)
         if slots is not None:
@@ -834,8 +867,8 @@ class Scheduler:
         try:
             started.finishing.cancel()
             await asyncio.wait([started.finishing])
-            if self.running.get(entry.job.prompt_id) is entry:
-                del self.running[entry.job.prompt_id]
+            if self._running.get(entry.job.prompt_id) is entry:
+                del self._running[entry.job.prompt_id]
         finally:
             self._slot_freed(started, slot)
 
@@ -847,10 +880,11 @@ class Scheduler:
                 slots.accepted.discard(slot)
 
     async def _finish(self, entry: Running, resume: bool) -> None:
+        tag_job(entry.job)  # this task is the attempt: its log lines name the job
         try:
             result, failure = await self._attempt(entry.lane, entry.job, entry, resume)
         except BaseException:
-            self.running.pop(entry.job.prompt_id, None)
+            self._running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             raise
         finally:
@@ -859,7 +893,7 @@ class Scheduler:
             await self._record(entry, result, failure)
         else:
             # Cancelled in the queue before its start was recorded: it ends there.
-            self.running.pop(entry.job.prompt_id, None)
+            self._running.pop(entry.job.prompt_id, None)
             self._queue_changed()
             await entry.gate.opened.wait()
             self.streams.forget(entry.job.prompt_id)
@@ -914,7 +948,7 @@ class Scheduler:
             # The job stays running in the store and is recovered at the next start.
             log.exception("could not record the end of %s", job.prompt_id)
         finally:
-            self.running.pop(job.prompt_id, None)
+            self._running.pop(job.prompt_id, None)
             if finished is not None:
                 ended = finished
                 entry.gate.pass_on(lambda: self.streams.end(job, ended))
@@ -968,24 +1002,23 @@ class Scheduler:
     ) -> JobResult | None:
         """Record how the attempt ended; None when the job went back to the queue."""
         job = entry.job
-        if entry.requeue and not entry.cancelled:
+        if entry.state is AttemptState.GIVING_BACK:
             await self._give_back(job, None)
             return None
-        if entry.taken_back and entry.handle.withdrawn and not entry.cancelled:
+        if entry.state is AttemptState.TAKING_BACK and entry.handle.withdrawn:
             # Taken out of its backend's queue for a free slot: not a failed attempt.
             await self._give_back(job, {"kind": "taken_back", "lane": entry.lane.name})
             return None
-        if not entry.cancelled:
+        if entry.state is AttemptState.CANCELLING:
+            messages = result.messages if result else []
+            error = result.error if result else None
+            result = JobResult(JobStatus.CANCELLED, {}, {}, messages, error, [])
+        else:
             decision = await self.retry.decide(job, entry.lane, result, failure)
             if decision.requeue:
                 await self._give_back(job, decision.reason)
                 return None
             result = decision.result
-        assert result is not None or entry.cancelled
-        if entry.cancelled:
-            messages = result.messages if result else []
-            error = result.error if result else None
-            result = JobResult(JobStatus.CANCELLED, {}, {}, messages, error, [])
         assert result is not None
         self._avoid.pop(job.prompt_id, None)
         if await self.store.finish(job.prompt_id, job.attempt, result):

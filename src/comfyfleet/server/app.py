@@ -27,6 +27,7 @@ from comfyfleet.server.routing import Route, install
 from comfyfleet.server.settings import settings_routes
 from comfyfleet.server.system import system_routes
 from comfyfleet.server.userdata import userdata_routes
+from comfyfleet.server.waits import WAITS, PromptWaits
 from comfyfleet.server.ws import ws_routes
 from comfyfleet.store.postgres_url import redact_urls_in
 
@@ -60,6 +61,8 @@ def build_app(gateway: Gateway) -> web.Application:
     watch = FleetWatch()
     gateway.scheduler.observers.add(watch)
     dashboards = DashboardFeed(gateway, watch)
+    waits = PromptWaits(gateway.store)  # POST /prompt?wait=
+    gateway.scheduler.observers.add(waits)
     routes += dashboard_routes(dashboards)
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
@@ -76,6 +79,7 @@ def build_app(gateway: Gateway) -> web.Application:
     middlewares.append(body_limit(config.max_upload_bytes))  # a refusal gets CORS headers
     app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway
+    app[WAITS] = waits
     install(app, routes)
 
     async def start(_app: web.Application) -> None:
@@ -83,6 +87,7 @@ def build_app(gateway: Gateway) -> web.Application:
         await gateway.start()
 
     async def drain(_app: web.Application) -> None:
+        waits.close()  # waiting requests answer 202 now
         await dashboards.stop()
         await gateway.drain()
         logs.detach()

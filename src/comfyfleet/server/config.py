@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comfyfleet.domain.gateways import DEFAULT_LEASE, GATEWAY_ID
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
@@ -53,6 +54,10 @@ class ServerConfig:
     # Where jobs and history live: a postgresql:// URL, or a SQLite file (None: the data
     # dir's). Left out of repr: a URL may hold a password.
     store: str | None = field(default=None, repr=False)
+    # This gateway among those sharing one store (None: the id kept in the data dir), and
+    # how long its lease on the jobs it runs holds without a heartbeat (seconds).
+    gateway_id: str | None = None
+    lease: float = DEFAULT_LEASE
     # ComfyUI backends: urls or tables {url, name, slots, prefetch, tags, auth_header}.
     backends: tuple[Any, ...] = ()
     # Managed backends: `[[comfyui]]` tables (or --comfyui DIR), processes the gateway runs.
@@ -75,6 +80,8 @@ class ServerConfig:
     auth_tokens: tuple[AuthToken, ...] = ()
     # The graph editor's files: a build of ComfyUI's frontend (None: comfyui-frontend-package).
     front_end_root: Path | None = None
+    # Log lines: "text", or "json" (one object per line, with the job's fields).
+    log_format: str = "text"
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -111,6 +118,8 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "store":  # checked on its own: its errors never show the value
         return _store_location(value)
     try:
+        if name == "lease":
+            return float(value) if isinstance(value, int | float) else parse_duration(str(value))
         if name == "history_max_age":
             return None if value in (None, "") else _seconds(value)
         if name == "events_retention":
@@ -203,10 +212,18 @@ def load_config(
         raise ConfigError("local_slots must be >= 0")
     if not 0 <= config.events_retention < float("inf"):
         raise ConfigError("events_retention must be a duration >= 0")
+    if config.log_format not in ("text", "json"):
+        raise ConfigError(f"log_format must be text or json, not {config.log_format!r}")
     if config.output_mode not in ("copy", "reference"):
         raise ConfigError(f"output_mode must be copy or reference, not {config.output_mode!r}")
     if not 0 < config.port < 65536:
         raise ConfigError(f"port out of range: {config.port}")
+    if config.gateway_id is not None and not GATEWAY_ID.fullmatch(config.gateway_id):
+        raise ConfigError(
+            "gateway_id must be 1 to 64 letters, digits, '.', '_' or '-' (a letter or digit first)"
+        )
+    if not 1.0 <= config.lease <= 3600.0:
+        raise ConfigError(f"lease must be between 1 s and 1 h, not {config.lease:g} s")
     if config.auth_enabled and config.output_mode == "reference":
         raise ConfigError(
             "output_mode reference cannot keep tenants' outputs apart (files stay on shared "

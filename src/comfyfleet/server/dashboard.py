@@ -141,22 +141,24 @@ def _visible(view: Viewer, tenant: str) -> bool:
 
 def _running(gw: Gateway, watch: FleetWatch, view: Viewer, now: float) -> list[dict[str, Any]]:
     out = []
-    for prompt_id, run in list(gw.scheduler.running.items()):
-        if not _visible(view, run.job.tenant):
+    local = gw.fleet.local.name if gw.fleet.local is not None else None
+    for job in gw.scheduler.running_jobs():
+        if not _visible(view, job.tenant):
             continue
-        progress = watch.progress.get(prompt_id, _Progress())
+        progress = watch.progress.get(job.prompt_id, _Progress())
         entry: dict[str, Any] = {
-            "id": prompt_id,
-            "lane": run.lane.name,
-            "state": "running" if progress.started or run.lane.in_process else "sent",
-            "seconds": round(now - (run.job.started_at or now), 1),
+            "id": job.prompt_id,
+            "lane": job.lane,
+            # A backend's prompt may wait in its queue (prefetch) until its first event.
+            "state": "running" if progress.started or job.lane == local else "sent",
+            "seconds": round(now - (job.started_at or now), 1),
             "node": progress.node,
             "value": progress.value,
             "max": progress.max,
-            "own": run.job.tenant == view.tenant,
+            "own": job.tenant == view.tenant,
         }
         if view.admin:
-            entry["tenant"] = run.job.tenant
+            entry["tenant"] = job.tenant
         out.append(entry)
     return out
 
@@ -167,20 +169,20 @@ def _lanes(gw: Gateway, running: list[dict[str, Any]], view: Viewer) -> list[dic
         local = gw.fleet.local
         lanes.append({"name": local.name, "kind": "local", "state": "up", "slots": local.slots})
     for lane in gw.fleet.backends.values():
-        up = lane.client.connected.is_set()
+        up = lane.connected
         entry: dict[str, Any] = {
             "name": lane.name,
-            "backend": lane.client.spec.name,
+            "backend": lane.spec.name,
             "kind": "backend",
             "state": "draining" if lane.draining else ("up" if up else "down"),
             "suspect": lane.suspect,
             "slots": lane.runs_at_once,
-            "prefetch": lane.client.spec.prefetch,
+            "prefetch": lane.spec.prefetch,
         }
         set_aside = gw.scheduler.reserved_for(lane.name)
         entry["set_aside_count"] = len(set_aside)
         if view.admin:
-            entry["url"] = lane.client.spec.url
+            entry["url"] = lane.spec.url
             entry["set_aside"] = set_aside
         lanes.append(entry)
     for entry in lanes:
@@ -194,8 +196,8 @@ def _collectors(gw: Gateway, watch: FleetWatch, view: Viewer) -> list[dict[str, 
     redactor = gw.fanout.vault.redactor()
     out = []
     for (prompt_id, node_id), (mode, slots) in list(gw.fanout.collecting.items()):
-        run = gw.scheduler.running.get(prompt_id)
-        if run is None or not _visible(view, run.job.tenant):
+        job = gw.scheduler.running_job(prompt_id)
+        if job is None or not _visible(view, job.tenant):
             continue
         entries = [slot_entry(n, task, redactor) for n, task in enumerate(slots, 1) if task]
         out.append(

@@ -13,10 +13,14 @@ comes both ways and is told apart by id: no gap, no duplicate. What a follower s
 survives a crash, and an id is never handed out twice.
 
 A stream always ends with the done signal. When a prompt's job is over (or gone) but
-its log has no done signal and no process here will write one (the gateway died
-between recording the end and writing the log, or the job was cancelled while
-queued), the first follower to notice appends what is missing: the end event kept in
-the history, then the done signal.
+its log has no done signal and no gateway will write one (the gateway died between
+recording the end and writing the log, or the job was cancelled while queued), the
+first follower to notice (SETTLE_AFTER seconds after the end at the earliest) appends
+what is missing: the end event kept in the history, then the done signal.
+
+Followers are woken by this process's own commits. A prompt that another gateway
+runs (several gateways on one PostgreSQL) is read from the store every CHECK_EVERY
+seconds instead.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ PAGE = 500
 MAX_QUEUED = 1_000
 #: Seconds a follower waits on a quiet prompt before asking whether its job is over.
 CHECK_EVERY = 2.0
+#: Seconds after a job's end before a follower writes what its stream lacks: until
+#: then, the gateway that ran it (this one or another) may still be writing its end.
+SETTLE_AFTER = 5.0
 #: Longest wait between writes while the store refuses them.
 RETRY_MAX = 2.0
 
@@ -211,6 +218,9 @@ class EventLog(JobObserver):
                     check_at = time.monotonic() + CHECK_EVERY
                     if await self.ended_before(prompt_id, last):
                         return  # the done signal came at or before `after`
+                    # Read the store again: another gateway may be running the prompt
+                    # (no wake-up from there), or may have written its end.
+                    listener.lagged = True
                     continue
                 listener.arrived.clear()
                 with contextlib.suppress(TimeoutError):
@@ -237,12 +247,14 @@ class EventLog(JobObserver):
             return None
         async with self._settling:
             await self.flush()
-            if prompt_id in self._open:  # cannot happen to a job that is over; cheap to ask
-                return None
             logged = await self._all(prompt_id)
             done = next((e for e in logged if e.done), None)
             if done is not None:
                 return done.id
+            if prompt_id in self._open:  # cannot happen to a job that is over; cheap to ask
+                return None
+            if job is not None and (job.finished_at or 0) > self._clock() - SETTLE_AFTER:
+                return None  # just ended: the gateway that ran it may still write its end
             missing = [] if job is None else await self._missing_end(prompt_id, logged)
             missing.append(
                 NewPromptEvent(prompt_id, "executing", events.executing(prompt_id, None))

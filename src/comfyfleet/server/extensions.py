@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib import parse
 
-import aiohttp
 from aiohttp import web
 
 from comfyfleet.folders import UnsafePath, plain_name
+from comfyfleet.lanes.backend import BackendError
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.server.frontend import serve_file
 from comfyfleet.server.routing import Route
@@ -137,24 +137,24 @@ class Extensions:
 
     async def remote_packs(self) -> dict[str, list[str]]:
         """Each backend pack's JS files: the first connected backend with a pack wins."""
-        lanes = [lane for lane in self.backends.values() if lane.client.connected.is_set()]
+        lanes = [lane for lane in self.backends.values() if lane.connected]
         await asyncio.gather(*(self._refresh(lane) for lane in lanes))
         packs: dict[str, list[str]] = {}
         for lane in lanes:
-            listed = self._listed.get(lane.client.spec.name)
+            listed = self._listed.get(lane.spec.name)
             for pack, paths in (listed.packs if listed else {}).items():
                 if pack not in self.local and pack != "core":
                     packs.setdefault(pack, paths)
         return packs
 
     async def _refresh(self, lane: ComfyUILane) -> None:
-        name = lane.client.spec.name
+        name = lane.spec.name
         listed = self._listed.get(name)
         if listed is not None and time.monotonic() - listed.at < self.ttl:
             return
         fresh = _Listed(time.monotonic())
         try:
-            entries = await lane.client.request("GET", "/extensions", timeout=FETCH_TIMEOUT)
+            entries = await lane.fetch_json("/extensions", timeout=FETCH_TIMEOUT)
         except Exception as exc:  # a backend's failure leaves out its packs, nothing else
             log.info("no extensions from backend %s: %s", name, exc)
             entries = []
@@ -166,8 +166,8 @@ class Extensions:
 
     def _backend_of(self, pack: str) -> ComfyUILane | None:
         for lane in self.backends.values():
-            listed = self._listed.get(lane.client.spec.name)
-            if listed is not None and pack in listed.packs and lane.client.connected.is_set():
+            listed = self._listed.get(lane.spec.name)
+            if listed is not None and pack in listed.packs and lane.connected:
                 return lane
         return None
 
@@ -192,22 +192,16 @@ class Extensions:
                 plain_name(part)
         except UnsafePath:
             return web.Response(status=404)
-        client = lane.client
         try:
-            async with client.session.get(
-                client.base + entry_url(pack, path),
-                headers=client.spec.headers(),
-                timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT),
-                allow_redirects=False,
-            ) as response:
-                if response.status != 200:
-                    return web.Response(status=404 if response.status == 404 else 502)
-                body = await response.content.read(MAX_FILE_BYTES + 1)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.info("extension %s/%s from backend %s: %s", pack, path, client.spec.name, exc)
+            answer = await lane.read_file(
+                entry_url(pack, path), max_bytes=MAX_FILE_BYTES, timeout=FETCH_TIMEOUT
+            )
+        except BackendError as exc:  # unreachable, or a file past the cap
+            log.info("extension %s/%s from backend %s: %s", pack, path, lane.spec.name, exc)
             return web.Response(status=502)
-        if len(body) > MAX_FILE_BYTES:
-            return web.Response(status=502)
+        if answer.status != 200:
+            return web.Response(status=404 if answer.status == 404 else 502)
+        body = answer.body
         kind = _PASSED_TYPES.get(os.path.splitext(path)[1].lower(), "application/octet-stream")
         return web.Response(body=body, headers={"Content-Type": kind, "Cache-Control": "no-cache"})
 

@@ -28,6 +28,7 @@ from PIL import Image
 
 from comfyfleet import imaging
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder, resolve_inside
+from comfyfleet.lanes.backend import FileAnswer
 from comfyfleet.lanes.outputs import split_reference
 from comfyfleet.server.client_json import has_lone_surrogate, loads
 from comfyfleet.server.routing import Route
@@ -58,8 +59,9 @@ class _Reject(Exception):
         self.status = status
 
 
-#: Fetches a file kept on a backend (reference mode): (backend, query) -> response or None.
-RemoteView = Callable[[str, Mapping[str, str]], Awaitable[web.StreamResponse | None]]
+#: Fetches a file kept on a backend (reference mode): (backend, query) -> its answer, or
+#: None when there is no such backend.
+RemoteView = Callable[[str, Mapping[str, str]], Awaitable[FileAnswer | None]]
 
 
 def file_routes(
@@ -83,7 +85,7 @@ def file_routes(
             refused = _refuse_remote(query)
             if refused is not None:
                 return web.Response(status=refused)
-            return await remote(backend, query) or web.Response(status=404)
+            return _passed_on(await remote(backend, query))
         return await _view(folders_of(request), request)
 
     async def upload_image(request: web.Request) -> web.StreamResponse:
@@ -114,6 +116,15 @@ def _split_annotation(name: str) -> tuple[str, str | None]:
 def _has_control(text: str) -> bool:
     # NUL breaks path calls and CR/LF would end the Content-Disposition header early.
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def _passed_on(answer: FileAnswer | None) -> web.Response:
+    """A backend's answer to `/view`: its file, or its status alone (no body, no headers)."""
+    if answer is None:
+        return web.Response(status=404)
+    if answer.status != 200:
+        return web.Response(status=answer.status)
+    return web.Response(body=answer.body, content_type=answer.content_type)
 
 
 def _refuse_remote(query: Mapping[str, str]) -> int | None:

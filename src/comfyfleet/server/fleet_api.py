@@ -22,9 +22,9 @@ def _error(status: int, type_: str, message: str) -> web.Response:
 
 def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
     # A held lane (a managed process starting or being recycled) takes no work: down.
-    state = "up" if lane.client.connected.is_set() and not lane.held else "down"
+    state = "up" if lane.connected and not lane.held else "down"
     answer = {
-        **spec_json(lane.client.spec),
+        **spec_json(lane.spec),
         "lane": lane.name,
         "state": "draining" if lane.draining else state,
         "suspect": lane.suspect,
@@ -34,7 +34,7 @@ def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
         "running": gw.scheduler.runs_on(lane.name),
         "reserved": gw.scheduler.reserved_for(lane.name),
     }
-    managed = gw.managed.status(lane.client.spec.name)
+    managed = gw.managed.status(lane.spec.name)
     if managed is not None:
         answer["managed"] = managed
     return answer
@@ -91,10 +91,10 @@ async def remove_backend(request: web.Request) -> web.Response:
         return _error(400, "invalid_query", "timeout must be a number of seconds")
     lane.draining = True
     await gw.scheduler.remove_lane(lane.name, timeout)
-    await gw.managed.remove(lane.client.spec.name)  # a managed one's process stops too
-    await gw.fleet.forget(lane.client.spec.name)
-    await gw.store.delete_backend(lane.client.spec.name)
-    return web.json_response({"removed": lane.client.spec.name})
+    await gw.managed.remove(lane.spec.name)  # a managed one's process stops too
+    await gw.fleet.forget(lane.spec.name)
+    await gw.store.delete_backend(lane.spec.name)
+    return web.json_response({"removed": lane.spec.name})
 
 
 async def drain_backend(request: web.Request) -> web.Response:
@@ -113,8 +113,33 @@ async def resume_backend(request: web.Request) -> web.Response:
     return web.json_response(backend_json(gw, lane))
 
 
+async def list_gateways(request: web.Request) -> web.Response:
+    """The gateways sharing this one's store whose lease holds, and what each runs; this
+    one's own entry also names its lanes."""
+    gw = request.app[GATEWAY]
+    me = gw.store.owner
+    listed = []
+    for record in await gw.store.gateways():
+        entry: dict[str, Any] = {
+            "id": record.id,
+            "host": record.host,
+            "pid": record.pid,
+            "url": record.url,
+            "started_at": record.started_at,
+            "seen_at": record.seen_at,
+            "lease_until": record.lease_until,
+            "running": record.running,
+            "self": record.id == me,
+        }
+        if record.id == me:
+            entry["lanes"] = [lane.name for lane in gw.scheduler.lanes]
+        listed.append(entry)
+    return web.json_response({"gateways": listed, "self": me})
+
+
 def fleet_routes() -> list[Route]:
     return [
+        Route("GET", "/api/fleet/gateways", list_gateways, admin=True),
         Route("GET", "/api/fleet/backends", list_backends, admin=True),
         Route("POST", "/api/fleet/backends", add_backend, admin=True),
         Route("DELETE", "/api/fleet/backends/{name}", remove_backend, admin=True),

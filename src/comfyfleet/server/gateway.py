@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
@@ -24,7 +25,8 @@ from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
 from comfyfleet.server.event_log import EventLog
 from comfyfleet.server.hub import Hub
-from comfyfleet.store.base import JobStore
+from comfyfleet.server.identity import process_alive, this_gateway
+from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
 from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
 
@@ -47,6 +49,7 @@ class Gateway:
     scheduler: Scheduler
     tenants: TenantFolders  # `default` (all jobs when auth is off) has `folders`
     managed: ManagedBackends  # the backend processes it runs itself ([[comfyui]])
+    identity: GatewayRecord  # this gateway among those sharing the store
     events: EventLog | None  # every prompt's client stream, for followers (None: kept off)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -57,8 +60,12 @@ class Gateway:
         registry = build_registry(testing=config.testing_nodes, custom_nodes=config.custom_nodes)
         for failure in registry.failures:
             log.warning("node pack %s skipped: %s", failure.pack, failure.error)
+        identity = this_gateway(config.gateway_id, config.data_dir, config.host, config.port)
         store = open_store(
-            config.store, default=config.database, sqlite_synchronous=config.sqlite_synchronous
+            config.store,
+            default=config.database,
+            sqlite_synchronous=config.sqlite_synchronous,
+            owner=identity.id,
         )
         # Paid API jobs: shared pools, the store's journal, keys (fan-out and provider nodes).
         fanout = FanoutService(store, SecretVault(config.secrets_file), fanout_settings(config))
@@ -75,7 +82,12 @@ class Gateway:
             fleet.backend_lane(parse_spec(raw))
         managed = ManagedBackends.create(config.comfyui, config.data_dir, fleet, {config.port})
         scheduler = Scheduler(
-            store, [], router, max_pending=config.max_pending, max_attempts=config.max_attempts
+            store,
+            [],
+            router,
+            max_pending=config.max_pending,
+            max_attempts=config.max_attempts,
+            lease=config.lease,
         )
         events = None
         if config.events_retention > 0:
@@ -93,11 +105,13 @@ class Gateway:
             scheduler,
             tenants,
             managed,
+            identity,
             events,
         )
 
     async def start(self) -> None:
         await self.store.open()
+        await self._join()
         await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
         for raw in await self.store.backends():
             try:
@@ -109,6 +123,19 @@ class Gateway:
         await self.scheduler.start()
         await self.managed.start(self.scheduler)
         self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
+
+    async def _join(self) -> None:
+        """Take this gateway's place among those sharing the store. The same id held by a
+        process of this host that is gone (a restart after a crash) is taken over at
+        once; one held elsewhere, or by a live process, refuses the start."""
+        try:
+            await self.store.join(self.identity, self.config.lease)
+        except GatewayIdInUse as refused:
+            holder = refused.holder
+            if holder.host != self.identity.host or process_alive(holder.pid):
+                raise
+            log.info("gateway %s: its earlier process %d is gone", holder.id, holder.pid)
+            await self.store.join(self.identity, self.config.lease, replace=holder.instance)
 
     async def validate(
         self, prompt: Any, targets: list[str] | None, tenant: str = DEFAULT_TENANT
@@ -140,6 +167,10 @@ class Gateway:
         # Prompts re-queued at shutdown leave their paid jobs running for the next process.
         await self.scheduler.stop(self.config.shutdown_grace, self.fanout.detach_soon)
         await self.managed.stop()  # their prompts have ended or gone back to the queue
+        try:
+            await self.store.leave()  # nothing of this gateway's is left running
+        except StoreError as exc:
+            log.warning("could not leave the store's gateways: %s", exc)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

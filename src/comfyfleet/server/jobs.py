@@ -41,6 +41,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "client_id": job.client_id,
         "attempt": job.attempt,
         "lane": None if job.status == JobStatus.PENDING else job.lane,  # not a reservation
+        # The gateway that ran (or runs) its last attempt, among several sharing the store.
+        "gateway": None if job.status == JobStatus.PENDING else job.owner,
         "create_time": _ms(job.created_at),
         "execution_start_time": _ms(job.started_at),
         "execution_end_time": _ms(job.finished_at),

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet import comfyui_pack
+from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import NewJob
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
@@ -20,7 +21,15 @@ from comfyfleet.scheduler.scheduler import QueueFull
 from comfyfleet.server.auth import scope, tenant_name, visible
 from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.idempotency import (
+    REPLAYED_HEADER,
+    BadKey,
+    body_digest,
+    idempotency_key,
+    reused_key,
+)
 from comfyfleet.server.routing import Route, empty_ok
+from comfyfleet.server.waits import WAITS, BadWait, wait_seconds
 from comfyfleet.store.base import DuplicateJob, StoreError
 
 log = logging.getLogger(__name__)
@@ -40,10 +49,42 @@ def bad_request(type_: str, message: str, details: str = "") -> web.Response:
 
 
 async def post_prompt(request: web.Request) -> web.Response:
+    """Queue a prompt. With `Idempotency-Key`, a repeat of a request gets its first answer
+    (see idempotency.py); with `?wait=SECONDS`, the answer is the history entry once the
+    prompt ends, or a 202 with the usual answer when the wait runs out (see waits.py)."""
     gw = request.app[GATEWAY]
+    try:
+        wait = wait_seconds(request)
+    except BadWait as exc:
+        return bad_request("invalid_wait", str(exc), request.query.get("wait", "")[:100])
+    try:
+        key = idempotency_key(request)
+    except BadKey as exc:
+        return bad_request("invalid_idempotency_key", str(exc))
     body = await read_json(request)
     if not isinstance(body, dict):
         return bad_request("invalid_prompt", "The request body must be a JSON object")
+    keyed = None
+    if key is not None:
+        keyed = (key, await body_digest(request, body))
+        first = await gw.store.idempotent_request(tenant_name(request), key)
+        if first is not None:
+            return await _repeated(request, first, keyed[1], wait)
+    try:
+        answer = await _submit(request, gw, body, keyed)
+    except IdempotencyKeyTaken as taken:  # a request with this key queued meanwhile
+        assert keyed is not None
+        return await _repeated(request, taken.first, keyed[1], wait)
+    if isinstance(answer, web.Response):
+        return answer
+    return await _answered(request, answer, wait)
+
+
+async def _submit(
+    request: web.Request, gw: Gateway, body: dict[str, Any], keyed: tuple[str, str] | None
+) -> dict[str, Any] | web.Response:
+    """Validate and queue the prompt of `body`: ComfyUI's answer, or the error response.
+    With `keyed` (key, body digest), the key is stored with the job."""
     try:
         number, front = await _queue_number(gw, body)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
@@ -57,7 +98,10 @@ async def post_prompt(request: web.Request) -> web.Response:
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
-    new = scrub_new_job(gw.engine, replace(new, tenant=tenant))  # typed keys stay out of storage
+    answer = {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
+    keyed_request = None if keyed is None else IdempotentRequest(*keyed, answer)
+    new = replace(new, tenant=tenant, idempotency=keyed_request)
+    new = scrub_new_job(gw.engine, new)  # typed keys stay out of storage
     try:
         await gw.scheduler.submit(new)
     except DuplicateJob:
@@ -75,9 +119,38 @@ async def post_prompt(request: web.Request) -> web.Response:
         return web.json_response(
             prompt_error_body(err), status=503, headers={"Retry-After": str(STORE_RETRY_AFTER)}
         )
-    return web.json_response(
-        {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
-    )
+    return answer
+
+
+async def _repeated(
+    request: web.Request, first: IdempotentRequest, digest: str, wait: float | None
+) -> web.Response:
+    """The answer to a request whose key was used before: the first answer again, or a
+    409 when the body differs."""
+    if first.request_hash != digest:
+        return reused_key()
+    return await _answered(request, first.answer, wait, {REPLAYED_HEADER: "true"})
+
+
+async def _answered(
+    request: web.Request,
+    answer: dict[str, Any],
+    wait: float | None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """`answer`, or with `wait` the history entry once the prompt ends (202 and `answer`
+    when it has not ended in time)."""
+    if wait is None:
+        return web.json_response(answer, headers=headers)
+
+    def connected() -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
+    entry = await request.app[WAITS].wait(answer["prompt_id"], wait, connected)
+    if entry is None:
+        return web.json_response(answer, status=202, headers=headers)
+    return web.json_response(entry, headers=headers)
 
 
 async def _validated(
@@ -296,12 +369,9 @@ async def post_interrupt(request: web.Request) -> web.Response:
     if tenant is None:
         scheduler.interrupt(prompt_id)
         return empty_ok()
-    running = scheduler.running
-    targets = [prompt_id] if prompt_id is not None else list(running)
-    for target in targets:
-        entry = running.get(target)
-        if entry is not None and entry.job.tenant == tenant:
-            scheduler.interrupt(target)
+    for job in scheduler.running_jobs():
+        if job.tenant == tenant and prompt_id in (None, job.prompt_id):
+            scheduler.interrupt(job.prompt_id)
     return empty_ok()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
@@ -16,6 +18,59 @@ class StoreError(Exception):
 
 class DuplicateJob(StoreError):
     """A job with this prompt_id already exists."""
+
+
+class GatewayIdInUse(StoreError):
+    """Another live process holds this gateway id (`holder`)."""
+
+    def __init__(self, message: str, holder: GatewayRecord) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class GatewayLeases(Protocol):
+    """Several gateways on one store: each claims as `owner`, and its lease (renewed by
+    heartbeat) covers every job it runs. Once a lease has run out, the jobs it covered
+    are orphaned: another gateway re-queues or adopts them, fenced by attempt."""
+
+    #: The gateway this store claims for: claims, hand-offs and starts record it.
+    owner: str
+
+    async def join(
+        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
+    ) -> None:
+        """Register `gateway` (its id is `owner`) with a lease of `lease` seconds.
+        GatewayIdInUse when another instance with that id still holds a lease, unless
+        that instance is `replace` (known to be dead: its process is gone)."""
+
+    async def heartbeat(self, lease: float) -> bool:
+        """Renew the lease; False when this instance is no longer registered (another
+        instance took the id over after the lease ran out)."""
+
+    async def leave(self) -> None:
+        """Unregister (a clean stop: its jobs were finished or re-queued)."""
+
+    async def gateways(self) -> list[GatewayRecord]:
+        """Every gateway whose lease holds, with the number of jobs each runs, by id."""
+
+    async def orphaned(self) -> list[Job]:
+        """Jobs whose owner's lease has run out (or that have no owner): running ones, in
+        start order, and pending ones set aside for a lane (a reservation, which
+        `unreserve` gives back). None of them is another live gateway's."""
+
+    async def requeue_orphaned(self, job: Job) -> bool:
+        """Put an orphaned job back to pending (its run died with its gateway), fenced:
+        False when it is no longer running at `job.attempt` or no longer orphaned."""
+
+    async def adopt(self, job: Job) -> Job | None:
+        """Make an orphaned job this gateway's to follow where it runs (a backend): owner,
+        and attempt + 1 so the old owner's writes are refused. None when it is no longer
+        orphaned at `job.attempt`. The attempt note says it was adopted, not failed."""
+
+    async def watch_work(self, wake: Callable[[str], None]) -> None:
+        """Call `wake(owner)` on the event loop whenever a job becomes claimable in the
+        store (queued, re-queued, given back), `owner` being the gateway that did it:
+        in-process with SQLite, by LISTEN/NOTIFY with PostgreSQL."""
 
 
 class RemoteJobJournal(Protocol):
@@ -87,7 +142,7 @@ class PromptEventLog(Protocol):
         many events went."""
 
 
-class JobStore(RemoteJobJournal, PromptEventLog, Protocol):
+class JobStore(GatewayLeases, RemoteJobJournal, PromptEventLog, Protocol):
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
 
@@ -100,7 +155,15 @@ class JobStore(RemoteJobJournal, PromptEventLog, Protocol):
         """Durably queue a job as pending; raises StoreError if the id exists.
 
         With `claim_for`, that lane takes the job in the same transaction (running,
-        attempt 1): a hand-off to an idle slot while nothing else is pending."""
+        attempt 1): a hand-off to an idle slot while nothing else is pending.
+
+        With `job.idempotency`, its key is recorded for the job's tenant in the same
+        transaction; when the tenant used the key less than IDEMPOTENCY_WINDOW ago,
+        nothing is written and IdempotencyKeyTaken carries the first request."""
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if recorded less than
+        IDEMPOTENCY_WINDOW ago (by the store's clock); None once the key is free."""
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
@@ -116,8 +179,9 @@ class JobStore(RemoteJobJournal, PromptEventLog, Protocol):
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
     ) -> Job | None:
         """Like `claim`, but the job stays pending, set aside for `lane` (its `lane`
-        field names it): listed and cancellable as pending, skipped by claims and
-        reservations. A busy lane takes its next job ahead of time this way."""
+        field names it) by this gateway (`owner`): listed and cancellable as pending,
+        skipped by claims and reservations. A busy lane takes its next job ahead of time
+        this way."""
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
         """Start a job reserved for `job.lane` on `lane` (running, attempt + 1), or
@@ -149,8 +213,9 @@ class JobStore(RemoteJobJournal, PromptEventLog, Protocol):
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Every job running on a lane whose name starts with `lane_prefix` goes back to
-        pending (used at start-up for the local lane). Returns their ids, in
-        submission order."""
+        pending (used at start-up for the local lane), if it is this gateway's (`owner`)
+        or orphaned: another live gateway's jobs stay. Returns their ids, in submission
+        order."""
 
     async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
         """Mark pending (and, unless `pending_only`, running) jobs cancelled; returns

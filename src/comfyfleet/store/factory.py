@@ -22,7 +22,11 @@ def check_store_location(location: str | Path | None) -> str | Path | None:
 
 
 def open_store(
-    url_or_path: str | Path | None, *, default: Path, sqlite_synchronous: str = "NORMAL"
+    url_or_path: str | Path | None,
+    *,
+    default: Path,
+    sqlite_synchronous: str = "NORMAL",
+    owner: str | None = None,
 ) -> JobStore:
     """The store `url_or_path` names, to be opened with `await store.open()`:
 
@@ -30,10 +34,12 @@ def open_store(
     - None or "": the SQLite file `default` (the data dir's);
     - any other path: a SQLite file there.
 
+    `owner` is the gateway the store claims for (see base.GatewayLeases).
+
     ValueError for a URL of another scheme (see `check_store_location`).
     """
     check_store_location(url_or_path)
     if isinstance(url_or_path, str) and is_postgres_url(url_or_path):
-        return PostgresStore(url_or_path)
+        return PostgresStore(url_or_path, owner=owner)
     path = Path(url_or_path) if url_or_path else default
-    return SQLiteStore(path, synchronous=sqlite_synchronous)
+    return SQLiteStore(path, synchronous=sqlite_synchronous, owner=owner)

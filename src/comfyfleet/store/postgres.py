@@ -27,12 +27,15 @@ import contextlib
 import json
 import math
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import asyncpg
 
+from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -52,8 +55,9 @@ from comfyfleet.domain.remote_jobs import (
     check_remote_finish,
 )
 from comfyfleet.store import postgres_event_log as event_log
+from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
-from comfyfleet.store.base import DuplicateJob, StoreError
+from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.postgres_text import (
     from_db,
     from_db_or_none,
@@ -76,6 +80,9 @@ SCHEMA_VERSION = max(MIGRATIONS)
 #: Held while the schema is created or migrated, so two processes opening one database
 #: at once do it one after the other (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
+
+#: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work.
+WORK_CHANNEL = "comfyfleet_work"
 
 #: The counter is a bigint sequence: a stored number past this does not move it.
 COUNTER_MAX = 2**62
@@ -116,6 +123,7 @@ class PostgresStore:
         pool_size: int = 10,
         connect_timeout: float = 10.0,
         clock: Callable[[], float] = time.time,
+        owner: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
@@ -135,6 +143,11 @@ class PostgresStore:
         # Claims and reservations of this process run one at a time, as SQLite's writer
         # runs them: concurrent ones would only race for the same first candidate.
         self._claiming = asyncio.Lock()
+        self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
+        self._owner_db = to_db(self.owner)
+        self._instance = uuid.uuid4().hex
+        self._listener: Any = None  # the connection that LISTENs for wake-ups
+        self._wakes: list[Callable[[str], None]] = []
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self._url)!r}, schema={self._schema!r})"
@@ -173,6 +186,10 @@ class PostgresStore:
 
     async def close(self) -> None:
         """Release every connection (each change was committed when it returned)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(*DRIVER_ERRORS):
+                await listener.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             with self._wrapped("cannot close"):
@@ -222,22 +239,47 @@ class PostgresStore:
 
     async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); DuplicateJob if the id exists."""
+        that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is."""
         now = self._clock()
+        # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it, for
+        # every gateway: the insert moves the sequence.
+        ahead = None
         if isinstance(job.number, int) and not isinstance(job.number, bool):
-            # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
-            self._raise_counter(abs(job.number) + 1)
-        params = _job_params(job, now, claim_for)
-        db = self._db()
-        with self._wrapped():
+            ahead = abs(job.number) + 1 if abs(job.number) < COUNTER_MAX else None
+        params = (*_job_params(job, now, claim_for), self._owner_db, ahead)
+        keyed = job.idempotency
+
+        async def insert(db: Any) -> int | IdempotentRequest:
+            if keyed is not None:
+                taken = await idempotency.claim(db, job.tenant, keyed, job.prompt_id, now)
+                if taken is not None:
+                    return taken
             try:
                 seq: int = await db.fetchval(Q["insert_job"], *params)
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
-        queued = job.pending(seq, now)
+            return seq
+
+        # A keyed job and its key commit together; a plain one is one statement.
+        inserted = await (self._run(insert) if keyed is None else self._write(insert))
+        if isinstance(inserted, IdempotentRequest):
+            raise IdempotencyKeyTaken(inserted)
+        queued = job.pending(inserted, now)
         if claim_for is None:
             return queued
-        return replace(queued, status=JobStatus.RUNNING, attempt=1, lane=claim_for, started_at=now)
+        return replace(
+            queued,
+            status=JobStatus.RUNNING,
+            attempt=1,
+            lane=claim_for,
+            started_at=now,
+            owner=self.owner,
+        )
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if it was less than a window ago."""
+        now = self._clock()
+        return await self._run(lambda db: idempotency.first(db, tenant, key, now))
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
@@ -247,22 +289,29 @@ class PostgresStore:
 
         `can_run` runs on the event loop, with no transaction open and no row locked."""
         now = self._clock()
-        taken = await self._take(can_run, scan, "claim_job", to_db(lane), now)
+        taken = await self._take(can_run, scan, "claim_job", to_db(lane), now, self._owner_db)
         if taken is None:
             return None
         job, attempt = taken
-        return replace(job, status=JobStatus.RUNNING, attempt=attempt, lane=lane, started_at=now)
+        return replace(
+            job,
+            status=JobStatus.RUNNING,
+            attempt=attempt,
+            lane=lane,
+            started_at=now,
+            owner=self.owner,
+        )
 
     async def reserve(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
     ) -> Job | None:
         """Set aside the first claimable job `can_run` accepts for `lane`: it stays
         pending (listed, cancellable) but claims skip it. Returns it with `lane` set."""
-        taken = await self._take(can_run, scan, "reserve_job", to_db(lane))
+        taken = await self._take(can_run, scan, "reserve_job", to_db(lane), self._owner_db)
         if taken is None:
             return None
         job, attempt = taken
-        return replace(job, lane=lane, attempt=attempt)
+        return replace(job, lane=lane, attempt=attempt, owner=self.owner)
 
     async def _take(
         self, can_run: Callable[[Job], bool] | None, scan: int, update: str, *args: Any
@@ -309,17 +358,25 @@ class PostgresStore:
                 to_db(lane),
                 now,
                 to_db_or_none(job.lane),
+                self._owner_db,
             )
         )
         if attempt is None:
             return None
-        return replace(job, status=JobStatus.RUNNING, attempt=attempt, lane=lane, started_at=now)
+        return replace(
+            job,
+            status=JobStatus.RUNNING,
+            attempt=attempt,
+            lane=lane,
+            started_at=now,
+            owner=self.owner,
+        )
 
     async def unreserve(self, prompt_ids: Sequence[str]) -> None:
         """Give reserved jobs back to the queue (claims see them again)."""
         ids = to_db_all(prompt_ids)
         if ids:
-            await self._run(lambda db: db.execute(Q["unreserve_jobs"], ids))
+            await self._run(lambda db: db.execute(Q["unreserve_jobs"], ids, self._owner_db))
 
     async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
         """Record how an attempt ended, in one transaction; False if the attempt is stale."""
@@ -347,7 +404,8 @@ class PostgresStore:
         """Put a running attempt back to pending; False if the attempt is stale.
 
         A `reason` is kept with the attempt (see `attempt_notes`)."""
-        params = (to_db(prompt_id), attempt, None if reason is None else _dumps(reason))
+        note = None if reason is None else _dumps(reason)
+        params = (to_db(prompt_id), attempt, note, self._owner_db)
         return bool(await self._run(lambda db: db.fetchval(Q["requeue_job"], *params)))
 
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
@@ -370,7 +428,10 @@ class PostgresStore:
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending; their
         ids in submission order."""
-        rows = await self._run(lambda db: db.fetch(Q["requeue_lane"], to_db(lane_prefix)))
+        params = (to_db(lane_prefix), self._owner_db, self._clock())
+        rows = await self._run(lambda db: db.fetch(Q["requeue_lane"], *params))
+        if rows:
+            await self._run(lambda db: db.execute(Q["notify_work"], self._owner_db))
         return [from_db(key) for key, _ in sorted(rows, key=lambda row: row[1])]
 
     async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
@@ -442,6 +503,86 @@ class PostgresStore:
         """Make the counter hand out at least `at_least` next (it never goes back)."""
         if at_least <= COUNTER_MAX:
             self._counter_floor = max(self._counter_floor, at_least)
+
+    # -- gateways and leases ---------------------------------------------------------
+
+    async def join(
+        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
+    ) -> None:
+        now = self._clock()
+
+        async def join(conn: Any) -> Any:
+            held = await conn.fetchrow(Q["gateway_holder"], self._owner_db)
+            if held is not None and held[1] not in (self._instance, replace) and held[7] >= now:
+                return held
+            await conn.execute(
+                Q["upsert_gateway"],
+                self._owner_db,
+                self._instance,
+                to_db(gateway.host),
+                gateway.pid,
+                to_db(gateway.url),
+                gateway.started_at,
+                now,
+                now + lease,
+            )
+            return None
+
+        held = await self._write(join)
+        if held is not None:
+            holder = _gateway(held)
+            raise GatewayIdInUse(
+                f"gateway id {self.owner!r} is held by process {holder.pid} on {holder.host}",
+                holder,
+            )
+
+    async def heartbeat(self, lease: float) -> bool:
+        now = self._clock()
+        params = (self._owner_db, self._instance, now, now + lease)
+        status = await self._run(lambda db: db.execute(Q["heartbeat"], *params))
+        return bool(status == "UPDATE 1")
+
+    async def leave(self) -> None:
+        await self._run(lambda db: db.execute(Q["leave"], self._owner_db, self._instance))
+
+    async def gateways(self) -> list[GatewayRecord]:
+        rows = await self._run(lambda db: db.fetch(Q["live_gateways"], self._clock()))
+        return [_gateway(row, row[8]) for row in rows]
+
+    async def orphaned(self) -> list[Job]:
+        rows = await self._run(lambda db: db.fetch(Q["orphaned"], self._clock()))
+        return [_job(row) for row in rows]
+
+    async def requeue_orphaned(self, job: Job) -> bool:
+        params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db)
+        return bool(await self._run(lambda db: db.fetchval(Q["requeue_orphaned"], *params)))
+
+    async def adopt(self, job: Job) -> Job | None:
+        note = _dumps({"kind": "adopted", "from": job.owner})
+        params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db, note)
+        if not await self._run(lambda db: db.fetchval(Q["adopt"], *params)):
+            return None
+        return replace(job, attempt=job.attempt + 1, owner=self.owner)
+
+    async def watch_work(self, wake: Callable[[str], None]) -> None:
+        """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
+        come through it, this one's own included."""
+        self._wakes.append(wake)
+        if self._listener is not None:
+            return
+        self._db()
+        settings = {} if self._schema is None else {"search_path": _quote(self._schema)}
+        with self._wrapped("cannot listen for work"):
+            listener = await asyncpg.connect(
+                self._url, timeout=self._connect_timeout, server_settings=settings
+            )
+            await listener.add_listener(WORK_CHANNEL, self._notified)
+        self._listener = listener
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        owner = from_db(payload)
+        for wake in self._wakes:
+            wake(owner)
 
     # -- jobs and history ---------------------------------------------------------
 
@@ -710,6 +851,14 @@ def _job(row: Sequence[Any]) -> Job:
         finished_at=row[13],
         error=None if row[14] is None else _loads(row[14]),
         tenant=from_db(row[15]),
+        owner=from_db_or_none(row[16]),
+    )
+
+
+def _gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
+    host, url = from_db(row[2]), from_db(row[4])
+    return GatewayRecord(
+        from_db(row[0]), row[1], host, row[3], url, row[5], row[6], row[7], running
     )
 
 
@@ -738,7 +887,7 @@ def _history_entries(rows: list[Any], events: list[Any], files: list[Any]) -> li
     for key, kind, data in events:
         messages.setdefault(key, []).append([from_db(kind), _loads(data)])
     written = _files_by_job(files, with_tenant=False)
-    width = 16  # the job's columns, then the entry's
+    width = 17  # the job's columns, then the entry's
     entries = []
     for row in rows:
         job = _job(row)

@@ -2,44 +2,65 @@
 --
 -- A job's columns come in one order everywhere (postgres.py decodes them by position):
 -- prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
--- attempt, lane, created_at, started_at, finished_at, error, tenant.
+-- attempt, lane, created_at, started_at, finished_at, error, tenant, owner.
 -- A parameter that may be NULL to mean "every tenant" / "no limit" says so in a cast.
 
 -- name: insert_job
 -- Pending, or (with a lane) already claimed by it: status, attempt, lane, started_at given.
-INSERT INTO jobs (prompt_id, number_json, order_key, front, status, client_id, prompt,
-                  extra_data, outputs, node_errors, attempt, lane, created_at, started_at,
-                  tenant)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-RETURNING seq
+-- $16 is the gateway: the owner of a claimed job, and the wake-up's payload of a
+-- pending one (the notification goes out on commit). A counter value from elsewhere
+-- ($17, an integer number) moves the counter past it, in the same statement.
+WITH job AS (
+    INSERT INTO jobs (prompt_id, number_json, order_key, front, status, client_id, prompt,
+                      extra_data, outputs, node_errors, attempt, lane, created_at, started_at,
+                      tenant, owner)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+            CASE WHEN $5 = 'running' THEN $16 END)
+    RETURNING seq
+), counter AS (
+    SELECT setval('job_number', $17::bigint, false)
+    WHERE $17::bigint IS NOT NULL
+      AND $17::bigint > (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+                         FROM job_number)
+), wake AS (
+    SELECT pg_notify('comfyfleet_work', $16) WHERE $5 = 'pending'
+)
+SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake)
 
 -- name: claimable
 -- What a claim or a reservation may take: pending and set aside for no lane, in order.
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
-       attempt, lane, created_at, started_at, finished_at, error, tenant
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
 FROM jobs WHERE status = 'pending' AND lane IS NULL
 ORDER BY front DESC, order_key, seq LIMIT $1
 
 -- name: claim_job
 -- Fenced: only while the job is still pending and reserved for no lane.
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3,
+                owner = $4
 WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL
 RETURNING attempt
 
 -- name: reserve_job
 -- A reserved job stays pending, set aside for the lane named in `lane`.
-UPDATE jobs SET lane = $2
+UPDATE jobs SET lane = $2, owner = $3
 WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL
 RETURNING attempt
 
 -- name: start_reserved
 -- $4 is the lane it was reserved for; NULL starts a pending job set aside for no lane.
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3,
+                owner = $5
 WHERE prompt_id = $1 AND status = 'pending' AND lane IS NOT DISTINCT FROM $4::text
 RETURNING attempt
 
 -- name: unreserve_jobs
-UPDATE jobs SET lane = NULL WHERE prompt_id = ANY($1::text[]) AND status = 'pending'
+WITH given AS (
+    UPDATE jobs SET lane = NULL, owner = NULL
+    WHERE prompt_id = ANY($1::text[]) AND status = 'pending'
+    RETURNING prompt_id
+)
+SELECT pg_notify('comfyfleet_work', $2) FROM (SELECT count(*) AS n FROM given) g WHERE n > 0
 
 -- name: finish_job
 -- One statement, one round trip: the update fenced on the attempt and, only when it
@@ -69,14 +90,16 @@ SELECT count(*) = 1 FROM job
 -- The update fenced on the attempt and, when it changed the job and a reason ($3) is
 -- given, the reason noted at seq -1 of the attempt (before any of its messages).
 WITH job AS (
-    UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+    UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
     WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
     RETURNING prompt_id
 ), note AS (
     INSERT INTO events (prompt_id, attempt, seq, type, data)
     SELECT prompt_id, $2, -1, 'requeued', $3 FROM job WHERE $3::text IS NOT NULL
+), wake AS (
+    SELECT pg_notify('comfyfleet_work', $4) FROM job
 )
-SELECT count(*) = 1 FROM job
+SELECT (SELECT count(*) = 1 FROM job), (SELECT count(*) FROM wake)
 
 -- name: attempt_notes_of
 SELECT prompt_id, attempt, data FROM events
@@ -84,8 +107,11 @@ WHERE prompt_id = ANY($1::text[]) AND type = 'requeued'
 ORDER BY prompt_id, attempt
 
 -- name: requeue_lane
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+-- This gateway's ($2) jobs and orphaned ones ($3: the time now), never another live one's.
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
 WHERE status = 'running' AND starts_with(lane, $1)
+  AND (owner = $2 OR owner IS NULL OR NOT EXISTS (
+      SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $3))
 RETURNING prompt_id, seq
 
 -- name: cancel_jobs
@@ -111,18 +137,18 @@ DELETE FROM jobs WHERE prompt_id = ANY($1::text[])
 
 -- name: select_job
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
-       attempt, lane, created_at, started_at, finished_at, error, tenant
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
 FROM jobs WHERE prompt_id = $1
 
 -- name: select_running
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
-       attempt, lane, created_at, started_at, finished_at, error, tenant
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
 FROM jobs WHERE status = 'running' AND ($1::text IS NULL OR tenant = $1)
 ORDER BY started_at, seq
 
 -- name: select_pending
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
-       attempt, lane, created_at, started_at, finished_at, error, tenant
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
 FROM jobs WHERE status = 'pending' AND ($1::text IS NULL OR tenant = $1)
 ORDER BY front DESC, order_key, seq
 
@@ -137,14 +163,14 @@ SELECT prompt_id FROM jobs WHERE tenant = $1 AND prompt_id = ANY($2::text[])
 
 -- name: jobs_newest_first
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
-       attempt, lane, created_at, started_at, finished_at, error, tenant
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
 FROM jobs
 WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)
 ORDER BY created_at DESC, seq DESC LIMIT $3::bigint OFFSET $4
 
 -- name: jobs_oldest_first
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
-       attempt, lane, created_at, started_at, finished_at, error, tenant
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
 FROM jobs
 WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR tenant = $2)
 ORDER BY created_at, seq LIMIT $3::bigint OFFSET $4
@@ -157,7 +183,7 @@ WHERE ($1::text[] IS NULL OR status = ANY($1::text[])) AND ($2::text IS NULL OR 
 -- The newest $1 entries (of tenant $2, or of all), newest first.
 SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs,
        j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at,
-       j.error, j.tenant, h.status, h.outputs, h.meta
+       j.error, j.tenant, j.owner, h.status, h.outputs, h.meta
 FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
 WHERE $2::text IS NULL OR j.tenant = $2
 ORDER BY h.pos DESC LIMIT $1
@@ -166,7 +192,7 @@ ORDER BY h.pos DESC LIMIT $1
 -- Skip $2 from the oldest, then at most $1 (NULL: no limit); of tenant $3, or of all.
 SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs,
        j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at,
-       j.error, j.tenant, h.status, h.outputs, h.meta
+       j.error, j.tenant, j.owner, h.status, h.outputs, h.meta
 FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
 WHERE $3::text IS NULL OR j.tenant = $3
 ORDER BY h.pos LIMIT $1::bigint OFFSET $2
@@ -174,7 +200,7 @@ ORDER BY h.pos LIMIT $1::bigint OFFSET $2
 -- name: history_one
 SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs,
        j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at,
-       j.error, j.tenant, h.status, h.outputs, h.meta
+       j.error, j.tenant, j.owner, h.status, h.outputs, h.meta
 FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
 WHERE h.prompt_id = $1
 
@@ -279,6 +305,89 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) FROM gone
+
+-- name: notify_work
+SELECT pg_notify('comfyfleet_work', $1)
+
+-- Gateways and leases (see base.GatewayLeases): a job is orphaned once its owner's
+-- lease has run out ($n: the time now), or when it has no owner.
+
+-- name: gateway_holder
+SELECT id, instance, host, pid, url, started_at, seen_at, lease_until
+FROM gateways WHERE id = $1 FOR UPDATE
+
+-- name: upsert_gateway
+INSERT INTO gateways (id, instance, host, pid, url, started_at, seen_at, lease_until)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, host = excluded.host,
+    pid = excluded.pid, url = excluded.url, started_at = excluded.started_at,
+    seen_at = excluded.seen_at, lease_until = excluded.lease_until
+
+-- name: heartbeat
+UPDATE gateways SET seen_at = $3, lease_until = $4 WHERE id = $1 AND instance = $2
+
+-- name: leave
+DELETE FROM gateways WHERE id = $1 AND instance = $2
+
+-- name: live_gateways
+SELECT g.id, g.instance, g.host, g.pid, g.url, g.started_at, g.seen_at, g.lease_until,
+       (SELECT count(*) FROM jobs j WHERE j.status = 'running' AND j.owner = g.id)
+FROM gateways g WHERE g.lease_until >= $1 ORDER BY g.id
+
+-- name: orphaned
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
+FROM jobs
+WHERE (status = 'running' OR (status = 'pending' AND lane IS NOT NULL))
+  AND (owner IS NULL OR NOT EXISTS (
+      SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $1))
+ORDER BY started_at, seq
+
+-- name: requeue_orphaned
+WITH job AS (
+    UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
+    WHERE prompt_id = $1 AND attempt = $2 AND status = 'running' AND (owner IS NULL OR
+        NOT EXISTS (SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $3))
+    RETURNING prompt_id
+), wake AS (
+    SELECT pg_notify('comfyfleet_work', $4) FROM job
+)
+SELECT (SELECT count(*) = 1 FROM job), (SELECT count(*) FROM wake)
+
+-- name: adopt
+-- The note goes with the attempt left behind, as a re-queue's reason does.
+WITH job AS (
+    UPDATE jobs SET owner = $4, attempt = attempt + 1
+    WHERE prompt_id = $1 AND attempt = $2 AND status = 'running' AND (owner IS NULL OR
+        NOT EXISTS (SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $3))
+    RETURNING prompt_id
+), note AS (
+    INSERT INTO events (prompt_id, attempt, seq, type, data)
+    SELECT prompt_id, $2, -1, 'requeued', $5 FROM job
+)
+SELECT count(*) = 1 FROM job
+-- name: idempotency_claim
+-- Record a key for its job, in the job's transaction. A key older than the window ($7)
+-- is free again: its row is taken over; a fresh one is left alone and returns no row.
+INSERT INTO idempotency_keys (tenant, key, request_hash, prompt_id, answer, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant, key) DO UPDATE SET
+    request_hash = excluded.request_hash, prompt_id = excluded.prompt_id,
+    answer = excluded.answer, created_at = excluded.created_at
+WHERE idempotency_keys.created_at <= $7
+RETURNING true
+
+-- name: idempotency_first
+SELECT key, request_hash, answer, created_at FROM idempotency_keys
+WHERE tenant = $1 AND key = $2 AND created_at > $3
+
+-- name: idempotency_forget_expired
+-- Each keyed submit forgets a few expired keys (rows another transaction holds are left
+-- to the next one), so the table holds about one window of keys.
+DELETE FROM idempotency_keys WHERE (tenant, key) IN (
+    SELECT tenant, key FROM idempotency_keys WHERE created_at <= $1 LIMIT 16
+    FOR UPDATE SKIP LOCKED
+)
 
 -- name: append_prompt_events
 -- The events side by side ($1 prompt ids, $2 types, $3 data), inserted in the order

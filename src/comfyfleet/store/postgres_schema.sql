@@ -125,6 +125,35 @@ CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at
 CREATE SEQUENCE job_number MINVALUE 0 START WITH 0;
 
 -- name: migration_2
+-- Job owners and gateway leases (see base.GatewayLeases).
+ALTER TABLE jobs ADD COLUMN owner TEXT;
+
+CREATE TABLE gateways (
+    id          TEXT PRIMARY KEY,
+    instance    TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         BIGINT NOT NULL,
+    url         TEXT NOT NULL,
+    started_at  DOUBLE PRECISION NOT NULL,
+    seen_at     DOUBLE PRECISION NOT NULL,
+    lease_until DOUBLE PRECISION NOT NULL
+);
+
+-- name: migration_3
+-- Idempotency-Key submits: see schema.sql.
+CREATE TABLE idempotency_keys (
+    tenant       TEXT COLLATE "C" NOT NULL,
+    key          TEXT COLLATE "C" NOT NULL,
+    request_hash TEXT NOT NULL,
+    prompt_id    TEXT NOT NULL,
+    answer       TEXT NOT NULL,
+    created_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, key)
+);
+
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+
+-- name: migration_4
 -- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
 -- with every append and is never reused, so a follower resumes after the last id it saw.
 -- Not tied to jobs: retention prunes it on its own clock.

@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 5 (PRAGMA user_version).
+-- comfyfleet job store, schema version 7 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -23,7 +23,8 @@ CREATE TABLE jobs (
     started_at  REAL,
     finished_at REAL,
     error       TEXT,
-    tenant      TEXT NOT NULL DEFAULT 'default'  -- who submitted it (comfyfleet.tenants)
+    tenant      TEXT NOT NULL DEFAULT 'default',  -- who submitted it (comfyfleet.tenants)
+    owner       TEXT  -- the gateway whose lease covers the running attempt (gateways.id)
 );
 
 -- Claim and the pending queue read this index in order, no sort step.
@@ -110,6 +111,34 @@ CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at
 CREATE INDEX remote_jobs_live ON remote_jobs (created_at)
     WHERE state IN ('submitting', 'running');
 CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
+
+-- The gateways sharing this store, each with the lease that covers the jobs it runs
+-- (jobs.owner); see sqlite_leases.py.
+CREATE TABLE gateways (
+    id          TEXT PRIMARY KEY,
+    instance    TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    url         TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    seen_at     REAL NOT NULL,
+    lease_until REAL NOT NULL
+) WITHOUT ROWID;
+-- Idempotency-Key submits: a tenant's key, a digest of its request and the answer it got,
+-- written in the transaction that inserts the job. A key older than 24 hours is free
+-- again (see comfyfleet.domain.idempotency). Not tied to jobs: the answer outlives a
+-- pruned job for the rest of its window.
+CREATE TABLE idempotency_keys (
+    tenant       TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    prompt_id    TEXT NOT NULL,
+    answer       TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
 
 -- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
 -- with every append and is never reused (AUTOINCREMENT), so a follower resumes after

@@ -8,17 +8,21 @@ the event loop never waits on SQLite itself.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
@@ -33,14 +37,16 @@ from comfyfleet.domain.jobs import (
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.store import sqlite_event_log as event_log
+from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
-from comfyfleet.store.base import DuplicateJob, StoreError
+from comfyfleet.store import sqlite_leases as leases
+from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 7
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -70,7 +76,9 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     2: _add_backends,
     3: journal.migrate,  # the remote-job journal
     4: _add_tenants,
-    5: event_log.migrate,  # the prompt event log
+    5: leases.migrate,  # job owners and gateway leases
+    6: idempotency.migrate,  # Idempotency-Key submits
+    7: event_log.migrate,  # the prompt event log
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -95,6 +103,7 @@ _JOB_FIELDS = (
     "finished_at",
     "error",
     "tenant",
+    "owner",
 )
 JOB_COLUMNS = ", ".join(_JOB_FIELDS)
 JOB_COLUMNS_J = ", ".join(f"j.{name}" for name in _JOB_FIELDS)
@@ -109,17 +118,19 @@ VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs), ?, ?, ?, 'pending', ?, 
 RETURNING seq
 """
 CLAIM_JOB = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
 WHERE prompt_id = ? AND status = 'pending'
 """
 # A reserved job stays pending, set aside for the lane named in `lane` (see `reserve`).
-RESERVE_JOB = "UPDATE jobs SET lane = ? WHERE prompt_id = ? AND status = 'pending'"
+RESERVE_JOB = "UPDATE jobs SET lane = ?, owner = ? WHERE prompt_id = ? AND status = 'pending'"
 # `lane IS ?`: a job set aside for no lane (NULL) is started the same way.
 START_RESERVED = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
 WHERE prompt_id = ? AND status = 'pending' AND lane IS ?
 """
-UNRESERVE_JOB = "UPDATE jobs SET lane = NULL WHERE prompt_id = ? AND status = 'pending'"
+UNRESERVE_JOB = (
+    "UPDATE jobs SET lane = NULL, owner = NULL WHERE prompt_id = ? AND status = 'pending'"
+)
 FINISH_JOB = """
 UPDATE jobs SET status = ?, finished_at = ?, error = ?
 WHERE prompt_id = ? AND status = 'running' AND attempt = ?
@@ -134,12 +145,13 @@ SELECT prompt_id, attempt, data FROM events WHERE prompt_id IN ({marks}) AND typ
 ORDER BY prompt_id, attempt
 """
 REQUEUE_JOB = """
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
 WHERE prompt_id = ? AND status = 'running' AND attempt = ?
 """
-REQUEUE_LANE = """
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL
-WHERE status = 'running' AND substr(lane, 1, ?) = ?
+# This gateway's jobs, and orphaned ones: never another live gateway's.
+REQUEUE_LANE = f"""
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
+WHERE status = 'running' AND substr(lane, 1, ?) = ? AND (owner = ? OR {leases.ORPHANED})
 RETURNING prompt_id, seq
 """
 CANCEL_JOB = """
@@ -223,7 +235,8 @@ class SQLiteStore:
     power loss; NORMAL survives a killed process but may lose the last commits
     on power loss, for fewer fsyncs. `max_batch` bounds how many queued writes
     share one transaction (1 turns group commit off). `clock` gives the
-    timestamps the store records.
+    timestamps the store records. `owner` is the gateway it claims for (a fresh id
+    when not given).
     """
 
     def __init__(
@@ -235,6 +248,7 @@ class SQLiteStore:
         readers: int = 2,
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        owner: str | None = None,
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
@@ -248,6 +262,9 @@ class SQLiteStore:
         self._stats = WriterStats()
         self._readers: ReaderPool | None = None
         self._number = 0
+        self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
+        self._instance = uuid.uuid4().hex
+        self._wakes: list[Callable[[str], None]] = []
 
     @property
     def stats(self) -> WriterStats:
@@ -322,18 +339,40 @@ class SQLiteStore:
 
     async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); StoreError if the id exists."""
+        that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is."""
         now = self._clock()
         params = _job_params(job, now)
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
             self._number = max(self._number, abs(job.number) + 1)
-        op = functools.partial(_insert_job, params=params, claim=claim_for, now=now)
+        op = functools.partial(
+            _insert_job,
+            params=params,
+            claim=claim_for,
+            now=now,
+            owner=self.owner,
+            keyed=job.idempotency,
+        )
         seq = await self._write(op)
+        if isinstance(seq, IdempotentRequest):
+            raise IdempotencyKeyTaken(seq)
         queued = job.pending(seq, now)
         if claim_for is None:
+            self._work_arrived()
             return queued
-        return replace(queued, status=JobStatus.RUNNING, attempt=1, lane=claim_for, started_at=now)
+        return replace(
+            queued,
+            status=JobStatus.RUNNING,
+            attempt=1,
+            lane=claim_for,
+            started_at=now,
+            owner=self.owner,
+        )
+
+    async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
+        """The first submit under `tenant`'s `key`, if it was less than a window ago."""
+        op = functools.partial(idempotency.first, tenant=tenant, key=key, now=self._clock())
+        return await self._read(op)
 
     async def claim(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
@@ -344,7 +383,12 @@ class SQLiteStore:
         be cheap, must not block or touch the store, and must be thread-safe.
         """
         op = functools.partial(
-            _claim, lane=lane, can_run=can_run, scan=max(1, scan), now=self._clock()
+            _claim,
+            lane=lane,
+            can_run=can_run,
+            scan=max(1, scan),
+            now=self._clock(),
+            owner=self.owner,
         )
         return await self._write(op)
 
@@ -353,7 +397,9 @@ class SQLiteStore:
     ) -> Job | None:
         """Set aside the first claimable job `can_run` accepts for `lane`: it stays
         pending (listed, cancellable) but claims skip it. Returns it with `lane` set."""
-        op = functools.partial(_reserve, lane=lane, can_run=can_run, scan=max(1, scan))
+        op = functools.partial(
+            _reserve, lane=lane, can_run=can_run, scan=max(1, scan), owner=self.owner
+        )
         return await self._write(op)
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
@@ -361,11 +407,16 @@ class SQLiteStore:
         aside for no lane) on `lane` (running, attempt + 1); None when it is no longer
         pending so (cancelled, claimed, or given back meanwhile)."""
         now = self._clock()
-        op = functools.partial(_start_reserved, job=job, lane=lane, now=now)
+        op = functools.partial(_start_reserved, job=job, lane=lane, now=now, owner=self.owner)
         if not await self._write(op):
             return None
         return replace(
-            job, status=JobStatus.RUNNING, attempt=job.attempt + 1, lane=lane, started_at=now
+            job,
+            status=JobStatus.RUNNING,
+            attempt=job.attempt + 1,
+            lane=lane,
+            started_at=now,
+            owner=self.owner,
         )
 
     async def unreserve(self, prompt_ids: Sequence[str]) -> None:
@@ -373,6 +424,7 @@ class SQLiteStore:
         ids = list(prompt_ids)
         if ids:
             await self._write(lambda conn: conn.executemany(UNRESERVE_JOB, [(i,) for i in ids]))
+            self._work_arrived()
 
     async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
         """Record how an attempt ended, in one transaction; False if the attempt is stale."""
@@ -394,7 +446,10 @@ class SQLiteStore:
 
         A `reason` is kept with the attempt (see `attempt_notes`)."""
         op = functools.partial(_requeue, prompt_id=prompt_id, attempt=attempt, reason=reason)
-        return await self._write(op)
+        if not await self._write(op):
+            return False
+        self._work_arrived()
+        return True
 
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
         """The reasons earlier attempts were given back, oldest first."""
@@ -505,7 +560,13 @@ class SQLiteStore:
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""
-        return await self._write(functools.partial(_requeue_lane, prefix=lane_prefix))
+        op = functools.partial(
+            _requeue_lane, prefix=lane_prefix, owner=self.owner, now=self._clock()
+        )
+        requeued = await self._write(op)
+        if requeued:
+            self._work_arrived()
+        return requeued
 
     async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
         """Cancel pending (and, unless `pending_only`, running) jobs; returns the changed ids."""
@@ -543,6 +604,69 @@ class SQLiteStore:
         number = self._number
         self._number += 1
         return number
+
+    # -- gateways and leases ---------------------------------------------------------
+
+    async def join(
+        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
+    ) -> None:
+        joining = dataclasses.replace(gateway, id=self.owner, instance=self._instance)
+        op = functools.partial(
+            leases.join, joining=joining, lease=lease, now=self._clock(), replace=replace
+        )
+        held = await self._write(op)
+        if held is not None:
+            raise GatewayIdInUse(
+                f"gateway id {self.owner!r} is held by process {held.pid} on {held.host}", held
+            )
+
+    async def heartbeat(self, lease: float) -> bool:
+        now = self._clock()
+        params = (now, now + lease, self.owner, self._instance)
+        return await self._write(lambda conn: conn.execute(leases.HEARTBEAT, params).rowcount == 1)
+
+    async def leave(self) -> None:
+        params = (self.owner, self._instance)
+        await self._write(lambda conn: conn.execute(leases.LEAVE, params))
+
+    async def gateways(self) -> list[GatewayRecord]:
+        return await self._read(functools.partial(leases.live, now=self._clock()))
+
+    async def orphaned(self) -> list[Job]:
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {leases.ANY_ORPHAN} ORDER BY started_at, seq"
+        now = self._clock()
+        return await self._read(lambda conn: [_job(row) for row in conn.execute(sql, (now,))])
+
+    async def requeue_orphaned(self, job: Job) -> bool:
+        params = (job.prompt_id, job.attempt, self._clock())
+        changed = await self._write(
+            lambda conn: conn.execute(leases.REQUEUE_ORPHANED, params).rowcount == 1
+        )
+        if changed:
+            self._work_arrived()
+        return changed
+
+    async def adopt(self, job: Job) -> Job | None:
+        note = _dumps({"kind": "adopted", "from": job.owner})
+        op = functools.partial(
+            leases.adopt,
+            owner=self.owner,
+            prompt_id=job.prompt_id,
+            attempt=job.attempt,
+            now=self._clock(),
+            note=note,
+        )
+        if not await self._write(op):
+            return None
+        return replace(job, attempt=job.attempt + 1, owner=self.owner)
+
+    async def watch_work(self, wake: Callable[[str], None]) -> None:
+        """In-process: one SQLite file has one gateway, so every wake-up is its own."""
+        self._wakes.append(wake)
+
+    def _work_arrived(self) -> None:
+        for wake in self._wakes:
+            wake(self.owner)
 
     # -- jobs and history ---------------------------------------------------------
 
@@ -667,6 +791,7 @@ def _job(row: Sequence[Any]) -> Job:
         finished_at=row[13],
         error=None if row[14] is None else _loads(row[14]),
         tenant=row[15],
+        owner=row[16],
     )
 
 
@@ -719,14 +844,25 @@ def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:
 
 
 def _insert_job(
-    conn: sqlite3.Connection, params: tuple[Any, ...], claim: str | None, now: float
-) -> int:
+    conn: sqlite3.Connection,
+    params: tuple[Any, ...],
+    claim: str | None,
+    now: float,
+    owner: str,
+    keyed: IdempotentRequest | None,
+) -> int | IdempotentRequest:
+    """The job's seq; with `keyed`, its key recorded first, or (nothing written) the key's
+    first request when another job holds it."""
+    if keyed is not None:
+        first = idempotency.claim(conn, params[-1], keyed, params[0], now)
+        if first is not None:
+            return first
     try:
         seq: int = conn.execute(INSERT_JOB, params).fetchone()[0]
     except sqlite3.IntegrityError as exc:
         raise DuplicateJob(f"prompt {params[0]!r} already exists") from exc
     if claim is not None:
-        conn.execute(CLAIM_JOB, (claim, now, params[0]))
+        conn.execute(CLAIM_JOB, (claim, now, owner, params[0]))
     return seq
 
 
@@ -741,17 +877,22 @@ def _first_claimable(
 
 
 def _reserve(
-    conn: sqlite3.Connection, lane: str, can_run: Callable[[Job], bool] | None, scan: int
+    conn: sqlite3.Connection,
+    lane: str,
+    can_run: Callable[[Job], bool] | None,
+    scan: int,
+    owner: str,
 ) -> Job | None:
     chosen = _first_claimable(conn, can_run, scan)
     if chosen is None:
         return None
-    conn.execute(RESERVE_JOB, (lane, chosen.prompt_id))
-    return replace(chosen, lane=lane)
+    conn.execute(RESERVE_JOB, (lane, owner, chosen.prompt_id))
+    return replace(chosen, lane=lane, owner=owner)
 
 
-def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float) -> bool:
-    return conn.execute(START_RESERVED, (lane, now, job.prompt_id, job.lane)).rowcount == 1
+def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float, owner: str) -> bool:
+    params = (lane, now, owner, job.prompt_id, job.lane)
+    return conn.execute(START_RESERVED, params).rowcount == 1
 
 
 def _claim(
@@ -760,13 +901,19 @@ def _claim(
     can_run: Callable[[Job], bool] | None,
     scan: int,
     now: float,
+    owner: str,
 ) -> Job | None:
     chosen = _first_claimable(conn, can_run, scan)
     if chosen is None:
         return None
-    conn.execute(CLAIM_JOB, (lane, now, chosen.prompt_id))
+    conn.execute(CLAIM_JOB, (lane, now, owner, chosen.prompt_id))
     return replace(
-        chosen, status=JobStatus.RUNNING, attempt=chosen.attempt + 1, lane=lane, started_at=now
+        chosen,
+        status=JobStatus.RUNNING,
+        attempt=chosen.attempt + 1,
+        lane=lane,
+        started_at=now,
+        owner=owner,
     )
 
 
@@ -821,8 +968,8 @@ def _delete_backend(conn: sqlite3.Connection, name: str) -> bool:
     return conn.execute("DELETE FROM backends WHERE name = ?", (name,)).rowcount == 1
 
 
-def _requeue_lane(conn: sqlite3.Connection, prefix: str) -> list[str]:
-    rows = conn.execute(REQUEUE_LANE, (len(prefix), prefix)).fetchall()
+def _requeue_lane(conn: sqlite3.Connection, prefix: str, owner: str, now: float) -> list[str]:
+    rows = conn.execute(REQUEUE_LANE, (len(prefix), prefix, owner, now)).fetchall()
     return [prompt_id for prompt_id, _ in sorted(rows, key=lambda row: row[1])]
 
 

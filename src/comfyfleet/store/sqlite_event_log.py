@@ -16,7 +16,7 @@ from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-#: Version 5 adds the log; IF NOT EXISTS because a fresh file already has it.
+#: Version 7 adds the log; IF NOT EXISTS because a fresh file already has it.
 EVENT_LOG_SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS event_log (

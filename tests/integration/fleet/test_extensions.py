@@ -40,10 +40,10 @@ async def test_backend_packs_are_listed_and_fetched_from_the_backend(tmp_path: P
             lane = next(iter(served.gateway.fleet.backends.values()))
 
             async def up() -> bool:
-                return lane.client.connected.is_set()
+                return lane.connected
 
             async def down() -> bool:
-                return not lane.client.connected.is_set()
+                return not lane.connected
 
             await poll(up, what="the backend connected")
             listed = await served.get("/extensions")

@@ -402,3 +402,23 @@ async def test_following_works_the_same_over_postgres(
         middle = everything[len(everything) // 2].id
         resumed = await sse(served, prompt_id, **{"Last-Event-ID": str(middle)})
         assert resumed == [e for e in everything if e.id > middle]
+
+
+async def test_a_prompt_run_by_one_gateway_is_followed_through_another(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    async with (
+        serve(tmp_path / "a", local_slots=1, store=postgres_database) as running,
+        serve(tmp_path / "b", local_slots=0, store=postgres_database) as other,
+    ):
+        owner = await running.connect()
+        prompt_id = await running.submit(sleep_prompt(1.0), owner.client_id)
+        await owner.wait_until(progress_count(prompt_id, 3), what="the prompt under way")
+        elsewhere = await other.connect()
+        await subscribe(elsewhere, prompt_id)
+        through_other = await sse(other, prompt_id)
+        await elsewhere.done(prompt_id)
+        await owner.done(prompt_id)
+        assert [(e.event, e.data) for e in through_other] == stream_of(owner, prompt_id)
+        assert stream_of(elsewhere, prompt_id) == stream_of(owner, prompt_id)
+        assert through_other == await sse(running, prompt_id)

@@ -54,7 +54,9 @@ def test_a_restart_finds_the_queue_and_history_in_postgres(
     tmp_path: Path, postgres_database: str
 ) -> None:
     url = with_password(postgres_database)
-    first = ServerProcess(tmp_path / "first", "--store", url, "--local-slots", "1").start()
+    first = ServerProcess(
+        tmp_path / "first", "--store", url, "--local-slots", "1", "--lease", "2s"
+    ).start()
     try:
         done = submit(first, save_prompt(1, "before"))
         poll(lambda: bool(history_of(first, done)), what="the first prompt to finish")
@@ -67,14 +69,19 @@ def test_a_restart_finds_the_queue_and_history_in_postgres(
     finally:
         first.kill()
 
-    # Another data dir: whatever the second process knows comes from PostgreSQL.
+    # Another data dir, so another gateway: whatever it knows comes from PostgreSQL. The
+    # first one's running prompt is its own until the first one's lease runs out.
     second = ServerProcess(tmp_path / "second", "--store", url, "--local-slots", "2")
     with second:
         assert history_of(second, done)["status"]["completed"] is True  # type: ignore[index]
         poll(lambda: bool(history_of(second, waiting)), what="the waiting prompt to finish")
+        poll(
+            lambda: second.get(f"/api/jobs/{running}")["attempt"] == 2,
+            what="the long prompt to be taken over once the lease ran out",
+        )
         job = second.get(f"/api/jobs/{running}")
-        assert (job["status"], job["attempt"]) == ("in_progress", 2)  # re-queued, run again
+        assert job["status"] == "in_progress"  # re-queued, run again
         assert list(second.get("/history")) == [done, waiting]
         # The counter goes on past every number the first process handed out.
         assert second.post("/prompt", {"prompt": save_prompt(4, "next")})["number"] == 3
-    assert "re-queued 1 jobs" in second.log.read_text()
+    assert f"re-queued {running}: gateway" in second.log.read_text()

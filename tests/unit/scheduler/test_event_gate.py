@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from comfyfleet.scheduler.scheduler import EventGate
+from comfyfleet.scheduler.attempts import EventGate
 
 
 async def test_events_wait_for_the_previous_job_then_keep_their_order() -> None:

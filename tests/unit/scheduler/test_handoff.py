@@ -121,7 +121,9 @@ async def test_concurrent_submits_all_go_straight_to_waiting_slots(tmp_path: Pat
             await asyncio.sleep(0.01)
         before = setup.store.stats.operations
         ids = await asyncio.gather(*(setup.submit(0.2, tag) for tag in range(4)))
-        assert set(setup.scheduler.running) == set(ids)  # running at once, none queued
+        assert {job.prompt_id for job in setup.scheduler.running_jobs()} == set(
+            ids
+        )  # running at once, none queued
         jobs = [await setup.ended(prompt_id) for prompt_id in ids]
         assert {job.status for job in jobs} == {JobStatus.SUCCESS}
         # Each job: queued-and-claimed in one operation, then its end. A claim apart
@@ -132,7 +134,7 @@ async def test_concurrent_submits_all_go_straight_to_waiting_slots(tmp_path: Pat
 async def test_a_job_handed_over_can_be_cancelled(setup: Setup) -> None:
     await setup.parked()
     prompt_id = await setup.submit(30.0, 1)
-    assert prompt_id in setup.scheduler.running  # counted and cancellable at once
+    assert setup.scheduler.running_job(prompt_id) is not None  # counted and cancellable at once
     assert await setup.scheduler.cancel([prompt_id]) == [prompt_id]
     job = await setup.ended(prompt_id)
     assert job.status == JobStatus.CANCELLED
@@ -154,4 +156,4 @@ async def test_a_job_handed_over_as_its_slot_winds_down_runs_to_its_end(
     job = await setup.store.get(prompt_id)
     assert job is not None
     assert (job.status, job.attempt) == (JobStatus.SUCCESS, 1)
-    assert prompt_id not in setup.scheduler.running
+    assert setup.scheduler.running_job(prompt_id) is None

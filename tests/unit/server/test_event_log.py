@@ -4,6 +4,7 @@ moment, fall behind or resume, and streams that always end with the done signal.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -119,10 +120,18 @@ async def test_resuming_after_an_id_gives_exactly_what_followed_it(
     assert not await log.ended_before("p", everything[-2].id)
 
 
+def later_log(store: SQLiteStore) -> EventLog:
+    """A log whose clock is past SETTLE_AFTER: ends recorded now are not recent to it."""
+    return EventLog(
+        store, retention=3600, clock=lambda: time.time() + event_log_module.SETTLE_AFTER + 1
+    )
+
+
 async def test_a_stream_whose_end_was_never_logged_gets_it_from_the_history(
-    store: SQLiteStore, log: EventLog
+    store: SQLiteStore,
 ) -> None:
     # The process that ran it died after recording the end, before the log was written.
+    log = later_log(store)
     job = await running_job(store, "p")
     end = {"prompt_id": "p", "timestamp": 1}
     result = JobResult(JobStatus.SUCCESS, {}, {}, [["execution_success", end]], None, [])
@@ -133,16 +142,29 @@ async def test_a_stream_whose_end_was_never_logged_gets_it_from_the_history(
         ("executing", events.executing("p", None)),
     ]
     assert await collect(log, "p") == followed  # appended once, read back by the next
+    await log.close()
+
+
+async def test_a_recent_end_is_left_to_the_gateway_that_ran_it(
+    store: SQLiteStore, log: EventLog
+) -> None:
+    job = await running_job(store, "p")
+    result = JobResult(JobStatus.SUCCESS, {}, {}, [], None, [])
+    assert await store.finish("p", job.attempt, result)
+    assert not await log.ended_before("p", 10**9)  # nothing appended by a follower yet
+    assert await store.prompt_events("p") == []
 
 
 async def test_a_prompt_cancelled_in_the_queue_ends_with_the_done_signal(
-    store: SQLiteStore, log: EventLog
+    store: SQLiteStore,
 ) -> None:
+    log = later_log(store)
     await store.submit(NewJob("queued", 1, False, {}, {}, []))
     follower = asyncio.create_task(collect(log, "queued"))
     assert await store.cancel(["queued"], pending_only=True) == ["queued"]
     followed = await follower
     assert [(e.type, e.data) for e in followed] == [("executing", events.executing("queued", None))]
+    await log.close()
 
 
 async def test_closing_the_log_writes_what_is_buffered_and_ends_followers(

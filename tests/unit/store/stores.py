@@ -32,20 +32,20 @@ class Clock:
         self.now += seconds
 
 
-StoreFactory = Callable[[Path, Clock], JobStore]
+StoreFactory = Callable[..., JobStore]  # (location, clock, owner=None)
 
 STORES = ["sqlite", "postgres"]
 
 
-def sqlite_store(location: Path, clock: Clock) -> SQLiteStore:
-    return SQLiteStore(location / "jobs.db", synchronous="NORMAL", clock=clock)
+def sqlite_store(location: Path, clock: Clock, owner: str | None = None) -> SQLiteStore:
+    return SQLiteStore(location / "jobs.db", synchronous="NORMAL", clock=clock, owner=owner)
 
 
-def postgres_factory(url: str) -> Callable[[Path, Clock], PostgresStore]:
+def postgres_factory(url: str) -> Callable[..., PostgresStore]:
     """Stores in the database at `url`, each location a schema of its own."""
 
-    def make(location: Path, clock: Clock) -> PostgresStore:
-        return PostgresStore(url, schema=schema_for(location), clock=clock)
+    def make(location: Path, clock: Clock, owner: str | None = None) -> PostgresStore:
+        return PostgresStore(url, schema=schema_for(location), clock=clock, owner=owner)
 
     return make
 

@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
+from comfyfleet.domain.prompt_events import NewPromptEvent
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres import PostgresStore
 from tests.postgres import run_sync, schema_for
-from tests.unit.store.stores import kill_while_submitting
+from tests.unit.store.stores import Clock, kill_while_submitting
 
 
 def new_job(prompt_id: str, number: float = 1) -> NewJob:
@@ -201,6 +204,49 @@ async def test_migrations_run_on_open(
     assert await sql(postgres_url, schema, "SELECT priority FROM jobs") == 0
 
 
+async def test_a_version_2_database_gains_idempotency_keys(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE idempotency_keys, event_log")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
+    clock = Clock()
+    again = PostgresStore(postgres_url, schema=schema, clock=clock)
+    await again.open()
+    answer = {"prompt_id": "x", "number": 1, "node_errors": {}}
+    try:
+        assert await again.get("old") is not None
+        for i in range(20):
+            request = IdempotentRequest(f"k{i}", "h", answer)
+            await again.submit(replace(new_job(f"p{i}"), idempotency=request))
+        clock.advance(IDEMPOTENCY_WINDOW)
+        for i in range(2):  # each keyed submit forgets up to 16 expired keys
+            request = IdempotentRequest(f"new{i}", "h", answer)
+            await again.submit(replace(new_job(f"new{i}"), idempotency=request))
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT count(*) FROM idempotency_keys") == 2
+
+
+async def test_a_version_3_database_gains_the_event_log(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE event_log")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 3")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        assert await again.get("old") is not None
+        appended = await again.append_prompt_events([NewPromptEvent("old", "progress", {})])
+        assert await again.prompt_events("old") == appended
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 4
+
+
 async def test_stores_opening_at_once_create_the_schema_once(
     postgres_url: str, schema: str
 ) -> None:
@@ -239,9 +285,29 @@ CHILD = textwrap.dedent(
 )
 
 
+async def sessions_ended(url: str, timeout: float = 10.0) -> None:
+    """Until no other session is connected to the test database."""
+    conn = await asyncpg.connect(url)
+    try:
+        for _ in range(int(timeout / 0.05)):
+            others = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if others == 0:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    raise AssertionError("the killed child's sessions did not end")
+
+
 async def test_committed_submits_survive_sigkill(postgres_url: str, schema: str) -> None:
     committed = await asyncio.to_thread(kill_while_submitting, CHILD, [postgres_url, schema], 1000)
     assert len(committed) >= 1000
+    # The server finishes what the killed child had sent (a commit may land a moment after
+    # the kill) before it notices the connections are gone: read once they are.
+    await sessions_ended(postgres_url)
     store = PostgresStore(postgres_url, schema=schema)
     await store.open()
     try:
@@ -287,3 +353,35 @@ async def test_claims_read_the_claimable_index_in_order(
             assert "Sort" not in plan, plan
     finally:
         await conn.close()
+
+
+async def test_work_queued_by_one_gateway_wakes_another(
+    postgres_url: str, schema: str, store: PostgresStore
+) -> None:
+    other = PostgresStore(postgres_url, schema=schema, owner="other")
+    await other.open()
+    try:
+        woken: asyncio.Queue[str] = asyncio.Queue()
+        await store.watch_work(woken.put_nowait)
+        await other.submit(new_job("theirs"))
+        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        await other.submit(new_job("claimed at once"), claim_for="local")  # nothing claimable
+        await other.submit(new_job("again"))
+        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        assert woken.empty()
+    finally:
+        await other.close()
+
+
+async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
+    postgres_url: str, schema: str, store: PostgresStore
+) -> None:
+    other = PostgresStore(postgres_url, schema=schema, owner="other")
+    await other.open()
+    try:
+        assert await store.next_number() == 0
+        await other.submit(new_job("imported", 500))
+        assert await store.next_number() == 501
+        assert await other.next_number() == 502
+    finally:
+        await other.close()

@@ -8,10 +8,12 @@ import textwrap
 import time
 from collections.abc import AsyncIterator
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.prompt_events import NewPromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob
@@ -19,7 +21,7 @@ from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
 from tests.helpers import as_older_schema
-from tests.unit.store.stores import kill_while_submitting
+from tests.unit.store.stores import Clock, kill_while_submitting
 
 
 @pytest.fixture
@@ -268,7 +270,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 5
+    assert version == sqlite_module.SCHEMA_VERSION == 7
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -298,6 +300,72 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
     assert "jobs_tenant" in indexes
 
 
+async def test_version_4_file_gains_owners_and_its_running_jobs_are_orphans(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("was running"))
+    assert await store.claim("local") is not None
+    await store.close()
+    as_older_schema(path, 4, "DROP TABLE gateways", "ALTER TABLE jobs DROP COLUMN owner")
+
+    store = SQLiteStore(path, owner="g1")
+    await store.open()
+    try:
+        assert [job.prompt_id for job in await store.orphaned()] == ["was running"]
+        assert await store.requeue_lane("local") == ["was running"]
+        job = await store.claim("local")
+        assert job is not None and job.owner == "g1"
+        assert (await store.get("was running")).owner == "g1"  # type: ignore[union-attr]
+    finally:
+        await store.close()
+
+
+async def test_version_5_file_gains_idempotency_keys(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 5, "DROP TABLE idempotency_keys")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert await store.get("old") is not None
+        answer = {"prompt_id": "new", "number": 1, "node_errors": {}}
+        keyed = replace(new_job("new"), idempotency=IdempotentRequest("k", "h", answer))
+        await store.submit(keyed)
+        first = await store.idempotent_request("default", "k")
+        assert first is not None and first.answer == answer
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_keyed_submits_forget_expired_keys(tmp_path: Path) -> None:
+    clock = Clock()
+    store = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    await store.open()
+    answer = {"prompt_id": "x", "number": 1, "node_errors": {}}
+    try:
+        for i in range(20):
+            request = IdempotentRequest(f"k{i}", "h", answer)
+            await store.submit(replace(new_job(f"p{i}"), idempotency=request))
+        clock.advance(IDEMPOTENCY_WINDOW)
+        for i in range(2):  # each keyed submit forgets up to 16
+            request = IdempotentRequest(f"new{i}", "h", answer)
+            await store.submit(replace(new_job(f"new{i}"), idempotency=request))
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
+        keys = {row[0] for row in conn.execute("SELECT key FROM idempotency_keys")}
+    assert keys == {"new0", "new1"}
+
+
 async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
     """Claim `prompt_id` (it must be next in line) and finish it with one output file."""
     job = await store.claim("lane")
@@ -307,13 +375,13 @@ async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
     assert await store.finish(prompt_id, job.attempt, result)
 
 
-async def test_version_4_file_gains_the_event_log(tmp_path: Path) -> None:
+async def test_version_6_file_gains_the_event_log(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     store = SQLiteStore(path)
     await store.open()
     await store.submit(new_job("old"))
     await store.close()
-    as_older_schema(path, 4, "DROP TABLE event_log")
+    as_older_schema(path, 6, "DROP TABLE event_log")
 
     store = SQLiteStore(path)
     await store.open()

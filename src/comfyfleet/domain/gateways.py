@@ -1,0 +1,33 @@
+"""The gateways sharing one store: who they are, and how long their lease holds.
+
+A gateway's lease covers every job it runs: it renews the lease by heartbeat, and once
+the lease has run out another gateway may take those jobs over (see
+`comfyfleet.scheduler.leases`). The attempt number fences what the old owner may still
+write.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: A gateway id: what `--gateway-id` accepts and what the data dir's file may hold.
+GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+#: How long a gateway's lease holds without a heartbeat, by default (s).
+DEFAULT_LEASE = 10.0
+
+
+@dataclass(frozen=True)
+class GatewayRecord:
+    """A gateway as the store knows it."""
+
+    id: str
+    instance: str  # this process: a restart with the same id is a new instance
+    host: str
+    pid: int
+    url: str  # where it serves (as configured: host and port)
+    started_at: float
+    seen_at: float = 0.0  # its last heartbeat
+    lease_until: float = 0.0
+    running: int = 0  # jobs it runs now (filled in by `gateways()`)

@@ -1,0 +1,125 @@
+"""GatewayRecord leases in the SQLite store (the `GatewayLeases` verbs; see store/base.py).
+
+A job's lease is its owner's: one heartbeat renews the lease of every job a gateway
+runs. A job is orphaned once its owner's lease has run out, or when it has no owner
+(it was running before leases were recorded).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from comfyfleet.domain.gateways import GatewayRecord
+
+GATEWAYS_TABLE = """
+CREATE TABLE IF NOT EXISTS gateways (
+    id          TEXT PRIMARY KEY,
+    instance    TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    url         TEXT NOT NULL,
+    started_at  REAL NOT NULL,
+    seen_at     REAL NOT NULL,
+    lease_until REAL NOT NULL
+) WITHOUT ROWID
+"""
+
+#: A job whose owner holds no lease (or that has none): `?` is the time now.
+UNOWNED = """
+(owner IS NULL OR NOT EXISTS (
+    SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= ?))
+"""
+#: A running job nobody live holds.
+ORPHANED = f"status = 'running' AND {UNOWNED}"
+#: Orphans: running jobs nobody live holds, and jobs set aside for a lane (pending) by
+#: a gateway that is gone.
+ANY_ORPHAN = f"(status = 'running' OR (status = 'pending' AND lane IS NOT NULL)) AND {UNOWNED}"
+
+SELECT_HOLDER = "SELECT {columns} FROM gateways WHERE id = ?"
+UPSERT_GATEWAY = """
+INSERT INTO gateways (id, instance, host, pid, url, started_at, seen_at, lease_until)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, host = excluded.host,
+    pid = excluded.pid, url = excluded.url, started_at = excluded.started_at,
+    seen_at = excluded.seen_at, lease_until = excluded.lease_until
+"""
+HEARTBEAT = "UPDATE gateways SET seen_at = ?, lease_until = ? WHERE id = ? AND instance = ?"
+LEAVE = "DELETE FROM gateways WHERE id = ? AND instance = ?"
+LIVE_GATEWAYS = """
+SELECT {columns}, (SELECT count(*) FROM jobs j WHERE j.status = 'running' AND j.owner = g.id)
+FROM gateways g WHERE g.lease_until >= ? ORDER BY g.id
+"""
+REQUEUE_ORPHANED = f"""
+UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
+WHERE prompt_id = ? AND attempt = ? AND {ORPHANED}
+"""
+ADOPT = f"""
+UPDATE jobs SET owner = ?, attempt = attempt + 1 WHERE prompt_id = ? AND attempt = ? AND {ORPHANED}
+"""
+GATEWAY_COLUMNS = "id, instance, host, pid, url, started_at, seen_at, lease_until"
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Version 5: jobs get their owner, and the gateways table appears."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "owner" not in columns:  # a fresh file has it from schema.sql already
+        conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT")
+    conn.execute(GATEWAYS_TABLE)
+
+
+def gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
+    id_, instance, host, pid, url, started_at, seen_at, lease_until = row[:8]
+    return GatewayRecord(id_, instance, host, pid, url, started_at, seen_at, lease_until, running)
+
+
+def holder(conn: sqlite3.Connection, gateway_id: str) -> GatewayRecord | None:
+    row = conn.execute(SELECT_HOLDER.format(columns=GATEWAY_COLUMNS), (gateway_id,)).fetchone()
+    return None if row is None else gateway(row)
+
+
+def join(
+    conn: sqlite3.Connection, joining: GatewayRecord, lease: float, now: float, replace: str | None
+) -> GatewayRecord | None:
+    """Register `joining`; the other live instance holding its id instead, if any (but
+    `replace`, known dead)."""
+    held = holder(conn, joining.id)
+    if (
+        held is not None
+        and held.instance not in (joining.instance, replace)
+        and held.lease_until >= now
+    ):
+        return held
+    conn.execute(
+        UPSERT_GATEWAY,
+        (
+            joining.id,
+            joining.instance,
+            joining.host,
+            joining.pid,
+            joining.url,
+            joining.started_at,
+            now,
+            now + lease,
+        ),
+    )
+    return None
+
+
+def live(conn: sqlite3.Connection, now: float) -> list[GatewayRecord]:
+    columns = ", ".join(f"g.{name}" for name in GATEWAY_COLUMNS.split(", "))
+    rows = conn.execute(LIVE_GATEWAYS.format(columns=columns), (now,)).fetchall()
+    return [gateway(row, row[8]) for row in rows]
+
+
+def adopt(
+    conn: sqlite3.Connection, owner: str, prompt_id: str, attempt: int, now: float, note: str
+) -> bool:
+    if conn.execute(ADOPT, (owner, prompt_id, attempt, now)).rowcount != 1:
+        return False
+    conn.execute(
+        "INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES (?, ?, -1, 'requeued', ?)",
+        (prompt_id, attempt, note),
+    )
+    return True
