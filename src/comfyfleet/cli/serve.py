@@ -116,6 +116,11 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
     serve.add_argument(
+        "--events-retention",
+        help="how long a prompt's events are kept for followers after its end, e.g. 1h "
+        "(0: no event log)",
+    )
+    serve.add_argument(
         "--shutdown-grace", type=float, help="seconds running prompts get on SIGTERM"
     )
     serve.add_argument("--log-level", default="INFO")
@@ -143,6 +148,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "max_pending",
             "history_max_entries",
             "history_max_age",
+            "events_retention",
             "shutdown_grace",
             "backends",
             "comfyui",

@@ -15,6 +15,7 @@ from comfyfleet.server.editor_api import editor_routes, terminal_size
 from comfyfleet.server.extensions import Extensions, extension_routes
 from comfyfleet.server.files import file_routes
 from comfyfleet.server.fleet_api import fleet_routes
+from comfyfleet.server.follow import follow_routes
 from comfyfleet.server.frontend import frontend_routes, web_root
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
@@ -40,7 +41,8 @@ def build_app(gateway: Gateway) -> web.Application:
         """The folders of the tenant a request acts for."""
         return gateway.tenants.of(tenant_name(request))
 
-    routes = prompt_routes() + job_routes() + fleet_routes() + ws_routes() + webhook_routes()
+    routes = prompt_routes() + job_routes() + follow_routes() + fleet_routes() + ws_routes()
+    routes += webhook_routes()
     routes += file_routes(
         gateway.folders,
         max_upload_bytes=config.max_upload_bytes,

@@ -92,7 +92,7 @@ class ClientRouter(JobObserver):
         client_id = client_key(job.tenant, job.client_id)
         if isinstance(event, Message):
             self._remember(job, event)
-            self.hub.send_json(client_id, event.type, event.data)
+            self.hub.send_json(client_id, event.type, event.data, prompt_id=job.prompt_id)
             if event.type == "progress":
                 self._send_plain_preview(job)
         elif isinstance(event, PreviewImage):
@@ -125,7 +125,8 @@ class ClientRouter(JobObserver):
         if job.client_id:
             key = client_key(job.tenant, job.client_id)
             self.status.send_now(key)
-            self.hub.send_json(key, "executing", events.executing(job.prompt_id, None))
+            done = events.executing(job.prompt_id, None)
+            self.hub.send_json(key, "executing", done, prompt_id=job.prompt_id)
 
     def job_stopped(self, job: Job) -> None:
         self._latest.pop(job.prompt_id, None)  # a reconnecting client must not see it running

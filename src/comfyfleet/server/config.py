@@ -45,6 +45,8 @@ class ServerConfig:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
     history_max_entries: int | None = None
     history_max_age: float | None = None  # seconds
+    # Seconds each prompt's events stay in the event log after its end (0: no log).
+    events_retention: float = 3600.0
     shutdown_grace: float = 30.0
     cache_entries: int = 1024
     # SQLite durability: NORMAL (WAL) keeps every commit through a process crash or
@@ -115,6 +117,13 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def _seconds(value: Any) -> float:
+    """A number of seconds, or a duration such as `12h`."""
+    if isinstance(value, bool):
+        raise ConfigError(f"not a duration: {value!r}")
+    return float(value) if isinstance(value, int | float) else parse_duration(str(value))
+
+
 def _coerce(name: str, value: Any) -> Any:
     kinds = {f.name: f.type for f in fields(ServerConfig)}
     kind = str(kinds[name])
@@ -126,13 +135,9 @@ def _coerce(name: str, value: Any) -> Any:
         if name in ("lease", "webhooks_retry_for"):
             return float(value) if isinstance(value, int | float) else parse_duration(str(value))
         if name == "history_max_age":
-            return (
-                None
-                if value in (None, "")
-                else (
-                    float(value) if isinstance(value, int | float) else parse_duration(str(value))
-                )
-            )
+            return None if value in (None, "") else _seconds(value)
+        if name == "events_retention":
+            return _seconds(value)
         if name == "cors_origins":
             items = value if isinstance(value, list | tuple) else str(value).split(",")
             return tuple(str(v).strip() for v in items if str(v).strip())
@@ -221,6 +226,8 @@ def load_config(
     )
     if config.local_slots < 0:
         raise ConfigError("local_slots must be >= 0")
+    if not 0 <= config.events_retention < float("inf"):
+        raise ConfigError("events_retention must be a duration >= 0")
     if config.log_format not in ("text", "json"):
         raise ConfigError(f"log_format must be text or json, not {config.log_format!r}")
     if config.output_mode not in ("copy", "reference"):

@@ -23,6 +23,7 @@ from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
+from comfyfleet.server.event_log import EventLog
 from comfyfleet.server.hub import Hub
 from comfyfleet.server.identity import process_alive, this_gateway
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
@@ -52,6 +53,7 @@ class Gateway:
     managed: ManagedBackends  # the backend processes it runs itself ([[comfyui]])
     identity: GatewayRecord  # this gateway among those sharing the store
     webhooks: WebhookSender  # job ends to webhooks, from the store's outbox
+    events: EventLog | None  # every prompt's client stream, for followers (None: kept off)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -92,6 +94,10 @@ class Gateway:
         )
         webhooks = WebhookSender(store, webhook_settings(config))
         scheduler.observers.add(webhooks)
+        events = None
+        if config.events_retention > 0:
+            events = EventLog(store, config.events_retention)
+            scheduler.observers.add(events)
         return cls(
             config,
             folders,
@@ -106,6 +112,7 @@ class Gateway:
             managed,
             identity,
             webhooks,
+            events,
         )
 
     async def start(self) -> None:
@@ -122,8 +129,7 @@ class Gateway:
             self.scheduler.include(lane)
         await self.scheduler.start()
         await self.managed.start(self.scheduler)
-        if self.config.history_max_entries or self.config.history_max_age:
-            self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
+        self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
     async def _join(self) -> None:
         """Take this gateway's place among those sharing the store. The same id held by a
@@ -176,6 +182,8 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.events is not None:
+            await self.events.close()  # the last events written; followers end
         await self.hub.close_all()
 
     async def close(self) -> None:
@@ -191,6 +199,8 @@ class Gateway:
 
     async def prune_once(self) -> int:
         """Apply the retention settings now; returns the number of files removed."""
+        if self.events is not None:
+            await self.events.prune()
         files = await self.store.prune_history(
             max_entries=self.config.history_max_entries,
             max_age_seconds=self.config.history_max_age,
@@ -223,7 +233,7 @@ class Gateway:
             try:
                 await self.prune_once()
             except Exception:
-                log.exception("history retention failed")
+                log.exception("retention failed")
             await asyncio.sleep(60)
 
 

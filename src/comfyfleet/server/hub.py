@@ -46,9 +46,16 @@ class ClientSocket:
         self.ws = ws
         self._transport = transport
         self.supports_preview_metadata = False
+        # Prompts this socket subscribed to: their JSON frames come from the event log.
+        self.following: set[str] = set()
         self._queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self._dropped = False
         self._writer = asyncio.create_task(self._write(), name=f"ws-writer-{sid}")
+
+    @property
+    def backlog(self) -> int:
+        """Frames queued and not written yet."""
+        return self._queue.qsize()
 
     def send(self, payload: str | bytes) -> None:
         if self._dropped:
@@ -137,12 +144,17 @@ class Hub:
     def count(self) -> int:
         return sum(len(s) for s in self._clients.values())
 
-    def send_json(self, client_id: str, event: str, data: Any) -> None:
+    def send_json(
+        self, client_id: str, event: str, data: Any, *, prompt_id: str | None = None
+    ) -> None:
+        """To the client's sockets; a frame of `prompt_id` skips those that subscribed to
+        it (they get it from the event log)."""
         sockets = self._clients.get(client_id)
         if sockets:
             message = json.dumps({"type": event, "data": data})
             for sock in sockets:
-                sock.send(message)
+                if prompt_id is None or prompt_id not in sock.following:
+                    sock.send(message)
 
     def broadcast_json(self, event: str, data: Any) -> None:
         message = json.dumps({"type": event, "data": data})

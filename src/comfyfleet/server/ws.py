@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from comfyfleet.protocol import events
-from comfyfleet.server.auth import tenant_name
+from comfyfleet.server.auth import scope, tenant_name
 from comfyfleet.server.client_events import client_key
 from comfyfleet.server.client_json import RefusedJson, loads
+from comfyfleet.server.follow import Subscriptions
 from comfyfleet.server.gateway import GATEWAY
 from comfyfleet.server.hub import ClientSocket
 from comfyfleet.server.routing import Route
 
 log = logging.getLogger(__name__)
 
-#: The largest message a client may send, in bytes. The protocol reads one message from a
-#: client, its first (`feature_flags`, a few hundred bytes from ComfyUI's frontend); 64 KiB
-#: leaves room for any flags to come, and parses in well under a millisecond. A larger
-#: message closes the socket (1009) as soon as its frame header announces it.
+#: The largest message a client may send, in bytes. A client sends its `feature_flags`
+#: first (a few hundred bytes from ComfyUI's frontend), then perhaps `subscribe` and
+#: `unsubscribe` messages (follow.py); 64 KiB leaves room for any flags to come, and parses
+#: in well under a millisecond. A larger message closes the socket (1009) as soon as its
+#: frame header announces it.
 MAX_WS_MESSAGE = 64 * 1024
 
 
@@ -38,6 +41,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     # Addressed by tenant and client id: the same client id of two tenants is two clients.
     key = client_key(tenant_name(request), sid)
     sock = ClientSocket(key, ws, request.transport)
+    subscriptions = Subscriptions(sock, gw, scope(request))
     gw.hub.attach(sock)
     try:
         sock.send_json("status", events.status(gw.scheduler.queue_remaining, sid=sid))
@@ -45,23 +49,31 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
             sock.send_json(event, data)
         first = True
         async for message in ws:
-            if message.type == WSMsgType.TEXT and first:  # later ones mean nothing: unread
-                _on_first_text(sock, message.data, gw.config.max_upload_bytes)
+            if message.type == WSMsgType.TEXT:
+                parsed = _parsed(message.data)
+                if Subscriptions.wanted(parsed):
+                    await subscriptions.handle(parsed)
+                elif first:  # other messages after the first mean nothing
+                    _on_first(sock, parsed, gw.config.max_upload_bytes)
                 first = False
             elif message.type == WSMsgType.ERROR:  # e.g. past MAX_WS_MESSAGE: aiohttp closed it
                 break
     finally:
         gw.hub.detach(sock)
+        await subscriptions.close()
         await sock.drain_and_stop()
     return ws
 
 
-def _on_first_text(sock: ClientSocket, text: str, max_upload: int) -> None:
-    """Only a first `feature_flags` message means anything; anything else is ignored."""
+def _parsed(text: str) -> Any:
     try:
-        message = loads(text)
+        return loads(text)
     except RefusedJson:
-        return
+        return None
+
+
+def _on_first(sock: ClientSocket, message: Any, max_upload: int) -> None:
+    """Only a first `feature_flags` message means anything; anything else is ignored."""
     if isinstance(message, dict) and message.get("type") == "feature_flags":
         flags = message.get("data")
         if not isinstance(flags, dict):

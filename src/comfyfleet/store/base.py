@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.domain.webhooks import (
     DeliveryAttempt,
@@ -174,7 +175,30 @@ class WebhookOutbox(Protocol):
         """Delete delivered and dead deliveries last changed before this time."""
 
 
-class JobStore(GatewayLeases, RemoteJobJournal, WebhookOutbox, Protocol):
+class PromptEventLog(Protocol):
+    """Each prompt's client stream, kept for followers that arrive late or come back.
+
+    Ids grow with every append, store-wide, and are never reused. One appender at a time
+    per prompt (the process running it), so a prompt's events are read back in the order
+    they were appended and a reader resuming after an id misses none of them.
+    """
+
+    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
+        """Commit these events in one transaction, in the order given; returns them with
+        their ids (growing in that order) and the time they were appended."""
+
+    async def prompt_events(
+        self, prompt_id: str, after: int = 0, limit: int = 500
+    ) -> list[PromptEvent]:
+        """At most `limit` events of one prompt with an id above `after`, oldest first."""
+
+    async def prune_prompt_events(self, ended_before: float) -> int:
+        """Delete every event of each prompt whose newest event was appended before this
+        time and whose job is not pending or running (gone jobs included); returns how
+        many events went."""
+
+
+class JobStore(GatewayLeases, RemoteJobJournal, WebhookOutbox, PromptEventLog, Protocol):
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
 

@@ -47,6 +47,7 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
+from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
@@ -60,6 +61,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.store import postgres_event_log as event_log
 from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store import postgres_webhooks as webhooks
@@ -795,6 +797,23 @@ class PostgresStore:
 
     async def prune_remote_jobs(self, finished_before: float) -> int:
         return await self._run(lambda db: journal.prune(db, finished_before))
+
+    # -- prompt event log -----------------------------------------------------------------
+
+    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
+        """Commit these events in one statement (one transaction)."""
+        if not events:
+            return []
+        now = self._clock()
+        return await self._run(lambda db: event_log.append(db, events, now))
+
+    async def prompt_events(
+        self, prompt_id: str, after: int = 0, limit: int = 500
+    ) -> list[PromptEvent]:
+        return await self._run(lambda db: event_log.after(db, prompt_id, after, max(0, limit)))
+
+    async def prune_prompt_events(self, ended_before: float) -> int:
+        return await self._run(lambda db: event_log.prune(db, ended_before))
 
 
 # -- schema ---------------------------------------------------------------------------

@@ -396,3 +396,31 @@ DELETE FROM idempotency_keys WHERE (tenant, key) IN (
     SELECT tenant, key FROM idempotency_keys WHERE created_at <= $1 LIMIT 16
     FOR UPDATE SKIP LOCKED
 )
+
+-- name: append_prompt_events
+-- The events side by side ($1 prompt ids, $2 types, $3 data), inserted in the order
+-- given, so their ids grow in that order.
+INSERT INTO event_log (prompt_id, type, data, at)
+SELECT e.prompt_id, e.type, e.data, $4
+FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS e (prompt_id, type, data, n)
+ORDER BY e.n
+RETURNING id
+
+-- name: prompt_events
+SELECT id, type, data, at FROM event_log WHERE prompt_id = $1 AND id > $2 ORDER BY id LIMIT $3
+
+-- name: prune_prompt_events
+-- Prompts with an event older than the cutoff (found by time, so each prune reads only
+-- what aged since the last), whose newest event is older too and whose job is over.
+WITH old AS (
+    SELECT DISTINCT prompt_id FROM event_log WHERE at < $1
+), ended AS (
+    SELECT prompt_id FROM old
+    WHERE (SELECT l.at FROM event_log l WHERE l.prompt_id = old.prompt_id
+           ORDER BY l.id DESC LIMIT 1) < $1
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.prompt_id = old.prompt_id
+                      AND j.status IN ('pending', 'running'))
+), gone AS (
+    DELETE FROM event_log WHERE prompt_id IN (SELECT prompt_id FROM ended) RETURNING 1
+)
+SELECT count(*) FROM gone

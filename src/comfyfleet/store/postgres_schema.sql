@@ -187,3 +187,18 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, pos) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_state ON webhook_deliveries (state, pos);
 CREATE INDEX webhook_deliveries_prompt ON webhook_deliveries (prompt_id);
+
+-- name: migration_5
+-- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
+-- with every append and is never reused, so a follower resumes after the last id it saw.
+-- Not tied to jobs: retention prunes it on its own clock.
+CREATE TABLE event_log (
+    id        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    prompt_id TEXT COLLATE "C" NOT NULL,
+    type      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    at        DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
+CREATE INDEX event_log_at ON event_log (at);

@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 7 (PRAGMA user_version).
+-- comfyfleet job store, schema version 8 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -178,3 +178,17 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, pos) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_state ON webhook_deliveries (state, pos);
 CREATE INDEX webhook_deliveries_prompt ON webhook_deliveries (prompt_id);
+
+-- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
+-- with every append and is never reused (AUTOINCREMENT), so a follower resumes after
+-- the last id it saw. Not tied to jobs: retention prunes it on its own clock.
+CREATE TABLE event_log (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    prompt_id TEXT NOT NULL,
+    type      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    at        REAL NOT NULL
+);
+
+CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
+CREATE INDEX event_log_at ON event_log (at);

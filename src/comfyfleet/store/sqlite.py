@@ -34,6 +34,7 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
+from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
@@ -43,6 +44,7 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
     WebhookTarget,
 )
+from comfyfleet.store import sqlite_event_log as event_log
 from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
@@ -53,7 +55,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -86,6 +88,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: leases.migrate,  # job owners and gateway leases
     6: idempotency.migrate,  # Idempotency-Key submits
     7: webhooks.migrate,  # the webhook outbox
+    8: event_log.migrate,  # the prompt event log
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -600,6 +603,28 @@ class SQLiteStore:
 
     async def prune_webhook_deliveries(self, before: float) -> int:
         return await self._write(functools.partial(webhooks.prune, before=before))
+
+    # -- prompt event log -----------------------------------------------------------------
+
+    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
+        """Commit these events in one transaction (with whatever else the writer holds)."""
+        if not events:
+            return []
+        now = self._clock()
+        op = functools.partial(event_log.append, rows=event_log.encode(events), now=now)
+        ids = await self._write(op)
+        return [PromptEvent(i, e.prompt_id, e.type, e.data, now) for i, e in zip(ids, events)]
+
+    async def prompt_events(
+        self, prompt_id: str, after: int = 0, limit: int = 500
+    ) -> list[PromptEvent]:
+        op = functools.partial(
+            event_log.after, prompt_id=prompt_id, after_id=after, limit=max(0, limit)
+        )
+        return await self._read(op)
+
+    async def prune_prompt_events(self, ended_before: float) -> int:
+        return await self._write(functools.partial(event_log.prune, before=ended_before))
 
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""

@@ -13,6 +13,7 @@ import pytest
 
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
+from comfyfleet.domain.prompt_events import NewPromptEvent
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres import PostgresStore
@@ -208,8 +209,9 @@ async def test_a_version_2_database_gains_idempotency_keys(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    for table in ("idempotency_keys", "webhook_deliveries", "webhook_targets"):  # 3 and on
-        await sql(postgres_url, schema, f"DROP TABLE {table}")
+    # The tables of migrations 3 and on.
+    tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log"
+    await sql(postgres_url, schema, f"DROP TABLE {tables}")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
     clock = Clock()
     again = PostgresStore(postgres_url, schema=schema, clock=clock)
@@ -227,6 +229,24 @@ async def test_a_version_2_database_gains_idempotency_keys(
     finally:
         await again.close()
     assert await sql(postgres_url, schema, "SELECT count(*) FROM idempotency_keys") == 2
+
+
+async def test_a_version_4_database_gains_the_event_log(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE event_log")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 4")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        assert await again.get("old") is not None
+        appended = await again.append_prompt_events([NewPromptEvent("old", "progress", {})])
+        assert await again.prompt_events("old") == appended
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 5
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

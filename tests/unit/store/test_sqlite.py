@@ -15,6 +15,7 @@ import pytest
 
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.domain.prompt_events import NewPromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
@@ -269,7 +270,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 7
+    assert version == sqlite_module.SCHEMA_VERSION == 8
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -385,3 +386,23 @@ async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
     files = [OutputFile(f"{prompt_id}.png", "", "output")]
     result = JobResult(JobStatus.SUCCESS, {"1": {}}, {}, [], None, files)
     assert await store.finish(prompt_id, job.attempt, result)
+
+
+async def test_version_7_file_gains_the_event_log(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 7, "DROP TABLE event_log")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert await store.get("old") is not None
+        appended = await store.append_prompt_events([NewPromptEvent("old", "progress", {})])
+        assert await store.prompt_events("old") == appended
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION

@@ -1,0 +1,283 @@
+"""The durable log of every prompt's client stream, and the followers that read it.
+
+An observer of the scheduler: each JSON event a prompt's client gets (from
+`execution_start` to its end event, then the done signal `executing {node: null}`)
+is appended to the store. Binary frames (previews, progress text) are left out.
+Appends are batched: one commit per FLUSH_INTERVAL at most, never one per event, and
+only one at a time, so a prompt's ids grow in the order of its events.
+
+A follower (a WebSocket subscription, an SSE stream) gets only committed events, each
+with its id: first what the store holds after the id it starts from, then each batch
+as it commits. It registers before it reads the store, so what commits meanwhile
+comes both ways and is told apart by id: no gap, no duplicate. What a follower saw
+survives a crash, and an id is never handed out twice.
+
+A stream always ends with the done signal. When a prompt's job is over (or gone) but
+its log has no done signal and no gateway will write one (the gateway died between
+recording the end and writing the log, or the job was cancelled while queued), the
+first follower to notice (SETTLE_AFTER seconds after the end at the earliest) appends
+what is missing: the end event kept in the history, then the done signal.
+
+Followers are woken by this process's own commits. A prompt that another gateway
+runs (several gateways on one PostgreSQL) is read from the store every CHECK_EVERY
+seconds instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+
+from comfyfleet.domain.jobs import TERMINAL, Job, JobResult
+from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.engine.events import EngineEvent, Message
+from comfyfleet.protocol import events
+from comfyfleet.scheduler.observers import JobObserver
+from comfyfleet.store.base import JobStore, StoreError
+
+log = logging.getLogger(__name__)
+
+#: Seconds events wait to be written together: at most this many commits a second.
+FLUSH_INTERVAL = 0.01
+#: Events held while the store refuses them; beyond this, new ones are dropped (logged).
+MAX_BUFFERED = 100_000
+#: Events a follower reads from the store at once.
+PAGE = 500
+#: Committed events queued for a follower that has not taken them; beyond this it reads
+#: them back from the store instead.
+MAX_QUEUED = 1_000
+#: Seconds a follower waits on a quiet prompt before asking whether its job is over.
+CHECK_EVERY = 2.0
+#: Seconds after a job's end before a follower writes what its stream lacks: until
+#: then, the gateway that ran it (this one or another) may still be writing its end.
+SETTLE_AFTER = 5.0
+#: Longest wait between writes while the store refuses them.
+RETRY_MAX = 2.0
+
+
+class _Listener:
+    """The committed events of one prompt, for one follower."""
+
+    def __init__(self) -> None:
+        self.queue: deque[PromptEvent] = deque()
+        self.lagged = True  # read the store first (and again after an overflow)
+        self.arrived = asyncio.Event()
+
+    def put(self, event: PromptEvent) -> None:
+        if len(self.queue) >= MAX_QUEUED:
+            self.queue.clear()
+            self.lagged = True
+        elif not self.lagged:
+            self.queue.append(event)
+        self.arrived.set()
+
+
+class EventLog(JobObserver):
+    """Appends every prompt's client stream to the store; serves it to followers.
+
+    `retention` is how long (seconds) a prompt's events are kept after its last one.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        retention: float,
+        *,
+        flush_interval: float = FLUSH_INTERVAL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.retention = retention
+        self._interval = flush_interval
+        self._clock = clock
+        self._buffer: list[NewPromptEvent] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._writing = asyncio.Lock()  # one append at a time: a prompt's ids stay in order
+        self._settling = asyncio.Lock()
+        self._listeners: dict[str, set[_Listener]] = {}
+        self._open: set[str] = set()  # prompts whose end this process may still write
+        self._dropped = 0
+        self._closed = False
+
+    # -- the scheduler's side ------------------------------------------------------------
+
+    def job_started(self, job: Job) -> None:
+        self._open.add(job.prompt_id)
+
+    def job_event(self, job: Job, event: EngineEvent) -> None:
+        if isinstance(event, Message):
+            self._open.add(job.prompt_id)
+            self._append(NewPromptEvent(job.prompt_id, event.type, event.data))
+
+    def job_finished(self, job: Job, result: JobResult) -> None:
+        # The done signal, as the WebSocket router sends it once the end is recorded.
+        self._append(
+            NewPromptEvent(job.prompt_id, "executing", events.executing(job.prompt_id, None))
+        )
+        self._open.discard(job.prompt_id)
+
+    def job_stopped(self, job: Job) -> None:
+        self._open.discard(job.prompt_id)  # back in the queue: its next start opens it
+
+    def _append(self, event: NewPromptEvent) -> None:
+        if self._closed:
+            return
+        if len(self._buffer) >= MAX_BUFFERED:
+            self._dropped += 1
+            if self._dropped == 1:
+                log.warning("the event log is full (the store refuses writes): dropping events")
+            return
+        self._buffer.append(event)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_soon(), name="event-log-flush")
+
+    async def _flush_soon(self) -> None:
+        delay = self._interval
+        while self._buffer and not self._closed:
+            await asyncio.sleep(delay)
+            delay = self._interval if await self._write() else min(RETRY_MAX, delay * 2)
+
+    async def _write(self) -> bool:
+        """Append everything buffered in one commit, then hand it to the followers;
+        False (the events kept, in order) when the store refused."""
+        async with self._writing:
+            batch, self._buffer = self._buffer, []
+            if not batch:
+                return True
+            try:
+                committed = await self.store.append_prompt_events(batch)
+            except StoreError as exc:
+                log.warning("could not write %d events (%s); retrying", len(batch), exc)
+                self._buffer[:0] = batch
+                return False
+            if self._dropped:
+                log.warning("the event log dropped %d events", self._dropped)
+                self._dropped = 0
+        for event in committed:
+            for listener in self._listeners.get(event.prompt_id, ()):
+                listener.put(event)
+        return True
+
+    async def flush(self) -> None:
+        """Commit everything appended so far (once the store takes it)."""
+        while self._buffer and not await self._write():
+            await asyncio.sleep(self._interval)
+
+    async def close(self) -> None:
+        """Write what is buffered, then end every follower (they resume elsewhere, or
+        after a restart, from the last id they got)."""
+        try:
+            await asyncio.wait_for(self.flush(), timeout=10)
+        except TimeoutError:
+            log.warning("%d events were not written at shutdown", len(self._buffer))
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.arrived.set()
+
+    async def prune(self) -> int:
+        """Delete the events of prompts that ended more than `retention` seconds ago."""
+        return await self.store.prune_prompt_events(self._clock() - self.retention)
+
+    # -- the followers' side -------------------------------------------------------------
+
+    async def follow(self, prompt_id: str, after: int = 0) -> AsyncGenerator[PromptEvent, None]:
+        """The prompt's committed events with an id above `after`, in order, as they
+        commit; ends after the done signal (or at once when it came before `after`), or
+        when the log closes. The caller checks the prompt is the follower's to see."""
+        listener = _Listener()
+        self._listeners.setdefault(prompt_id, set()).add(listener)
+        try:
+            last = after
+            check_at = 0.0  # ask at once whether the job is over, then when quiet
+            while not self._closed:
+                if listener.lagged:
+                    listener.lagged = False
+                    page = await self.store.prompt_events(prompt_id, last, PAGE)
+                    listener.lagged = len(page) == PAGE  # more to read
+                elif listener.queue:
+                    page = [listener.queue.popleft()]
+                else:
+                    page = []
+                for event in page:
+                    if event.id > last:
+                        yield event
+                        last = event.id
+                        if event.done:
+                            return
+                if page or listener.lagged:
+                    continue
+                if time.monotonic() >= check_at:
+                    check_at = time.monotonic() + CHECK_EVERY
+                    if await self.ended_before(prompt_id, last):
+                        return  # the done signal came at or before `after`
+                    # Read the store again: another gateway may be running the prompt
+                    # (no wake-up from there), or may have written its end.
+                    listener.lagged = True
+                    continue
+                listener.arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listener.arrived.wait(), CHECK_EVERY)
+        finally:
+            listeners = self._listeners.get(prompt_id)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self._listeners[prompt_id]
+
+    async def ended_before(self, prompt_id: str, after: int) -> bool:
+        """Whether the prompt's stream ended (its done signal) at or before id `after`."""
+        done_id = await self._settle_if_over(prompt_id)
+        return done_id is not None and done_id <= after
+
+    async def _settle_if_over(self, prompt_id: str) -> int | None:
+        """The id of the prompt's done signal once its job is over (appending what its
+        stream lacks, see the module's doc); None while the job may still send events."""
+        if prompt_id in self._open:
+            return None
+        job = await self.store.get(prompt_id)
+        if job is not None and job.status not in TERMINAL:
+            return None
+        async with self._settling:
+            await self.flush()
+            logged = await self._all(prompt_id)
+            done = next((e for e in logged if e.done), None)
+            if done is not None:
+                return done.id
+            if prompt_id in self._open:  # cannot happen to a job that is over; cheap to ask
+                return None
+            if job is not None and (job.finished_at or 0) > self._clock() - SETTLE_AFTER:
+                return None  # just ended: the gateway that ran it may still write its end
+            missing = [] if job is None else await self._missing_end(prompt_id, logged)
+            missing.append(
+                NewPromptEvent(prompt_id, "executing", events.executing(prompt_id, None))
+            )
+            self._buffer.extend(missing)
+            await self.flush()
+            logged = await self._all(prompt_id)
+            return next((e.id for e in logged if e.done), None)
+
+    async def _missing_end(self, prompt_id: str, logged: list[PromptEvent]) -> list[NewPromptEvent]:
+        """The end event kept in the history, when the log lacks one."""
+        if any(e.type in events.END_EVENTS for e in logged):
+            return []
+        entry = await self.store.history_entry(prompt_id)
+        for kind, data in reversed(entry.result.messages if entry else []):
+            if kind in events.END_EVENTS and isinstance(data, dict):
+                return [NewPromptEvent(prompt_id, str(kind), data)]
+        return []
+
+    async def _all(self, prompt_id: str) -> list[PromptEvent]:
+        found: list[PromptEvent] = []
+        while True:
+            page = await self.store.prompt_events(prompt_id, found[-1].id if found else 0, PAGE)
+            found += page
+            if len(page) < PAGE:
+                return found

@@ -1,0 +1,43 @@
+"""The prompt event log on PostgreSQL: what the store runs for each log verb.
+
+`db` is an asyncpg pool or connection; every statement is one of the named blocks of
+postgres_queries.sql. Ids come from an identity column: never reused, and growing in
+the order of each append. Driver errors are wrapped by the store, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.store.postgres_text import from_db, to_db
+from comfyfleet.store.sql_blocks import load_blocks
+
+Q = load_blocks("postgres_queries.sql")
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+async def append(db: Any, events: Sequence[NewPromptEvent], now: float) -> list[PromptEvent]:
+    rows = await db.fetch(
+        Q["append_prompt_events"],
+        [to_db(e.prompt_id) for e in events],
+        [to_db(e.type) for e in events],
+        [_dumps(e.data) for e in events],
+        now,
+    )
+    # Inserted in the order given, each taking the identity's next value: sorted ids
+    # pair with the events in order, whatever order RETURNING lists them in.
+    ids = sorted(row[0] for row in rows)
+    return [PromptEvent(i, e.prompt_id, e.type, e.data, now) for i, e in zip(ids, events)]
+
+
+async def after(db: Any, prompt_id: str, after_id: int, limit: int) -> list[PromptEvent]:
+    rows = await db.fetch(Q["prompt_events"], to_db(prompt_id), after_id, limit)
+    return [PromptEvent(r[0], prompt_id, from_db(r[1]), json.loads(r[2]), r[3]) for r in rows]
+
+
+async def prune(db: Any, before: float) -> int:
+    gone: int = await db.fetchval(Q["prune_prompt_events"], before)
+    return gone

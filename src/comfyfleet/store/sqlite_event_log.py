@@ -1,0 +1,87 @@
+"""The prompt event log's SQL: operations the SQLite store runs on its threads.
+
+Appends run on the store's writer thread, in its group commits; reads on a reader
+thread. AUTOINCREMENT: an id, once committed, is never handed out again, even after
+its row was pruned.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+#: Version 7 adds the log; IF NOT EXISTS because a fresh file already has it.
+EVENT_LOG_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS event_log (
+        id        INTEGER PRIMARY KEY AUTOINCREMENT,
+        prompt_id TEXT NOT NULL,
+        type      TEXT NOT NULL,
+        data      TEXT NOT NULL,
+        at        REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS event_log_prompt ON event_log (prompt_id, id)",
+    "CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at)",
+)
+
+INSERT = "INSERT INTO event_log (prompt_id, type, data, at) VALUES (?, ?, ?, ?)"
+SELECT_AFTER = """
+SELECT id, type, data, at FROM event_log INDEXED BY event_log_prompt
+WHERE prompt_id = ? AND id > ? ORDER BY id LIMIT ?
+"""
+# Prompts with an event older than the cutoff (found by time, so each prune reads only
+# what aged since the last), whose newest event is older too and whose job is over.
+PRUNE = """
+DELETE FROM event_log WHERE prompt_id IN (
+    SELECT old.prompt_id
+    FROM (SELECT DISTINCT prompt_id FROM event_log INDEXED BY event_log_at WHERE at < ?1) old
+    WHERE (SELECT l.at FROM event_log l INDEXED BY event_log_prompt
+           WHERE l.prompt_id = old.prompt_id ORDER BY l.id DESC LIMIT 1) < ?1
+      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.prompt_id = old.prompt_id
+                      AND j.status IN ('pending', 'running'))
+)
+"""
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    for statement in EVENT_LOG_SCHEMA:
+        conn.execute(statement)
+
+
+def encode(events: Sequence[NewPromptEvent]) -> list[tuple[str, str, str]]:
+    """Encode on the caller's thread: the writer stays busy only with SQL."""
+    return [(e.prompt_id, e.type, _dumps(e.data)) for e in events]
+
+
+# -- writer thread ------------------------------------------------------------------
+
+
+def append(conn: sqlite3.Connection, rows: list[tuple[str, str, str]], now: float) -> list[int]:
+    conn.executemany(INSERT, [(*row, now) for row in rows])
+    # One connection writes, and AUTOINCREMENT takes the largest id ever used plus one:
+    # the rows of one statement have consecutive ids, ending at the last one inserted.
+    last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    return list(range(last - len(rows) + 1, last + 1))
+
+
+def prune(conn: sqlite3.Connection, before: float) -> int:
+    return conn.execute(PRUNE, (before,)).rowcount
+
+
+# -- reader threads ------------------------------------------------------------------
+
+
+def after(conn: sqlite3.Connection, prompt_id: str, after_id: int, limit: int) -> list[PromptEvent]:
+    rows = conn.execute(SELECT_AFTER, (prompt_id, after_id, limit)).fetchall()
+    return [_event(prompt_id, row) for row in rows]
+
+
+def _event(prompt_id: str, row: Sequence[Any]) -> PromptEvent:
+    return PromptEvent(row[0], prompt_id, row[1], json.loads(row[2]), row[3])
