@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
 from figures import figure
-from harness import percentile, serve, wait_ready
+from harness import mark_done, percentile, serve, wait_ready
 
 COMFYUI_REFERENCE = "one ComfyUI 0.3.64 process: about 200-330 such prompts/s on this machine kind"
 
@@ -67,18 +66,7 @@ async def through_url(url: str, count: int, in_flight: int, offset: int) -> dict
         ws = await session.ws_connect(f"{url}/ws?clientId={client_id}")
         done: dict[str, asyncio.Future[float]] = {}
 
-        async def reader() -> None:
-            async for message in ws:
-                if message.type != aiohttp.WSMsgType.TEXT:
-                    continue
-                frame = json.loads(message.data)
-                data = frame["data"]
-                if frame["type"] == "executing" and data.get("node") is None:
-                    future = done.get(data["prompt_id"])
-                    if future is not None and not future.done():
-                        future.set_result(time.perf_counter())
-
-        reading = asyncio.create_task(reader())
+        reading = asyncio.create_task(mark_done(ws, done))
         gate = asyncio.Semaphore(in_flight)
         latencies: list[float] = []
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import signal
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import trivial_prompt
 from figures import figure
-from harness import free_port, percentile, serve, throwaway_database, wait_ready
+from harness import free_port, mark_done, percentile, serve, throwaway_database, wait_ready
 
 DEFAULT_STORE = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -54,18 +53,7 @@ async def through(urls: list[str], count: int, in_flight: int, offset: int) -> d
         sockets = [await session.ws_connect(f"{url}/ws?clientId={client_id}") for url in urls]
         done: dict[str, asyncio.Future[float]] = {}
 
-        async def reader(ws: aiohttp.ClientWebSocketResponse) -> None:
-            async for message in ws:
-                if message.type != aiohttp.WSMsgType.TEXT:
-                    continue
-                frame = json.loads(message.data)
-                data = frame["data"]
-                if frame["type"] == "executing" and data.get("node") is None:
-                    future = done.get(data["prompt_id"])
-                    if future is not None and not future.done():
-                        future.set_result(time.perf_counter())
-
-        readers = [asyncio.create_task(reader(ws)) for ws in sockets]
+        readers = [asyncio.create_task(mark_done(ws, done)) for ws in sockets]
         gate = asyncio.Semaphore(in_flight)
         latencies: list[float] = []
         targets = itertools.cycle(urls)

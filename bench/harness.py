@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -35,6 +37,21 @@ def serve(data: Path | str, port: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [*command, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+
+
+async def mark_done(
+    ws: aiohttp.ClientWebSocketResponse, done: dict[str, asyncio.Future[float]]
+) -> None:
+    """Read a client's socket: each prompt's future gets the time its done signal came."""
+    async for message in ws:
+        if message.type != aiohttp.WSMsgType.TEXT:
+            continue
+        frame = json.loads(message.data)
+        data = frame["data"]
+        if frame["type"] == "executing" and data.get("node") is None:
+            future = done.get(data["prompt_id"])
+            if future is not None and not future.done():
+                future.set_result(time.perf_counter())
 
 
 async def wait_ready(url: str, timeout: float = 30.0) -> None:
