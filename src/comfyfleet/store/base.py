@@ -15,6 +15,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.store.commit_times import CommitTimes
 
 
 class StoreError(Exception):
@@ -175,6 +176,9 @@ class WebhookOutbox(Protocol):
 
 
 class JobStore(GatewayLeases, RemoteJobJournal, WebhookOutbox, Protocol):
+    #: How long its writes take until committed (read by metrics).
+    commit_times: CommitTimes
+
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
 
