@@ -11,6 +11,7 @@ left idle with nothing queued shows none at all.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,8 @@ class _Lane:
 class JobMetrics(JobObserver):
     """Counters and histograms of jobs, registered in `registry`."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock  # the store's clock: jobs' created_at and started_at come from it
         self._lane = BoundedLabel(MAX_LANES)
         self._tenant = BoundedLabel(MAX_TENANTS)
         self._reason = BoundedLabel(len(REQUEUE_REASONS) + 8)
@@ -103,7 +105,7 @@ class JobMetrics(JobObserver):
         self.submitted.labels(self._tenant(job.tenant)).inc()
 
     def job_started(self, job: Job) -> None:
-        now = time.time()
+        now = self._clock()
         lane_name = job.lane or "unknown"
         lane = self._lanes.setdefault(lane_name, _Lane())
         ready = self._ready.pop(job.prompt_id, job.created_at)
@@ -122,13 +124,13 @@ class JobMetrics(JobObserver):
         self.requeues.labels(self._reason(kind)).inc()
         if len(self._ready) >= MAX_WAITING:  # cancelled while queued: never started again
             del self._ready[next(iter(self._ready))]
-        self._ready[job.prompt_id] = time.time()
+        self._ready[job.prompt_id] = self._clock()
 
     def job_finished(self, job: Job, result: JobResult) -> None:
         status = result.status if result.status in TERMINAL else JobStatus.ERROR
         self.finished.labels(status.value, self._tenant(job.tenant)).inc()
         if job.started_at is not None:
-            seconds = max(0.0, time.time() - job.started_at)
+            seconds = max(0.0, self._clock() - job.started_at)
             self.run_time.labels(self._lane(job.lane or "unknown")).observe(seconds)
         self._ended(job)
 
@@ -142,4 +144,4 @@ class JobMetrics(JobObserver):
             return
         lane.running = max(0, lane.running - 1)
         if lane.running == 0:
-            lane.idle_since = time.time()
+            lane.idle_since = self._clock()
