@@ -21,7 +21,7 @@ from comfyfleet.server.routing import Route
 class GatewayMetrics:
     def __init__(self, gateway: Gateway, webhooks: WebhookDeliveries | None = None) -> None:
         # No `_created` series: they double the answer and no dashboard reads them.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.jobs = JobMetrics(self.registry)
         self.live = LiveCollector(gateway, webhooks)
