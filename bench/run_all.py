@@ -55,6 +55,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_history.py", "History at 1,000,000 entries"),
     ("bench_dashboard.py", "Fleet dashboard at 100 prompts/s"),
     ("bench_webhooks.py", "Webhook delivery at 100 job ends/s"),
+    ("bench_metrics.py", "The cost of /metrics on throughput"),
 ]
 
 
