@@ -189,7 +189,12 @@ async def test_metrics_need_an_admin_token(tmp_path: Path) -> None:
         assert refused.status == 403 and refused.json["error"]["type"] == "forbidden"
         assert (await clients.alice.request("GET", "/api/metrics")).status == 404  # no alias
         await clients.alice.submit(save_prompt(1, "alice"))
-        await clients.root.wait_idle()
+
+        async def counted() -> bool:  # an admin sees every tenant's counts
+            now = await scrape(clients.root)
+            return now.value("comfyfleet_jobs_finished_total", tenant="alice") == 1
+
+        await poll(counted, what="alice's prompt counted")
         now = await scrape(clients.root)
         assert now.value("comfyfleet_jobs_finished_total", status="success", tenant="alice") == 1
 
