@@ -10,7 +10,8 @@ bench_gateway's client (trivial prompts, `--in-flight` at a time, each done when
 
 The runs alternate (`--rounds` rounds of the three), and each figure is the median of
 its rounds, so the machine's drift spreads over all three. Also: the time one scrape
-takes while the server is busy (p50, p99) and the size of the answer.
+takes while the server is busy (p50, p99), its time on the same server once idle
+(what a scrape costs by itself, history of the run included), and the answer's size.
 
     .venv/bin/python bench/bench_metrics.py [--prompts N] [--in-flight K] [--rounds R]
 """
@@ -68,10 +69,23 @@ async def one_run(count: int, in_flight: int, every: float | None) -> dict[str, 
             if scraping is not None:
                 scraping.cancel()
                 await asyncio.gather(scraping, return_exceptions=True)
+            idle = await idle_scrapes(url, 20)
         finally:
             server.terminate()
             server.wait(timeout=30)
-    return {**figures, "scrapes": times, "sizes": sizes}
+    return {**figures, "scrapes": times, "sizes": sizes, "idle": idle}
+
+
+async def idle_scrapes(url: str, count: int) -> list[float]:
+    """`count` scrapes one after another on a server with nothing to do."""
+    times = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(count):
+            started = time.perf_counter()
+            async with session.get(url + "/metrics") as response:
+                await response.read()
+            times.append(time.perf_counter() - started)
+    return times
 
 
 async def main(count: int, in_flight: int, rounds: int) -> None:
@@ -107,6 +121,9 @@ async def main(count: int, in_flight: int, rounds: int) -> None:
             )
             figure(f"{name}_scrape_p50", percentile(scrapes, 0.5) * 1e3, "ms")
             figure(f"{name}_scrape_p99", percentile(scrapes, 0.99) * 1e3, "ms")
+    idle = [t for runs in results.values() for r in runs for t in r["idle"]]
+    print(f"  one scrape, idle server: p50 {percentile(idle, 0.5) * 1e3:6.2f} ms")
+    figure("idle_scrape_p50", percentile(idle, 0.5) * 1e3, "ms")
     sizes = [s for r in results["every_1s"] for s in r["sizes"]]
     if sizes:
         figure("answer_size", max(sizes), "bytes")

@@ -32,23 +32,22 @@ class Scrape:
         self.families = {f.name: f for f in text_string_to_metric_families(text)}
         self.samples: list[Sample] = [s for f in self.families.values() for s in f.samples]
 
-    def value(self, name: str, **labels: str) -> float:
-        """The one sample called `name` whose labels include `labels` (0 if none)."""
-        found = [
+    def matching(self, name: str, **labels: str) -> list[float]:
+        """The values of the samples called `name` whose labels include `labels`."""
+        return [
             s.value
             for s in self.samples
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
         ]
+
+    def value(self, name: str, **labels: str) -> float:
+        """The one such sample's value (0 if none)."""
+        found = self.matching(name, **labels)
         assert len(found) <= 1, (name, labels, found)
         return found[0] if found else 0.0
 
     def total(self, name: str, **labels: str) -> float:
-        """The sum of every sample called `name` whose labels include `labels`."""
-        return sum(
-            s.value
-            for s in self.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        )
+        return sum(self.matching(name, **labels))
 
 
 async def scrape(served: Served) -> Scrape:
