@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from comfyfleet.domain.jobs import TERMINAL, Job, JobResult, JobStatus
+from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.metrics.labels import BoundedLabel
 from comfyfleet.scheduler.observers import JobObserver
 
@@ -127,8 +127,7 @@ class JobMetrics(JobObserver):
         self._ready[job.prompt_id] = self._clock()
 
     def job_finished(self, job: Job, result: JobResult) -> None:
-        status = result.status if result.status in TERMINAL else JobStatus.ERROR
-        self.finished.labels(status.value, self._tenant(job.tenant)).inc()
+        self.finished.labels(result.status.value, self._tenant(job.tenant)).inc()
         if job.started_at is not None:
             seconds = max(0.0, self._clock() - job.started_at)
             self.run_time.labels(self._lane(job.lane or "unknown")).observe(seconds)
