@@ -31,7 +31,7 @@ WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600
 RUN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 GAP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 #: Why a job goes back to the queue (the scheduler's reason kinds; None at shutdown).
-REQUEUE_REASONS = ("lane", "node_error", "taken_back", "shutdown")
+REQUEUE_REASONS = ("lane", "node_error", "taken_back", "orphaned", "shutdown")
 
 
 @dataclass
@@ -74,7 +74,8 @@ class JobMetrics(JobObserver):
             "comfyfleet_job_requeues",
             "Attempts given back to the queue, by reason: lane (the lane failed), "
             "node_error (an error that may be the lane's, tried elsewhere), taken_back "
-            "(moved from a backend's queue to a free slot), shutdown.",
+            "(moved from a backend's queue to a free slot), orphaned (its gateway's lease "
+            "ran out), shutdown.",
             ["reason"],
             registry=registry,
         )

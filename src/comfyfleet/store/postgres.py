@@ -458,7 +458,9 @@ class PostgresStore:
             return []
         statuses = ["pending"] if pending_only else ["pending", "running"]
         now = self._clock()
-        rows = await self._commit(lambda db: db.fetch(Q["cancel_jobs"], now, to_db_all(ids), statuses))
+        rows = await self._commit(
+            lambda db: db.fetch(Q["cancel_jobs"], now, to_db_all(ids), statuses)
+        )
         changed = {from_db(row[0]) for row in rows}
         return [prompt_id for prompt_id in ids if prompt_id in changed]
 
