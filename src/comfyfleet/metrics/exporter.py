@@ -13,18 +13,18 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.process_collector import ProcessCollector
 
 from comfyfleet.metrics.jobs import JobMetrics
-from comfyfleet.metrics.live import LiveCollector, WebhookDeliveries
+from comfyfleet.metrics.live import LiveCollector
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.routing import Route
 
 
 class GatewayMetrics:
-    def __init__(self, gateway: Gateway, webhooks: WebhookDeliveries | None = None) -> None:
+    def __init__(self, gateway: Gateway) -> None:
         # No `_created` series: they double the answer and no dashboard reads them.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         self.jobs = JobMetrics(self.registry)
-        self.live = LiveCollector(gateway, webhooks)
+        self.live = LiveCollector(gateway)
         self.registry.register(self.live)
         ProcessCollector(namespace="comfyfleet", registry=self.registry)
         gateway.scheduler.observers.add(self.jobs)

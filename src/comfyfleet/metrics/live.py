@@ -2,7 +2,8 @@
 
 Nothing is copied in between scrapes: the store's counts (one read, before the
 answer is written), the fleet's backends, the scheduler's lanes, the WebSocket hub,
-the fan-out service's tasks and provider cooldowns, and the store's commit times.
+the fan-out service's tasks and provider cooldowns, the webhook sender's counts, and
+the store's commit times.
 Every family is written even when it has no sample yet, so a dashboard's queries
 name families that exist from the first scrape on.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Protocol
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -35,17 +35,9 @@ Family = GaugeMetricFamily | CounterMetricFamily
 QUEUED = (JobStatus.PENDING, JobStatus.RUNNING)
 
 
-class WebhookDeliveries(Protocol):
-    """Where webhook deliveries are counted (the webhook outbox, when there is one)."""
-
-    def delivery_counts(self) -> Mapping[str, int]:
-        """Deliveries since start by result (e.g. delivered, failed, dead)."""
-
-
 class LiveCollector(Collector):
-    def __init__(self, gateway: Gateway, webhooks: WebhookDeliveries | None = None) -> None:
+    def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.webhooks = webhooks
         self._counts: dict[JobStatus, int] = {}
         self._backend = BoundedLabel(MAX_SERIES)
         self._lane = BoundedLabel(MAX_SERIES)
@@ -177,16 +169,22 @@ class LiveCollector(Collector):
             family.add_metric(list(labels), count)
 
     def _webhooks(self) -> Iterator[Metric]:
-        deliveries = CounterMetricFamily(
+        sender = self.gateway.webhooks
+        attempts = CounterMetricFamily(
             "comfyfleet_webhook_deliveries",
-            "Webhook delivery attempts, by result (delivered, failed: to be retried, dead: "
-            "given up and kept on the dead-letter list).",
+            "Webhook delivery attempts, by result: delivered (a 2xx answer), failed "
+            "(anything else: retried later, or dead-lettered).",
             labels=["result"],
         )
-        if self.webhooks is not None:
-            for result, count in self.webhooks.delivery_counts().items():
-                deliveries.add_metric([clean(result)], count)
-        yield deliveries
+        attempts.add_metric(["delivered"], sender.sent)
+        attempts.add_metric(["failed"], sender.failed_attempts)
+        yield attempts
+        yield CounterMetricFamily(
+            "comfyfleet_webhook_dead_letters",
+            "Webhook deliveries given up on after their retry window (kept on the "
+            "dead-letter list, retried by id).",
+            value=sender.dead_lettered,
+        )
 
 
 def _histogram(name: str, documentation: str, tally: CommitTally) -> HistogramMetricFamily:

@@ -768,7 +768,7 @@ class PostgresStore:
     ) -> list[WebhookDelivery]:
         """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
         now, lease = self._clock(), uuid.uuid4().hex
-        return await self._run(
+        return await self._commit(
             lambda db: webhooks.claim(db, limit, lease, now, now + lease_seconds)
         )
 
@@ -776,10 +776,10 @@ class PostgresStore:
         self, delivery_id: str, lease: str, attempt: DeliveryAttempt
     ) -> bool:
         now = self._clock()
-        return await self._run(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
+        return await self._commit(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
 
     async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
-        return await self._run(lambda db: webhooks.release(db, delivery_id, lease, next_at))
+        return await self._commit(lambda db: webhooks.release(db, delivery_id, lease, next_at))
 
     async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         return await self._run(lambda db: webhooks.one(db, delivery_id))
@@ -799,10 +799,10 @@ class PostgresStore:
 
     async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         now = self._clock()
-        return await self._run(lambda db: webhooks.retry(db, delivery_id, now))
+        return await self._commit(lambda db: webhooks.retry(db, delivery_id, now))
 
     async def prune_webhook_deliveries(self, before: float) -> int:
-        return await self._run(lambda db: webhooks.prune(db, before))
+        return await self._commit(lambda db: webhooks.prune(db, before))
 
     async def prune_remote_jobs(self, finished_before: float) -> int:
         return await self._commit(lambda db: journal.prune(db, finished_before))

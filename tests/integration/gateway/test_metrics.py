@@ -18,6 +18,7 @@ from tests.emulators import start_emulator
 from tests.integration.fleet.scripted import ScriptedBackend
 from tests.integration.gateway.test_auth import tenants
 from tests.integration.gateway.wire import Served, poll, save_prompt, serve, sleep_prompt
+from tests.integration.webhooks.receiver import Receiver, new_secret
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
@@ -107,7 +108,7 @@ async def test_the_counters_match_the_prompts_run(tmp_path: Path) -> None:
         assert now.value("comfyfleet_store_commit_seconds_bucket", le="+Inf") == now.value(
             "comfyfleet_store_commit_seconds_count"
         )
-        assert "comfyfleet_webhook_deliveries" in now.families  # defined, nothing counted yet
+        assert now.total("comfyfleet_webhook_deliveries_total") == 0  # no webhook here
 
 
 class FlakyBackend(ScriptedBackend):
@@ -179,6 +180,34 @@ async def test_fanout_jobs_429s_cooldowns_and_journal_reuses(tmp_path: Path) -> 
             assert emulator.stats()["jobs"] == 2  # no new paid job
     finally:
         await emulator.server.close()
+
+
+async def test_webhook_deliveries_and_dead_letters(tmp_path: Path) -> None:
+    secret = new_secret()
+    settings = {
+        "webhooks_secret": secret,
+        "webhooks_allow_private": True,
+        "webhooks_retry_for": 0.0,  # a failed attempt is dead-lettered at once
+    }
+    async with (
+        Receiver(secret) as fine,
+        Receiver(secret, mode="fail") as failing,
+        serve(tmp_path, local_slots=2, **settings) as served,
+    ):
+        await served.submit(save_prompt(1, "a"), extra_data={"webhook_url": fine.url})
+        await served.submit(save_prompt(2, "b"), extra_data={"webhook_url": fine.url})
+        await served.submit(save_prompt(3, "c"), extra_data={"webhook_url": failing.url})
+        await fine.wait_for(2)
+
+        async def counted() -> bool:
+            now = await scrape(served)
+            return now.total("comfyfleet_webhook_deliveries_total") == 3
+
+        await poll(counted, what="three delivery attempts counted")
+        now = await scrape(served)
+        assert now.value("comfyfleet_webhook_deliveries_total", result="delivered") == 2
+        assert now.value("comfyfleet_webhook_deliveries_total", result="failed") == 1
+        assert now.value("comfyfleet_webhook_dead_letters_total") == 1
 
 
 async def test_metrics_need_an_admin_token(tmp_path: Path) -> None:
