@@ -56,6 +56,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_dashboard.py", "Fleet dashboard at 100 prompts/s"),
     ("bench_webhooks.py", "Webhook delivery at 100 job ends/s"),
     ("bench_follow.py", "Following prompts: late subscribers and SSE"),
+    ("bench_metrics.py", "The cost of /metrics on throughput"),
 ]
 
 

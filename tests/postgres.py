@@ -70,3 +70,22 @@ def throwaway_database() -> Iterator[str]:
         yield database_url(name)
     finally:
         run_sync(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def killed_sessions_settled(url: str, timeout: float = 10.0) -> None:
+    """Until no other session of the database at `url` is busy. A client killed mid-commit
+    leaves the server finishing what it had sent (the commit may land a moment after the
+    kill); reading before then races it."""
+    conn = await asyncpg.connect(url)
+    try:
+        for _ in range(int(timeout / 0.05)):
+            busy = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'"
+            )
+            if busy == 0:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    raise AssertionError("a killed client's sessions stayed busy")

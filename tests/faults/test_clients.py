@@ -93,6 +93,7 @@ async def test_a_client_that_never_reads_slows_nobody_and_is_dropped(tmp_path: P
             timeout=10,
         )
         assert sent == 40 * MAX_BACKLOG
+        assert hub.dropped == 1  # counted (comfyfleet_websocket_dropped_total)
         assert rss_growth < 300 * 2**20, rss_growth
         # The others never waited on it: every done signal came promptly.
         assert max(latencies) < 2.0, latencies

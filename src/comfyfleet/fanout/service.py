@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -73,6 +74,12 @@ class FanoutService:
         #: whoever shows their progress (the fleet dashboard).
         self.collecting: dict[tuple[str, str], tuple[str, list[Task | None]]] = {}
         self._live: dict[str, Task] = {}  # request hash -> the task running it here
+        #: Every task running or waiting in a pool here (local ones too), for metrics.
+        self.tasks: set[Task] = set()
+        #: Tasks ended here, by (provider, final state); results reused from the journal,
+        #: by provider (no job sent). Counted since start, read by metrics.
+        self.ended: Counter[tuple[str, str]] = Counter()
+        self.reused: Counter[str] = Counter()
         self._lookups: dict[str, asyncio.Future[None]] = {}
         self._throttles: dict[tuple[str, str, str], Throttle] = {}
         self._cooldowns: dict[tuple[str, str, str], Cooldown] = {}
@@ -146,6 +153,7 @@ class FanoutService:
         info.journal_id, info.remote_id, info.attempts = found.id, found.remote_id, found.attempts
         task = Task(found.kind, info, found.request_hash)
         task.settle(TaskState.SUCCESS, value)
+        self.reused[found.provider] += 1
         return task
 
     def _failed_now(
@@ -190,9 +198,12 @@ class FanoutService:
         task.runner = runner
         self._runners.add(runner)
         runner.add_done_callback(self._runners.discard)
+        self.tasks.add(task)
         task.finished.add_done_callback(lambda _f: self._forget(task))
 
     def _forget(self, task: Task) -> None:
+        self.tasks.discard(task)
+        self.ended[(task.info.provider, task.state.value)] += 1
         # Finished results live in the journal and the engine's cache, not here.
         if task.request_hash is not None and self._live.get(task.request_hash) is task:
             del self._live[task.request_hash]
@@ -303,6 +314,14 @@ class FanoutService:
         if key not in self._throttles:
             self._throttles[key] = Throttle(api.max_concurrency, api.requests_per_second)
         return self._throttles[key]
+
+    def rate_limits(self) -> dict[str, tuple[int, int]]:
+        """By provider: the 429s its endpoints answered, and the cooldowns they caused."""
+        totals: dict[str, tuple[int, int]] = {}
+        for (provider, _url, _key), cooldown in list(self._cooldowns.items()):
+            limited, pauses = totals.get(provider, (0, 0))
+            totals[provider] = (limited + cooldown.rate_limited_count, pauses + cooldown.pauses)
+        return totals
 
     def _cooldown(self, provider: str, api: ApiConfig) -> Cooldown:
         # Rate limits belong to the account: one cooldown per endpoint and key.

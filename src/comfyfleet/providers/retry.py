@@ -60,16 +60,23 @@ class Cooldown:
         self._sleep = sleep
         self._recent: deque[float] = deque()
         self._until = 0.0
+        #: 429s recorded, and pauses begun (from none running), since it was made.
+        self.rate_limited_count = 0
+        self.pauses = 0
 
     def remaining(self) -> float:
         return max(0.0, self._until - self._clock())
 
     def extend(self, seconds: float) -> None:
         """Hold every request for at least `seconds` from now."""
-        self._until = max(self._until, self._clock() + max(0.0, seconds))
+        now = self._clock()
+        if seconds > 0 and self._until <= now:
+            self.pauses += 1
+        self._until = max(self._until, now + max(0.0, seconds))
 
     def rate_limited(self, retry_after: float | None = None) -> None:
         """Record a 429; `retry_after` is the provider's own estimate, if it sent one."""
+        self.rate_limited_count += 1
         now = self._clock()
         self._recent.append(now)
         while self._recent and self._recent[0] < now - self.window:

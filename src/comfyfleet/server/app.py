@@ -8,6 +8,7 @@ from aiohttp import web
 
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
+from comfyfleet.metrics import GatewayMetrics
 from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
 from comfyfleet.server.client_events import client_key
 from comfyfleet.server.dashboard import DashboardFeed, FleetWatch, dashboard_routes
@@ -66,6 +67,7 @@ def build_app(gateway: Gateway) -> web.Application:
     waits = PromptWaits(gateway.store)  # POST /prompt?wait=
     gateway.scheduler.observers.add(waits)
     routes += dashboard_routes(dashboards)
+    routes += GatewayMetrics(gateway).routes()
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]

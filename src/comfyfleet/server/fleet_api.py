@@ -20,13 +20,17 @@ def _error(status: int, type_: str, message: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
+def backend_up(lane: ComfyUILane) -> bool:
+    """Connected and not held (a managed process starting or being recycled takes no
+    work): what the admin API and metrics call up, draining or not."""
+    return lane.connected and not lane.held
+
+
 def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
-    # A held lane (a managed process starting or being recycled) takes no work: down.
-    state = "up" if lane.connected and not lane.held else "down"
     answer = {
         **spec_json(lane.spec),
         "lane": lane.name,
-        "state": "draining" if lane.draining else state,
+        "state": "draining" if lane.draining else ("up" if backend_up(lane) else "down"),
         "suspect": lane.suspect,
         "validates": lane.validates,
         "node_classes": len(lane.capabilities.object_info),

@@ -57,6 +57,11 @@ class ClientSocket:
         """Frames queued and not written yet."""
         return self._queue.qsize()
 
+    @property
+    def dropped(self) -> bool:
+        """Given up on for falling behind (see `drop`)."""
+        return self._dropped
+
     def send(self, payload: str | bytes) -> None:
         if self._dropped:
             return
@@ -127,11 +132,15 @@ class ClientSocket:
 class Hub:
     def __init__(self) -> None:
         self._clients: dict[str, set[ClientSocket]] = defaultdict(set)
+        #: Sockets dropped for falling behind, since start (read by metrics).
+        self.dropped = 0
 
     def attach(self, sock: ClientSocket) -> None:
         self._clients[sock.sid].add(sock)
 
     def detach(self, sock: ClientSocket) -> None:
+        if sock.dropped:
+            self.dropped += 1
         sockets = self._clients.get(sock.sid)
         if sockets is not None:
             sockets.discard(sock)

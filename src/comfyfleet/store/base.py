@@ -16,6 +16,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.store.commit_times import CommitTimes
 
 
 class StoreError(Exception):
@@ -199,6 +200,9 @@ class PromptEventLog(Protocol):
 
 
 class JobStore(GatewayLeases, RemoteJobJournal, WebhookOutbox, PromptEventLog, Protocol):
+    #: How long its writes take until committed (read by metrics).
+    commit_times: CommitTimes
+
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
 

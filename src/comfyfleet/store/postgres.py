@@ -66,6 +66,7 @@ from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
+from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.postgres_text import (
     from_db,
     from_db_or_none,
@@ -143,6 +144,8 @@ class PostgresStore:
         self._connect_timeout = connect_timeout
         self._clock = clock
         self._pool: Any = None  # asyncpg.Pool once open
+        #: Every write's time until committed (metrics read it).
+        self.commit_times = CommitTimes()
         # ComfyUI's counter is a sequence; numbers stored from elsewhere raise this floor,
         # which the next `next_number` applies (under the lock, so no other call of this
         # process runs between reading the sequence and moving it).
@@ -226,10 +229,16 @@ class PostgresStore:
         with self._wrapped():
             return await op(db)
 
+    async def _commit(self, op: Callable[[Any], Awaitable[T]]) -> T:
+        """A write of `op` with the pool (each statement its own transaction), timed."""
+        db = self._db()
+        with self._wrapped(), self.commit_times.timing():
+            return await op(db)
+
     async def _write(self, op: Callable[[Any], Awaitable[T]]) -> T:
         """`op` on one connection, in one transaction, committed before this returns."""
         db = self._db()
-        with self._wrapped():
+        with self._wrapped(), self.commit_times.timing():
             async with db.acquire() as conn, conn.transaction():
                 return await op(conn)
 
@@ -269,7 +278,7 @@ class PostgresStore:
             return seq
 
         # A keyed job and its key commit together; a plain one is one statement.
-        inserted = await (self._run(insert) if keyed is None else self._write(insert))
+        inserted = await (self._commit(insert) if keyed is None else self._write(insert))
         if isinstance(inserted, IdempotentRequest):
             raise IdempotencyKeyTaken(inserted)
         queued = job.pending(inserted, now)
@@ -346,7 +355,7 @@ class PostgresStore:
             for job in await _candidates(rows):
                 if can_run is not None and not can_run(job):
                     continue
-                with self._wrapped():
+                with self._wrapped(), self.commit_times.timing():
                     attempt = await db.fetchval(Q[update], to_db(job.prompt_id), *args)
                 if attempt is not None:
                     return job, attempt
@@ -359,7 +368,7 @@ class PostgresStore:
         aside for no lane) on `lane` (running, attempt + 1); None when it is no longer
         pending so (cancelled, claimed, or given back meanwhile)."""
         now = self._clock()
-        attempt = await self._run(
+        attempt = await self._commit(
             lambda db: db.fetchval(
                 Q["start_reserved"],
                 to_db(job.prompt_id),
@@ -384,7 +393,7 @@ class PostgresStore:
         """Give reserved jobs back to the queue (claims see them again)."""
         ids = to_db_all(prompt_ids)
         if ids:
-            await self._run(lambda db: db.execute(Q["unreserve_jobs"], ids, self._owner_db))
+            await self._commit(lambda db: db.execute(Q["unreserve_jobs"], ids, self._owner_db))
 
     async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
         """Record how an attempt ended, in one transaction; False if the attempt is stale."""
@@ -405,7 +414,7 @@ class PostgresStore:
             *encoded.files,
             EVENT_OF[result.status].value,
         )
-        return bool(await self._run(lambda db: db.fetchval(Q["finish_job"], *params)))
+        return bool(await self._commit(lambda db: db.fetchval(Q["finish_job"], *params)))
 
     async def requeue(
         self, prompt_id: str, attempt: int, reason: dict[str, Any] | None = None
@@ -415,7 +424,7 @@ class PostgresStore:
         A `reason` is kept with the attempt (see `attempt_notes`)."""
         note = None if reason is None else _dumps(reason)
         params = (to_db(prompt_id), attempt, note, self._owner_db)
-        return bool(await self._run(lambda db: db.fetchval(Q["requeue_job"], *params)))
+        return bool(await self._commit(lambda db: db.fetchval(Q["requeue_job"], *params)))
 
     async def attempt_notes(self, prompt_id: str) -> list[tuple[int, dict[str, Any]]]:
         """The reasons earlier attempts were given back, oldest first."""
@@ -438,9 +447,9 @@ class PostgresStore:
         """Put every job running on a lane named `lane_prefix*` back to pending; their
         ids in submission order."""
         params = (to_db(lane_prefix), self._owner_db, self._clock())
-        rows = await self._run(lambda db: db.fetch(Q["requeue_lane"], *params))
+        rows = await self._commit(lambda db: db.fetch(Q["requeue_lane"], *params))
         if rows:
-            await self._run(lambda db: db.execute(Q["notify_work"], self._owner_db))
+            await self._commit(lambda db: db.execute(Q["notify_work"], self._owner_db))
         return [from_db(key) for key, _ in sorted(rows, key=lambda row: row[1])]
 
     async def cancel(self, prompt_ids: Sequence[str], *, pending_only: bool) -> list[str]:
@@ -451,14 +460,16 @@ class PostgresStore:
             return []
         statuses = ["pending"] if pending_only else ["pending", "running"]
         now = self._clock()
-        rows = await self._run(lambda db: db.fetch(Q["cancel_jobs"], now, to_db_all(ids), statuses))
+        rows = await self._commit(
+            lambda db: db.fetch(Q["cancel_jobs"], now, to_db_all(ids), statuses)
+        )
         changed = {from_db(row[0]) for row in rows}
         return [prompt_id for prompt_id in ids if prompt_id in changed]
 
     async def cancel_all_pending(self) -> list[str]:
         """Cancel every pending job; returns their ids in submission order."""
         now = self._clock()
-        rows = await self._run(lambda db: db.fetch(Q["cancel_pending"], now))
+        rows = await self._commit(lambda db: db.fetch(Q["cancel_pending"], now))
         return [from_db(key) for key, _ in sorted(rows, key=lambda row: row[1])]
 
     async def queue(self, *, tenant: str | None = None) -> tuple[list[Job], list[Job]]:
@@ -504,7 +515,7 @@ class PostgresStore:
             number: int = await self._run(lambda db: db.fetchval(Q["next_number"]))
             if number < self._counter_floor:  # a number stored from elsewhere is ahead
                 number = self._counter_floor
-                await self._run(lambda db: db.execute(Q["set_number"], number))
+                await self._commit(lambda db: db.execute(Q["set_number"], number))
             self._counter_floor = number + 1
         return number
 
@@ -548,11 +559,11 @@ class PostgresStore:
     async def heartbeat(self, lease: float) -> bool:
         now = self._clock()
         params = (self._owner_db, self._instance, now, now + lease)
-        status = await self._run(lambda db: db.execute(Q["heartbeat"], *params))
+        status = await self._commit(lambda db: db.execute(Q["heartbeat"], *params))
         return bool(status == "UPDATE 1")
 
     async def leave(self) -> None:
-        await self._run(lambda db: db.execute(Q["leave"], self._owner_db, self._instance))
+        await self._commit(lambda db: db.execute(Q["leave"], self._owner_db, self._instance))
 
     async def gateways(self) -> list[GatewayRecord]:
         rows = await self._run(lambda db: db.fetch(Q["live_gateways"], self._clock()))
@@ -564,12 +575,12 @@ class PostgresStore:
 
     async def requeue_orphaned(self, job: Job) -> bool:
         params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db)
-        return bool(await self._run(lambda db: db.fetchval(Q["requeue_orphaned"], *params)))
+        return bool(await self._commit(lambda db: db.fetchval(Q["requeue_orphaned"], *params)))
 
     async def adopt(self, job: Job) -> Job | None:
         note = _dumps({"kind": "adopted", "from": job.owner})
         params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db, note)
-        if not await self._run(lambda db: db.fetchval(Q["adopt"], *params)):
+        if not await self._commit(lambda db: db.fetchval(Q["adopt"], *params)):
             return None
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
 
@@ -671,12 +682,12 @@ class PostgresStore:
         """Remove these entries from the history; the jobs themselves stay."""
         ids = to_db_all(dict.fromkeys(prompt_ids))
         if ids:
-            await self._run(lambda db: db.execute(Q["delete_history"], ids))
+            await self._commit(lambda db: db.execute(Q["delete_history"], ids))
 
     async def clear_history(self, *, tenant: str | None = None) -> None:
         """Remove every history entry (of `tenant`, when one is named); the jobs stay."""
         scope = to_db_or_none(tenant)
-        await self._run(lambda db: db.execute(Q["clear_history"], scope))
+        await self._commit(lambda db: db.execute(Q["clear_history"], scope))
 
     async def prune_history(
         self, *, max_entries: int | None, max_age_seconds: float | None
@@ -696,24 +707,24 @@ class PostgresStore:
 
     async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
         params = (to_db(name), _dumps(spec), self._clock())
-        await self._run(lambda db: db.execute(Q["save_backend"], *params))
+        await self._commit(lambda db: db.execute(Q["save_backend"], *params))
 
     async def delete_backend(self, name: str) -> bool:
-        return bool(await self._run(lambda db: db.fetchval(Q["delete_backend"], to_db(name))))
+        return bool(await self._commit(lambda db: db.fetchval(Q["delete_backend"], to_db(name))))
 
     # -- remote-job journal -------------------------------------------------------------
 
     async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         now = self._clock()
-        return await self._run(lambda db: journal.record(db, job, now))
+        return await self._commit(lambda db: journal.record(db, job, now))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]
     ) -> bool:
         """The provider's id for a live job; False if the job is unknown or final."""
         encoded, now = _dumps(resume), self._clock()
-        return await self._run(lambda db: journal.submitted(db, job_id, remote_id, encoded, now))
+        return await self._commit(lambda db: journal.submitted(db, job_id, remote_id, encoded, now))
 
     async def finish_remote_job(
         self,
@@ -728,7 +739,7 @@ class PostgresStore:
         """How a live job ended; False if it is unknown or already final."""
         check_remote_finish(state, result)
         encoded, now = (None if error is None else _dumps(error)), self._clock()
-        return await self._run(
+        return await self._commit(
             lambda db: journal.finish(
                 db, job_id, state, result, result_type, encoded, attempts, now
             )
@@ -736,7 +747,7 @@ class PostgresStore:
 
     async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
         if slots:
-            await self._run(lambda db: journal.assign_slots(db, slots))
+            await self._commit(lambda db: journal.assign_slots(db, slots))
 
     async def remote_job(self, job_id: str) -> RemoteJob | None:
         return await self._run(lambda db: journal.one(db, job_id))
@@ -759,7 +770,7 @@ class PostgresStore:
     ) -> list[WebhookDelivery]:
         """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
         now, lease = self._clock(), uuid.uuid4().hex
-        return await self._run(
+        return await self._commit(
             lambda db: webhooks.claim(db, limit, lease, now, now + lease_seconds)
         )
 
@@ -767,10 +778,10 @@ class PostgresStore:
         self, delivery_id: str, lease: str, attempt: DeliveryAttempt
     ) -> bool:
         now = self._clock()
-        return await self._run(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
+        return await self._commit(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
 
     async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
-        return await self._run(lambda db: webhooks.release(db, delivery_id, lease, next_at))
+        return await self._commit(lambda db: webhooks.release(db, delivery_id, lease, next_at))
 
     async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         return await self._run(lambda db: webhooks.one(db, delivery_id))
@@ -790,13 +801,13 @@ class PostgresStore:
 
     async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         now = self._clock()
-        return await self._run(lambda db: webhooks.retry(db, delivery_id, now))
+        return await self._commit(lambda db: webhooks.retry(db, delivery_id, now))
 
     async def prune_webhook_deliveries(self, before: float) -> int:
-        return await self._run(lambda db: webhooks.prune(db, before))
+        return await self._commit(lambda db: webhooks.prune(db, before))
 
     async def prune_remote_jobs(self, finished_before: float) -> int:
-        return await self._run(lambda db: journal.prune(db, finished_before))
+        return await self._commit(lambda db: journal.prune(db, finished_before))
 
     # -- prompt event log -----------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
+from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")
@@ -270,6 +271,8 @@ class SQLiteStore:
         self._clock = clock
         self._writer: GroupWriter | None = None
         self._stats = WriterStats()
+        #: Every group commit's time (the writer adds; metrics read).
+        self.commit_times = CommitTimes()
         self._readers: ReaderPool | None = None
         self._number = 0
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
@@ -287,7 +290,7 @@ class SQLiteStore:
         """Open (creating or migrating) the file; ready for use afterwards."""
         if self._writer is not None:
             raise StoreError("the store is already open")
-        writer = GroupWriter(self._connect_writer, self._max_batch)
+        writer = GroupWriter(self._connect_writer, self._max_batch, self.commit_times)
         try:
             self._number = await writer.submit(_prepare)
         except BaseException:

@@ -15,12 +15,14 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from comfyfleet.store.base import StoreError
+from comfyfleet.store.commit_times import CommitTimes
 
 T = TypeVar("T")
 Operation = Callable[[sqlite3.Connection], T]
@@ -68,10 +70,16 @@ def _settle(outcomes: list[_Outcome]) -> None:
 class GroupWriter:
     """The writer thread. `connect` runs on it, so its connection never leaves it."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        max_batch: int = 256,
+        commit_times: CommitTimes | None = None,
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.stats = WriterStats()
+        self.commit_times = commit_times or CommitTimes()
         self._connect = connect
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
@@ -162,6 +170,7 @@ class GroupWriter:
             conn.execute("ROLLBACK")
         # IMMEDIATE takes the write lock up front, so no statement can hit SQLITE_BUSY
         # half-way through (another process on the file waits on busy_timeout instead).
+        began = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         self.stats.transactions += 1
         try:
@@ -170,6 +179,7 @@ class GroupWriter:
                 self.stats.operations += 1
                 results.append(request.op(conn))
             conn.execute("COMMIT")
+            self.commit_times.add(time.perf_counter() - began)
         except BaseException:
             # A failed write (disk full, I/O error) fails this transaction only: a ROLLBACK
             # that fails too must not hide the cause; the next transaction retries it.

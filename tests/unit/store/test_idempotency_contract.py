@@ -21,7 +21,7 @@ from comfyfleet.domain.idempotency import (
 from comfyfleet.domain.jobs import JobStatus, NewJob
 from comfyfleet.store.base import DuplicateJob, JobStore
 from comfyfleet.store.sqlite import SQLiteStore
-from tests.postgres import schema_for
+from tests.postgres import killed_sessions_settled, schema_for
 from tests.unit.store.stores import Clock, kill_while_submitting
 
 
@@ -177,6 +177,8 @@ async def test_a_sigkill_never_splits_a_key_from_its_job(
     else:
         args = ["postgres", request.getfixturevalue("postgres_url"), schema_for(tmp_path)]
     committed = await asyncio.to_thread(kill_while_submitting, KEYED_CHILD, args, 300)
+    if not isinstance(store, SQLiteStore):
+        await killed_sessions_settled(args[1])
     clock.now = time.time()  # the child recorded its keys by the real clock
     jobs, _ = await store.jobs()
     stored = {job.prompt_id for job in jobs}

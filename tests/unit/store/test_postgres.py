@@ -17,7 +17,7 @@ from comfyfleet.domain.prompt_events import NewPromptEvent
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres import PostgresStore
-from tests.postgres import run_sync, schema_for
+from tests.postgres import killed_sessions_settled, run_sync, schema_for
 from tests.unit.store.stores import Clock, kill_while_submitting
 
 
@@ -287,29 +287,12 @@ CHILD = textwrap.dedent(
 )
 
 
-async def sessions_ended(url: str, timeout: float = 10.0) -> None:
-    """Until no other session is connected to the test database."""
-    conn = await asyncpg.connect(url)
-    try:
-        for _ in range(int(timeout / 0.05)):
-            others = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            if others == 0:
-                return
-            await asyncio.sleep(0.05)
-    finally:
-        await conn.close()
-    raise AssertionError("the killed child's sessions did not end")
-
-
 async def test_committed_submits_survive_sigkill(postgres_url: str, schema: str) -> None:
     committed = await asyncio.to_thread(kill_while_submitting, CHILD, [postgres_url, schema], 1000)
     assert len(committed) >= 1000
     # The server finishes what the killed child had sent (a commit may land a moment after
     # the kill) before it notices the connections are gone: read once they are.
-    await sessions_ended(postgres_url)
+    await killed_sessions_settled(postgres_url)
     store = PostgresStore(postgres_url, schema=schema)
     await store.open()
     try:
