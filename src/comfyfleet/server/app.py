@@ -8,7 +8,6 @@ from aiohttp import web
 
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
-from comfyfleet.metrics import GatewayMetrics
 from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
 from comfyfleet.server.client_events import client_key
 from comfyfleet.server.dashboard import DashboardFeed, FleetWatch, dashboard_routes
@@ -22,6 +21,7 @@ from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import job_routes
 from comfyfleet.server.logbuffer import LogBuffer, LogFeed
 from comfyfleet.server.login import login_routes
+from comfyfleet.server.metrics import GatewayMetrics
 from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
 from comfyfleet.server.prompts import prompt_routes
 from comfyfleet.server.routing import Route, install

@@ -23,9 +23,9 @@ from prometheus_client.registry import Collector
 
 from comfyfleet import __version__
 from comfyfleet.domain.jobs import JobStatus
-from comfyfleet.metrics.labels import BoundedLabel, clean
 from comfyfleet.server.fleet_api import backend_up
 from comfyfleet.server.gateway import Gateway
+from comfyfleet.server.metrics.labels import BoundedLabel, clean
 from comfyfleet.store.commit_times import CommitTally
 
 #: Distinct backends, lanes and providers given their own series; the rest are `other`.

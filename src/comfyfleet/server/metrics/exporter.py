@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, disable_created_metrics, genera
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.process_collector import ProcessCollector
 
-from comfyfleet.metrics.jobs import JobMetrics
-from comfyfleet.metrics.live import LiveCollector
 from comfyfleet.server.gateway import Gateway
+from comfyfleet.server.metrics.jobs import JobMetrics
+from comfyfleet.server.metrics.live import LiveCollector
 from comfyfleet.server.routing import Route
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from comfyfleet.domain.jobs import Job, JobResult
-from comfyfleet.metrics.labels import BoundedLabel
 from comfyfleet.scheduler.observers import JobObserver
+from comfyfleet.server.metrics.labels import BoundedLabel
 
 #: Distinct lanes and tenants given their own series; the rest are `other`.
 MAX_LANES = 200

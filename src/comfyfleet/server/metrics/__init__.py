@@ -6,6 +6,6 @@ counters (the hub's dropped sockets, the fan-out service's ends, the webhook sen
 counts, the stores' commit times) that the collector reads at scrape time.
 """
 
-from comfyfleet.metrics.exporter import GatewayMetrics
+from comfyfleet.server.metrics.exporter import GatewayMetrics
 
 __all__ = ["GatewayMetrics"]
