@@ -224,7 +224,8 @@ class EventLog(JobObserver):
                     continue
                 listener.arrived.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(listener.arrived.wait(), CHECK_EVERY)
+                    async with asyncio.timeout(CHECK_EVERY):  # never swallows a cancel
+                        await listener.arrived.wait()
         finally:
             listeners = self._listeners.get(prompt_id)
             if listeners is not None:

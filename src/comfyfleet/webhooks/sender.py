@@ -136,8 +136,11 @@ class WebhookSender(JobObserver):
             taken = await self._start_all(claimed)
             if claimed and len(claimed) == free and taken:
                 continue  # more may be due
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+            # lands as the wake-up does, and `stop` would wait for this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL)
+                async with asyncio.timeout(POLL):
+                    await self._wake.wait()
 
     async def _start_all(self, claimed: list[WebhookDelivery]) -> int:
         """Start an attempt for each delivery whose destination has room, hold some for
