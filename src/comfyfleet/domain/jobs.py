@@ -5,7 +5,7 @@ in these; the stores keep them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -97,6 +97,12 @@ class Job:
     # The gateway whose lease covers the running attempt (None while pending); another
     # gateway takes the job over once that lease has run out.
     owner: str | None = None
+
+    def started(self, lane: str, attempt: int, at: float, owner: str | None) -> Job:
+        """This job as an attempt started on `lane` records it (running, that attempt)."""
+        return replace(
+            self, status=JobStatus.RUNNING, attempt=attempt, lane=lane, started_at=at, owner=owner
+        )
 
     def dispatch_key(self) -> tuple[int, float, int]:
         """Where the job stands in the queue (the store's dispatch order): front jobs

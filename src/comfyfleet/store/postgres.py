@@ -284,14 +284,7 @@ class PostgresStore:
         queued = job.pending(inserted, now)
         if claim_for is None:
             return queued
-        return replace(
-            queued,
-            status=JobStatus.RUNNING,
-            attempt=1,
-            lane=claim_for,
-            started_at=now,
-            owner=self.owner,
-        )
+        return queued.started(claim_for, 1, now, self.owner)
 
     async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
         """The first submit under `tenant`'s `key`, if it was less than a window ago."""
@@ -310,14 +303,7 @@ class PostgresStore:
         if taken is None:
             return None
         job, attempt = taken
-        return replace(
-            job,
-            status=JobStatus.RUNNING,
-            attempt=attempt,
-            lane=lane,
-            started_at=now,
-            owner=self.owner,
-        )
+        return job.started(lane, attempt, now, self.owner)
 
     async def reserve(
         self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
@@ -380,14 +366,7 @@ class PostgresStore:
         )
         if attempt is None:
             return None
-        return replace(
-            job,
-            status=JobStatus.RUNNING,
-            attempt=attempt,
-            lane=lane,
-            started_at=now,
-            owner=self.owner,
-        )
+        return job.started(lane, attempt, now, self.owner)
 
     async def unreserve(self, prompt_ids: Sequence[str]) -> None:
         """Give reserved jobs back to the queue (claims see them again)."""

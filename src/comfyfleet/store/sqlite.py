@@ -373,14 +373,7 @@ class SQLiteStore:
         if claim_for is None:
             self._work_arrived()
             return queued
-        return replace(
-            queued,
-            status=JobStatus.RUNNING,
-            attempt=1,
-            lane=claim_for,
-            started_at=now,
-            owner=self.owner,
-        )
+        return queued.started(claim_for, 1, now, self.owner)
 
     async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
         """The first submit under `tenant`'s `key`, if it was less than a window ago."""
@@ -423,14 +416,7 @@ class SQLiteStore:
         op = functools.partial(_start_reserved, job=job, lane=lane, now=now, owner=self.owner)
         if not await self._write(op):
             return None
-        return replace(
-            job,
-            status=JobStatus.RUNNING,
-            attempt=job.attempt + 1,
-            lane=lane,
-            started_at=now,
-            owner=self.owner,
-        )
+        return job.started(lane, job.attempt + 1, now, self.owner)
 
     async def unreserve(self, prompt_ids: Sequence[str]) -> None:
         """Give reserved jobs back to the queue (claims see them again)."""
@@ -979,14 +965,7 @@ def _claim(
     if chosen is None:
         return None
     conn.execute(CLAIM_JOB, (lane, now, owner, chosen.prompt_id))
-    return replace(
-        chosen,
-        status=JobStatus.RUNNING,
-        attempt=chosen.attempt + 1,
-        lane=lane,
-        started_at=now,
-        owner=owner,
-    )
+    return chosen.started(lane, chosen.attempt + 1, now, owner)
 
 
 def _finish(
