@@ -21,9 +21,10 @@ def _error(status: int, type_: str, message: str) -> web.Response:
 
 
 def backend_up(lane: ComfyUILane) -> bool:
-    """Connected and not held (a managed process starting or being recycled takes no
-    work): what the admin API and metrics call up, draining or not."""
-    return lane.connected and not lane.held
+    """Connected, sorted out (what an earlier connection left there) and not held (a
+    managed process starting or being recycled takes no work): what the admin API and
+    metrics call up, draining or not. Once up, it validates and takes work."""
+    return lane.up and not lane.held
 
 
 def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
