@@ -3,8 +3,10 @@ once, each under a stable id (its `webhook-id`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from comfyfleet.domain.jobs import JobStatus
 
@@ -65,6 +67,29 @@ class WebhookDelivery:
     last_error: str | None
     body: str | None  # the body as first sent; None before the first attempt
     lease: str | None = None  # the claim's token, on a claimed delivery
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], text: Callable[[str], str] = str) -> WebhookDelivery:
+        """A delivery from a store's row (its columns in this class's order); `text`
+        decodes the columns that hold outside text (the prompt id, the error, the body)."""
+        return cls(
+            id=row[0],
+            prompt_id=text(row[1]),
+            tenant=row[2],
+            event=WebhookEvent(row[3]),
+            target=row[4],
+            url=row[5],
+            state=DeliveryState(row[6]),
+            attempts=row[7],
+            created_at=row[8],
+            retry_since=row[9],
+            next_at=row[10],
+            delivered_at=row[11],
+            last_status=row[12],
+            last_error=None if row[13] is None else text(row[13]),
+            body=None if row[14] is None else text(row[14]),
+            lease=row[15],
+        )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sized
 from typing import Any
 
 from aiohttp import web
@@ -61,6 +62,16 @@ def job_detail(job: Job, entry: HistoryEntry | None) -> dict[str, Any]:
     return detail
 
 
+def page(offset: int, limit: int, shown: Sized, total: int) -> dict[str, Any]:
+    """The `pagination` object of a page of `shown` items out of `total`."""
+    return {
+        "offset": offset,
+        "limit": limit,
+        "total": total,
+        "has_more": offset + len(shown) < total,
+    }
+
+
 def _query_error(message: str) -> web.HTTPBadRequest:
     return web.HTTPBadRequest(
         # json.dumps: the message quotes client text, which may hold quotes or controls.
@@ -101,15 +112,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         tenant=scope(request),
     )
     return web.json_response(
-        {
-            "jobs": [job_summary(job) for job in jobs],
-            "pagination": {
-                "offset": offset,
-                "limit": limit,
-                "total": total,
-                "has_more": offset + len(jobs) < total,
-            },
-        }
+        {"jobs": [job_summary(job) for job in jobs], "pagination": page(offset, limit, jobs, total)}
     )
 
 

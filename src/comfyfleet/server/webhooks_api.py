@@ -11,10 +11,10 @@ from aiohttp import web
 from comfyfleet.domain.webhooks import DeliveryState, WebhookDelivery
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.server.gateway import GATEWAY
+from comfyfleet.server.jobs import DEFAULT_LIMIT, MAX_LIMIT, page
 from comfyfleet.server.prompts import clamp_to_sql
 from comfyfleet.server.routing import Route
 
-DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 _redact = Redactor()
 
 
@@ -68,16 +68,9 @@ async def list_deliveries(request: web.Request) -> web.Response:
     found, total = await request.app[GATEWAY].store.webhook_deliveries(
         state=state, prompt_id=query.get("prompt_id") or None, limit=limit, offset=offset
     )
+    deliveries = [delivery_json(d) for d in found]
     return web.json_response(
-        {
-            "deliveries": [delivery_json(d) for d in found],
-            "pagination": {
-                "offset": offset,
-                "limit": limit,
-                "total": total,
-                "has_more": offset + len(found) < total,
-            },
-        }
+        {"deliveries": deliveries, "pagination": page(offset, limit, found, total)}
     )
 
 

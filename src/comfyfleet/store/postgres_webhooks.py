@@ -14,10 +14,9 @@ from comfyfleet.domain.webhooks import (
     DeliveryAttempt,
     DeliveryState,
     WebhookDelivery,
-    WebhookEvent,
     WebhookTarget,
 )
-from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_or_none
+from comfyfleet.store.postgres_text import from_db, to_db, to_db_or_none
 from comfyfleet.store.sql_blocks import load_blocks
 
 W = load_blocks("postgres_webhooks.sql")
@@ -30,24 +29,7 @@ def with_deliveries(blocks: dict[str, str]) -> dict[str, str]:
 
 
 def _row(row: Sequence[Any]) -> WebhookDelivery:
-    return WebhookDelivery(
-        id=row[0],
-        prompt_id=from_db(row[1]),
-        tenant=row[2],
-        event=WebhookEvent(row[3]),
-        target=row[4],
-        url=row[5],
-        state=DeliveryState(row[6]),
-        attempts=row[7],
-        created_at=row[8],
-        retry_since=row[9],
-        next_at=row[10],
-        delivered_at=row[11],
-        last_status=row[12],
-        last_error=from_db_or_none(row[13]),
-        body=from_db_or_none(row[14]),
-        lease=row[15],
-    )
+    return WebhookDelivery.from_row(row, from_db)
 
 
 def _sorted(values: frozenset[str] | None) -> list[str] | None:

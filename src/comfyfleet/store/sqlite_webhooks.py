@@ -131,24 +131,7 @@ def _words(values: frozenset[str] | None) -> str | None:
 
 
 def _row(row: Sequence[Any]) -> WebhookDelivery:
-    return WebhookDelivery(
-        id=row[0],
-        prompt_id=row[1],
-        tenant=row[2],
-        event=WebhookEvent(row[3]),
-        target=row[4],
-        url=row[5],
-        state=DeliveryState(row[6]),
-        attempts=row[7],
-        created_at=row[8],
-        retry_since=row[9],
-        next_at=row[10],
-        delivered_at=row[11],
-        last_status=row[12],
-        last_error=row[13],
-        body=row[14],
-        lease=row[15],
-    )
+    return WebhookDelivery.from_row(row)
 
 
 # -- writer thread ------------------------------------------------------------------
