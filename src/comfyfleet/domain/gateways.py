@@ -31,3 +31,14 @@ class GatewayRecord:
     seen_at: float = 0.0  # its last heartbeat
     lease_until: float = 0.0
     running: int = 0  # jobs it runs now (filled in by `gateways()`)
+
+
+@dataclass(frozen=True)
+class BackendOwner:
+    """A ComfyUI backend as the gateways sharing a store hold it: one live gateway at a
+    time connects to it and dispatches to it (see `comfyfleet.server.backend_owners`)."""
+
+    backend: str  # its name (the same in every gateway's config)
+    client_id: str  # the ComfyUI clientId every owner uses with it, fleet-wide
+    owner: str | None  # the live gateway that holds it; None: free
+    since: float  # when its owner claimed it

@@ -137,6 +137,7 @@ class ComfyUILane:
         self._retry = asyncio.Event()  # `retry_now`: connect without waiting out the backoff
         self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
         self._maintainer: asyncio.Task[None] | None = None
+        self._observer: asyncio.Task[None] | None = None  # see `observe`
         # Connected, and what an earlier connection left there sorted out: takes work.
         self.ready = asyncio.Event()
         self._adopt: Adopt = adopt_none
@@ -282,10 +283,37 @@ class ComfyUILane:
         self._adopt = adopt
         self._maintainer = asyncio.create_task(self._maintain(), name=f"{self.name}-health")
 
+    def observe(self) -> None:
+        """Keep what it can run known, without connecting to it: another gateway owns it
+        (dispatches to it), and this one still validates and accepts prompts for it."""
+        if self._observer is None:
+            self._observer = asyncio.create_task(self._observe(), name=f"{self.name}-observe")
+
+    async def stop_observing(self) -> None:
+        if self._observer is not None:
+            self._observer.cancel()
+            await asyncio.gather(self._observer, return_exceptions=True)
+            self._observer = None
+
+    async def _observe(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                await self._refresh()
+                await self.on_change()
+                wait, backoff = self.settings.refresh_interval, 0.5
+            except BackendError as exc:
+                log.debug("backend %s unavailable: %s", self.client.spec.name, exc)
+                wait, backoff = backoff, min(self.settings.max_backoff, backoff * 2)
+            await asyncio.sleep(wait)
+
     async def close(self) -> None:
+        await self.stop_observing()
         if self._maintainer is not None:
             self._maintainer.cancel()
             await asyncio.gather(self._maintainer, return_exceptions=True)
+            self._maintainer = None
+        self.ready.clear()  # started again later (its owner again), it sorts things out anew
         await self.client.close()
 
     def retry_now(self) -> None:
@@ -350,7 +378,7 @@ class ComfyUILane:
         (True, {outputs, node_errors}) or (False, {error, node_errors}); None when it
         cannot say (no companion pack, down, or an answer out of protocol). The files
         the prompt names (of `tenant`, in `folders`) are pushed there first, as for a run."""
-        if not (self.validates and self.up):
+        if not (self.validates and (self.up or self._observer is not None)):
             return None
         try:
             prompt = await self._pusher.push_for(prompt, folders, tenant)

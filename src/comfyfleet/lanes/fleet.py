@@ -116,7 +116,13 @@ def spec_json(spec: BackendSpec, *, secrets: bool = False) -> dict[str, Any]:
 
 class Fleet:
     def __init__(
-        self, engine: Engine, tenants: TenantFolders, local_slots: int, settings: LaneSettings
+        self,
+        engine: Engine,
+        tenants: TenantFolders,
+        local_slots: int,
+        settings: LaneSettings,
+        *,
+        agent: str | None = None,
     ):
         self.engine = engine
         self.tenants = tenants
@@ -127,6 +133,7 @@ class Fleet:
         self.registry: NodeRegistry = engine.registry
         self._session: aiohttp.ClientSession | None = None
         self._submits = Submits()
+        self._agent = agent  # the User-Agent backends see (None: aiohttp's)
 
     def lanes(self) -> list[Lane]:
         lanes: list[Lane] = [self.local] if self.local else []
@@ -135,7 +142,8 @@ class Fleet:
     def _client_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=64)
-            self._session = aiohttp.ClientSession(connector=connector)
+            headers = {"User-Agent": self._agent} if self._agent else None
+            self._session = aiohttp.ClientSession(connector=connector, headers=headers)
         return self._session
 
     def backend_lane(self, spec: BackendSpec) -> ComfyUILane:
@@ -149,7 +157,9 @@ class Fleet:
         return lane
 
     def _client_id(self, spec: BackendSpec) -> str:
-        """The same for this gateway (host, data folders) and backend after every restart."""
+        """The same for this gateway (host, data folders) and backend after every restart:
+        what a backend's first owner records as its client id for the whole fleet (see
+        comfyfleet.server.backend_owners)."""
         key = f"{socket.gethostname()}\0{self.folders.output}\0{spec.name}"
         return f"comfyfleet-{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 

@@ -369,6 +369,11 @@ class Scheduler:
             except StoreError as exc:
                 log.warning("could not renew the lease of gateway %s: %s", self.store.owner, exc)
 
+    async def take_over_orphans(self) -> None:
+        """Take over now what gone gateways left on this gateway's lanes (a backend it
+        has just come to own, say), rather than at the next lease renewal."""
+        await self._take_over(await self.store.orphaned())
+
     async def _take_over(self, orphans: list[Job]) -> None:
         """Jobs of gateways that are gone: a run on a lane of this gateway's kind is
         re-queued (in-process) or adopted and followed (a backend's), a reservation

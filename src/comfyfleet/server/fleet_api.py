@@ -27,11 +27,18 @@ def backend_up(lane: ComfyUILane) -> bool:
     return lane.up and not lane.held
 
 
+def _state(gw: Gateway, lane: ComfyUILane) -> str:
+    if not gw.owners.owns(lane.spec.name):
+        return "elsewhere"  # another gateway dispatches to it (or none does yet)
+    return "draining" if lane.draining else ("up" if backend_up(lane) else "down")
+
+
 def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
     answer = {
         **spec_json(lane.spec),
         "lane": lane.name,
-        "state": "draining" if lane.draining else ("up" if backend_up(lane) else "down"),
+        "owner": gw.owners.owner_of(lane.spec.name),
+        "state": _state(gw, lane),
         "suspect": lane.suspect,
         "validates": lane.validates,
         "node_classes": len(lane.capabilities.object_info),
@@ -77,7 +84,7 @@ async def add_backend(request: web.Request) -> web.Response:
         stored.pop("auth_header")
     await gw.store.save_backend(spec.name, stored)
     lane = gw.fleet.backend_lane(spec)
-    await gw.scheduler.add_lane(lane)
+    await gw.owners.tick()  # this gateway's if its fair share allows; the others see it too
     answer = backend_json(gw, lane)
     if spec.auth_header and not spec.auth_is_reference:
         answer["warning"] = "the auth header is kept in memory only; use env:NAME to keep it"
@@ -95,16 +102,32 @@ async def remove_backend(request: web.Request) -> web.Response:
     if not 0 <= timeout < math.inf:  # NaN, negative and infinite waits are refused too
         return _error(400, "invalid_query", "timeout must be a number of seconds")
     lane.draining = True
-    await gw.scheduler.remove_lane(lane.name, timeout)
+    if gw.owners.owns(lane.spec.name):
+        await gw.scheduler.remove_lane(lane.name, timeout)
+    else:  # its owner drains it once it sees it gone from the store
+        await lane.close()
+    await gw.owners.forget(lane.spec.name)
     await gw.managed.remove(lane.spec.name)  # a managed one's process stops too
     await gw.fleet.forget(lane.spec.name)
     await gw.store.delete_backend(lane.spec.name)
     return web.json_response({"removed": lane.spec.name})
 
 
+def _elsewhere(gw: Gateway, lane: ComfyUILane) -> web.Response | None:
+    """The answer to a drain or resume of a backend another gateway dispatches to."""
+    if gw.owners.owns(lane.spec.name):
+        return None
+    owner = gw.owners.owner_of(lane.spec.name)
+    where = f"gateway {owner}" if owner else "no gateway yet"
+    message = f"backend {lane.spec.name} is dispatched by {where}: ask that gateway"
+    return _error(409, "backend_elsewhere", message)
+
+
 async def drain_backend(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     lane = _lane(gw, request)
+    if (refused := _elsewhere(gw, lane)) is not None:
+        return refused
     lane.draining = True
     gw.scheduler.wake()  # idle slots elsewhere take what was set aside for it
     return web.json_response(backend_json(gw, lane))
@@ -113,16 +136,23 @@ async def drain_backend(request: web.Request) -> web.Response:
 async def resume_backend(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     lane = _lane(gw, request)
+    if (refused := _elsewhere(gw, lane)) is not None:
+        return refused
     lane.draining = False
     gw.scheduler.wake()
     return web.json_response(backend_json(gw, lane))
 
 
 async def list_gateways(request: web.Request) -> web.Response:
-    """The gateways sharing this one's store whose lease holds, and what each runs; this
-    one's own entry also names its lanes."""
+    """The gateways sharing this one's store whose lease holds, the backends each owns
+    and what each runs; this one's own entry also names its lanes."""
     gw = request.app[GATEWAY]
     me = gw.store.owner
+    owned: dict[str, list[str]] = {}
+    for owner in await gw.store.backend_owners():
+        if owner.owner is not None:
+            owned.setdefault(owner.owner, []).append(owner.backend)
+    owned.setdefault(me, []).extend(gw.managed.instances)  # its own processes
     listed = []
     for record in await gw.store.gateways():
         entry: dict[str, Any] = {
@@ -134,6 +164,7 @@ async def list_gateways(request: web.Request) -> web.Response:
             "seen_at": record.seen_at,
             "lease_until": record.lease_until,
             "running": record.running,
+            "backends": sorted(owned.get(record.id, [])),
             "self": record.id == me,
         }
         if record.id == me:

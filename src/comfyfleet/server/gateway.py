@@ -21,6 +21,7 @@ from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
 from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
+from comfyfleet.server.backend_owners import BackendOwnership
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
 from comfyfleet.server.event_log import EventLog
@@ -54,6 +55,7 @@ class Gateway:
     identity: GatewayRecord  # this gateway among those sharing the store
     webhooks: WebhookSender  # job ends to webhooks, from the store's outbox
     events: EventLog | None  # every prompt's client stream, for followers (None: kept off)
+    owners: BackendOwnership  # the backends this gateway dispatches to, of those it knows
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -80,9 +82,10 @@ class Gateway:
         settings = LaneSettings(
             hang_timeout=config.hang_timeout, copy_outputs=config.output_mode == "copy"
         )
-        fleet = Fleet(engine, tenants, config.local_slots, settings)
-        for raw in config.backends:
-            fleet.backend_lane(parse_spec(raw))
+        # A backend's access log names the gateway that sent each request.
+        agent = f"comfyfleet (gateway {identity.id})"
+        fleet = Fleet(engine, tenants, config.local_slots, settings, agent=agent)
+        configured = [fleet.backend_lane(parse_spec(raw)).spec.name for raw in config.backends]
         managed = ManagedBackends.create(config.comfyui, config.data_dir, fleet, {config.port})
         scheduler = Scheduler(
             store,
@@ -90,6 +93,14 @@ class Gateway:
             router,
             max_pending=config.max_pending,
             max_attempts=config.max_attempts,
+            lease=config.lease,
+        )
+        owners = BackendOwnership(
+            store,
+            fleet,
+            scheduler,
+            configured=configured,
+            pinned=list(managed.instances),
             lease=config.lease,
         )
         webhooks = WebhookSender(store, webhook_settings(config))
@@ -113,6 +124,7 @@ class Gateway:
             identity,
             webhooks,
             events,
+            owners,
         )
 
     async def start(self) -> None:
@@ -125,10 +137,16 @@ class Gateway:
                 self.fleet.backend_lane(parse_spec(raw))
             except FleetError as exc:  # its name is a configured or managed backend's now
                 log.warning("a backend added at run time is left out: %s", exc)
-        for lane in self.fleet.lanes():
-            self.scheduler.include(lane)
+        # Of the backends, only those this gateway owns get a lane of the scheduler.
+        owned = await self.owners.claim_at_start()
+        if self.fleet.local is not None:
+            self.scheduler.include(self.fleet.local)
+        for name, lane in self.fleet.backends.items():
+            if name in owned:
+                self.scheduler.include(lane)
         await self.scheduler.start()
         await self.managed.start(self.scheduler)
+        await self.owners.start()
         self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
 
     async def _join(self) -> None:
@@ -171,10 +189,12 @@ class Gateway:
 
     async def drain(self) -> None:
         """Stop taking work: running prompts get the grace period, sockets close."""
+        await self.owners.stop()  # no backend is taken or let go from here on
         # Prompts re-queued at shutdown leave their paid jobs running for the next process.
         await self.scheduler.stop(self.config.shutdown_grace, self.fanout.detach_soon)
         await self.managed.stop()  # their prompts have ended or gone back to the queue
         try:
+            await self.owners.release()  # another gateway may take its backends at once
             await self.store.leave()  # nothing of this gateway's is left running
         except StoreError as exc:
             log.warning("could not leave the store's gateways: %s", exc)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
@@ -78,6 +78,28 @@ class GatewayLeases(Protocol):
         """Call `wake(owner)` on the event loop whenever a job becomes claimable in the
         store (queued, re-queued, given back), `owner` being the gateway that did it:
         in-process with SQLite, by LISTEN/NOTIFY with PostgreSQL."""
+
+
+class BackendOwners(Protocol):
+    """Each ComfyUI backend is dispatched by one gateway at a time: the one whose name
+    its row holds, while that gateway's lease (`GatewayLeases`) holds. No heartbeat of
+    its own: once a gateway's lease runs out, its backends are free with its jobs."""
+
+    async def claim_backends(
+        self, offered: Mapping[str, str], limit: int | None = None
+    ) -> list[BackendOwner]:
+        """Take for this gateway, in the order of `offered` (backend name -> the client
+        id it gets if the store has none for it yet), the backends no live gateway owns,
+        at most `limit` of them (None: every one). Atomic: two gateways never both get
+        one. Fenced: nothing is taken while this gateway's own lease is out. Returns
+        every offered backend this gateway owns afterwards, with its client id."""
+
+    async def release_backends(self, names: Sequence[str] | None = None) -> None:
+        """Give up this gateway's ownership of `names` (None: all of them); their rows
+        and client ids stay for the next owner."""
+
+    async def backend_owners(self) -> list[BackendOwner]:
+        """Every backend ever claimed, by name; `owner` is None when it is free."""
 
 
 class RemoteJobJournal(Protocol):
@@ -199,7 +221,9 @@ class PromptEventLog(Protocol):
         many events went."""
 
 
-class JobStore(GatewayLeases, RemoteJobJournal, WebhookOutbox, PromptEventLog, Protocol):
+class JobStore(
+    GatewayLeases, BackendOwners, RemoteJobJournal, WebhookOutbox, PromptEventLog, Protocol
+):
     #: How long its writes take until committed (read by metrics).
     commit_times: CommitTimes
 
@@ -360,4 +384,4 @@ class JobStore(GatewayLeases, RemoteJobJournal, WebhookOutbox, PromptEventLog, P
         """Add or replace a backend spec."""
 
     async def delete_backend(self, name: str) -> bool:
-        """Forget a backend; False when it was not there."""
+        """Forget a backend (and its owner: see `BackendOwners`); False when it was not there."""

@@ -28,13 +28,13 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import asyncpg
 
-from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
@@ -61,6 +61,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.store import postgres_backend_owners as backend_owners
 from comfyfleet.store import postgres_event_log as event_log
 from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
@@ -563,6 +564,22 @@ class PostgresStore:
             return None
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
 
+    async def claim_backends(
+        self, offered: Mapping[str, str], limit: int | None = None
+    ) -> list[BackendOwner]:
+        return await self._write(
+            lambda conn: backend_owners.claim(
+                conn, self.owner, self._instance, list(offered.items()), limit, self._clock()
+            )
+        )
+
+    async def release_backends(self, names: Sequence[str] | None = None) -> None:
+        names = None if names is None else list(names)
+        await self._commit(lambda db: backend_owners.release(db, self.owner, names))
+
+    async def backend_owners(self) -> list[BackendOwner]:
+        return await self._run(lambda db: backend_owners.owners(db, self._clock()))
+
     async def watch_work(self, wake: Callable[[str], None]) -> None:
         """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
         come through it, this one's own included."""
@@ -689,7 +706,11 @@ class PostgresStore:
         await self._commit(lambda db: db.execute(Q["save_backend"], *params))
 
     async def delete_backend(self, name: str) -> bool:
-        return bool(await self._commit(lambda db: db.fetchval(Q["delete_backend"], to_db(name))))
+        async def delete(conn: Any) -> bool:
+            await backend_owners.forget(conn, name)  # its owner and client id go with it
+            return bool(await conn.fetchval(Q["delete_backend"], to_db(name)))
+
+        return await self._write(delete)
 
     # -- remote-job journal -------------------------------------------------------------
 

@@ -202,3 +202,13 @@ CREATE TABLE event_log (
 
 CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
 CREATE INDEX event_log_at ON event_log (at);
+
+-- name: migration_6
+-- Which gateway dispatches to each ComfyUI backend (see schema.sql): owned while that
+-- gateway's lease holds; the row, and the backend's fleet-wide client id, outlive it.
+CREATE TABLE backend_owners (
+    backend   TEXT COLLATE "C" PRIMARY KEY,
+    client_id TEXT NOT NULL,
+    owner     TEXT COLLATE "C",
+    since     DOUBLE PRECISION NOT NULL
+);

@@ -83,6 +83,16 @@ CREATE TABLE backends (
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
 
+-- Which gateway dispatches to each ComfyUI backend (by name): owned while that
+-- gateway's lease (the gateways table) holds, free otherwise. The row outlives its
+-- owner: `client_id` is the clientId every owner of the backend uses, fleet-wide.
+CREATE TABLE backend_owners (
+    backend   TEXT PRIMARY KEY,
+    client_id TEXT NOT NULL,
+    owner     TEXT,
+    since     REAL NOT NULL
+) WITHOUT ROWID;
+
 -- The journal of paid remote jobs (fan-out and provider nodes). A row is written
 -- before the job-creating request, gets the provider's id right after, and keeps
 -- the downloaded result, so a restart re-attaches instead of paying again. Not

@@ -15,13 +15,13 @@ import math
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
@@ -44,6 +44,7 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
     WebhookTarget,
 )
+from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
 from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
@@ -56,7 +57,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -90,6 +91,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     6: idempotency.migrate,  # Idempotency-Key submits
     7: webhooks.migrate,  # the webhook outbox
     8: event_log.migrate,  # the prompt event log
+    9: backend_owners.migrate,  # which gateway dispatches to each backend
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -717,6 +719,26 @@ class SQLiteStore:
             return None
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
 
+    async def claim_backends(
+        self, offered: Mapping[str, str], limit: int | None = None
+    ) -> list[BackendOwner]:
+        op = functools.partial(
+            backend_owners.claim,
+            owner=self.owner,
+            instance=self._instance,
+            offered=list(offered.items()),
+            limit=limit,
+            now=self._clock(),
+        )
+        return await self._write(op)
+
+    async def release_backends(self, names: Sequence[str] | None = None) -> None:
+        names = None if names is None else list(names)
+        await self._write(functools.partial(backend_owners.release, owner=self.owner, names=names))
+
+    async def backend_owners(self) -> list[BackendOwner]:
+        return await self._read(functools.partial(backend_owners.owners, now=self._clock()))
+
     async def watch_work(self, wake: Callable[[str], None]) -> None:
         """In-process: one SQLite file has one gateway, so every wake-up is its own."""
         self._wakes.append(wake)
@@ -1017,6 +1039,7 @@ def _save_backend(conn: sqlite3.Connection, name: str, spec: dict[str, Any], now
 
 
 def _delete_backend(conn: sqlite3.Connection, name: str) -> bool:
+    conn.execute(backend_owners.FORGET, (name,))  # its owner and client id go with it
     return conn.execute("DELETE FROM backends WHERE name = ?", (name,)).rowcount == 1
 
 

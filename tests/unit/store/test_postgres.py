@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import NewPromptEvent
@@ -210,7 +211,7 @@ async def test_a_version_2_database_gains_idempotency_keys(
     await store.submit(new_job("old"))
     await store.close()
     # The tables of migrations 3 and on.
-    tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log"
+    tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log, backend_owners"
     await sql(postgres_url, schema, f"DROP TABLE {tables}")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
     clock = Clock()
@@ -236,7 +237,7 @@ async def test_a_version_4_database_gains_the_event_log(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE event_log")
+    await sql(postgres_url, schema, "DROP TABLE event_log, backend_owners")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 4")
     again = PostgresStore(postgres_url, schema=schema)
     await again.open()
@@ -246,7 +247,26 @@ async def test_a_version_4_database_gains_the_event_log(
         assert await again.prompt_events("old") == appended
     finally:
         await again.close()
-    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 5
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
+
+
+async def test_a_version_5_database_gains_backend_owners(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE backend_owners")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 5")
+    again = PostgresStore(postgres_url, schema=schema, owner="a")
+    await again.open()
+    try:
+        assert await again.get("old") is not None
+        await again.join(GatewayRecord("a", "i", "host", 1, "http://x", 1.0), 10.0)
+        held = await again.claim_backends({"gpu-1": "client-1"})
+        assert [(o.backend, o.client_id, o.owner) for o in held] == [("gpu-1", "client-1", "a")]
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

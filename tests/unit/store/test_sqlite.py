@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.prompt_events import NewPromptEvent
@@ -270,7 +271,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 8
+    assert version == sqlite_module.SCHEMA_VERSION == 9
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -402,6 +403,27 @@ async def test_version_7_file_gains_the_event_log(tmp_path: Path) -> None:
         assert await store.get("old") is not None
         appended = await store.append_prompt_events([NewPromptEvent("old", "progress", {})])
         assert await store.prompt_events("old") == appended
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_version_8_file_gains_backend_owners(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, owner="a")
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 8, "DROP TABLE backend_owners")
+
+    store = SQLiteStore(path, owner="a")
+    await store.open()
+    try:
+        assert await store.get("old") is not None
+        await store.join(GatewayRecord("a", "i", "host", 1, "http://x", 1.0), 10.0)
+        held = await store.claim_backends({"gpu-1": "client-1"})
+        assert [(o.backend, o.client_id, o.owner) for o in held] == [("gpu-1", "client-1", "a")]
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
