@@ -32,6 +32,7 @@ from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.fanout.status import slot_entry
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.server.auth import request_tenant, scope, tenant_name
+from comfyfleet.server.fleet_api import backend_state
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs import API_STATUS
 from comfyfleet.server.routing import Route
@@ -169,12 +170,11 @@ def _lanes(gw: Gateway, running: list[dict[str, Any]], view: Viewer) -> list[dic
         local = gw.fleet.local
         lanes.append({"name": local.name, "kind": "local", "state": "up", "slots": local.slots})
     for lane in gw.fleet.backends.values():
-        up = lane.connected
         entry: dict[str, Any] = {
             "name": lane.name,
             "backend": lane.spec.name,
             "kind": "backend",
-            "state": "draining" if lane.draining else ("up" if up else "down"),
+            "state": backend_state(gw, lane),
             "suspect": lane.suspect,
             "slots": lane.runs_at_once,
             "prefetch": lane.spec.prefetch,

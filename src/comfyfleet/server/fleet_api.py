@@ -27,7 +27,9 @@ def backend_up(lane: ComfyUILane) -> bool:
     return lane.up and not lane.held
 
 
-def _state(gw: Gateway, lane: ComfyUILane) -> str:
+def backend_state(gw: Gateway, lane: ComfyUILane) -> str:
+    """up, down, draining, or elsewhere (another gateway dispatches to it): one answer
+    for the admin API and the dashboard."""
     if not gw.owners.owns(lane.spec.name):
         return "elsewhere"  # another gateway dispatches to it (or none does yet)
     return "draining" if lane.draining else ("up" if backend_up(lane) else "down")
@@ -38,7 +40,7 @@ def backend_json(gw: Gateway, lane: ComfyUILane) -> dict[str, Any]:
         **spec_json(lane.spec),
         "lane": lane.name,
         "owner": gw.owners.owner_of(lane.spec.name),
-        "state": _state(gw, lane),
+        "state": backend_state(gw, lane),
         "suspect": lane.suspect,
         "validates": lane.validates,
         "node_classes": len(lane.capabilities.object_info),

@@ -12,6 +12,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.integration.gateway.processes import Frames, job, poll, submit
 from tests.integration.gateway.queue_backend import QueueBackend
 from tests.integration.gateway.wire import sleep_prompt
@@ -111,6 +113,13 @@ def test_three_gateways_each_dispatch_to_their_own_backend(
         listed = servers[0].get("/api/fleet/backends")["backends"]
         assert sorted(b["owner"] for b in listed) == ["gw-0", "gw-1", "gw-2"]
         assert [b["state"] for b in listed].count("elsewhere") == 2
+        # The dashboard says the same; metrics cover only the backends a gateway owns (a
+        # backend another gateway dispatches to is not down here).
+        lanes = servers[0].get("/api/fleet/status")["lanes"]
+        states = {lane["backend"]: lane["state"] for lane in lanes if lane["kind"] == "backend"}
+        assert states == {b["name"]: b["state"] for b in listed}
+        reported = backend_up_metrics(servers[0])
+        assert reported == {b["name"]: 1.0 for b in listed if b["owner"] == "gw-0"}
         # A backend added through one gateway reaches all, owned by one; removed through
         # another, it is gone from all.
         with backends(1) as (extra,):
@@ -195,3 +204,15 @@ def reached(frames: Frames, prompt_id: str) -> list[str]:
     ):
         frames.done(prompt_id)
     return frames.types(prompt_id)
+
+
+def backend_up_metrics(server: ServerProcess) -> dict[str, float]:
+    request = urllib.request.Request(server.url + "/metrics")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.labels["backend"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "comfyfleet_backend_up"
+        for sample in family.samples
+    }

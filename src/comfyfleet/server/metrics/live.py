@@ -104,7 +104,10 @@ class LiveCollector(Collector):
             state: GaugeMetricFamily(f"comfyfleet_backend_{state}", text, labels=["backend"])
             for state, text in help_.items()
         }
+        owners = self.gateway.owners
         for name, lane in list(self.gateway.fleet.backends.items()):
+            if not owners.owns(lane.spec.name):
+                continue  # the gateway that dispatches to it reports it
             label = [self._backend(name)]
             families["up"].add_metric(label, int(backend_up(lane)))
             families["suspect"].add_metric(label, int(lane.suspect))

@@ -38,9 +38,9 @@ function lanes(snapshot) {
     let actions = "";
     if (lane.kind === "backend") {
       const path = `/api/fleet/backends/${encodeURIComponent(lane.backend)}`;
-      actions = lane.state === "draining"
-        ? button("resume", "POST", `${path}/resume`)
-        : button("drain", "POST", `${path}/drain`);
+      // Only the gateway that dispatches to a backend drains or resumes it.
+      if (lane.state === "draining") actions = button("resume", "POST", `${path}/resume`);
+      else if (lane.state !== "elsewhere") actions = button("drain", "POST", `${path}/drain`);
       actions += button("remove", "DELETE", path);
     }
     return `<tr data-lane="${esc(lane.name)}"><td title="${esc(lane.url)}">${name}</td>
