@@ -590,7 +590,8 @@ class PostgresStore:
             wake(owner)
 
     async def _listening_connection(self) -> Any:
-        settings = {"application_name": LISTENER_NAME}
+        # Named with its gateway, so an operator can tell whose it is.
+        settings = {"application_name": f"{LISTENER_NAME} {self.owner}"[:63]}
         if self._schema is not None:
             settings["search_path"] = _quote(self._schema)
         return await asyncpg.connect(

@@ -378,8 +378,8 @@ async def listener_sessions(url: str) -> list[int]:
     try:
         rows = await conn.fetch(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = $1",
-            postgres_module.LISTENER_NAME,
+            " AND application_name LIKE $1",
+            postgres_module.LISTENER_NAME + " %",
         )
         return [row[0] for row in rows]
     finally:
