@@ -13,10 +13,18 @@ one, which is then SIGKILLed; the figure is the time from the kill to the prompt
 start on the other (its second attempt), read from the jobs API every 20 ms. Taken
 at the default lease (10 s) and at 2 s.
 
+Frames across gateways: two gateways on PostgreSQL, A without slots and B with 8; one
+client holds a WebSocket on each under one client id, and trivial prompts are submitted
+to B (`--in-flight` at most 4 outstanding). For each prompt, the time from its submit to
+its first frame (`execution_start`) and to its done signal on A's socket (relayed from
+the event log on the store's NOTIFY) against B's (sent by the gateway that runs it), same
+prompts, same run: p50 and p99.
+
 All gateways run on this machine: on 2 vCPUs, three gateways share the CPUs that one
 had, so their sum shows what the shared store costs, not what more machines gain.
 
     .venv/bin/python bench/bench_gateways.py [--prompts N] [--in-flight K] [--store URL]
+        [--only crossing]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import signal
 import subprocess
 import sys
@@ -146,12 +155,96 @@ def failover(store: str, lease: float) -> float:
         return asyncio.run(_failover(list(procs), procs))
 
 
+async def _arrivals(
+    ws: aiohttp.ClientWebSocketResponse, seen: dict[tuple[str, str], float]
+) -> None:
+    """When each prompt's first frame ("first") and done signal ("done") came."""
+    async for message in ws:
+        if message.type != aiohttp.WSMsgType.TEXT:
+            continue
+        frame = json.loads(message.data)
+        data = frame["data"]
+        if frame["type"] == "execution_start":
+            seen.setdefault((data["prompt_id"], "first"), time.perf_counter())
+        elif frame["type"] == "executing" and data.get("node") is None:
+            seen.setdefault((data["prompt_id"], "done"), time.perf_counter())
+
+
+async def _crossing(relaying: str, running: str, count: int, in_flight: int) -> dict[str, float]:
+    client_id = uuid.uuid4().hex
+    async with aiohttp.ClientSession() as session:
+        for url in (relaying, running):
+            await wait_ready(url)
+        arrived: dict[str, dict[tuple[str, str], float]] = {"a": {}, "b": {}}
+        sockets = {
+            side: await session.ws_connect(f"{url}/ws?clientId={client_id}")
+            for side, url in (("a", relaying), ("b", running))
+        }
+        readers = [asyncio.create_task(_arrivals(sockets[s], arrived[s])) for s in sockets]
+        gate = asyncio.Semaphore(in_flight)
+        sent: dict[str, float] = {}
+
+        async def one(color: int) -> None:
+            async with gate:
+                prompt_id = str(uuid.uuid4())
+                body = {"prompt": trivial_prompt(color), "client_id": client_id}
+                body["prompt_id"] = prompt_id
+                sent[prompt_id] = time.perf_counter()
+                async with session.post(running + "/prompt", json=body) as response:
+                    assert response.status == 200, await response.text()
+                while not all((prompt_id, "done") in seen for seen in arrived.values()):
+                    await asyncio.sleep(0.002)
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+        for task in readers:
+            task.cancel()
+        for ws in sockets.values():
+            await ws.close()
+    figures = {}
+    for side in ("a", "b"):
+        for kind in ("first", "done"):
+            times = [arrived[side][(p, kind)] - at for p, at in sent.items()]
+            figures[f"{side}_{kind}_p50"] = percentile(times, 0.5)
+            figures[f"{side}_{kind}_p99"] = percentile(times, 0.99)
+    return figures
+
+
+def crossing(store: str, count: int, in_flight: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        urls = []
+        for n, slots in enumerate(("0", "8")):
+            port = free_port()
+            proc = serve(Path(tmp) / f"gw{n}", port, "--local-slots", slots, "--store", store)
+            stack.callback(_stop, proc)
+            urls.append(f"http://127.0.0.1:{port}")
+        asyncio.run(_crossing(urls[0], urls[1], 30, in_flight))  # warm-up
+        return asyncio.run(_crossing(urls[0], urls[1], count, in_flight))
+
+
+def report_crossing(store: str, count: int, in_flight: int) -> None:
+    with throwaway_database(store) as url:
+        got = crossing(url, count, min(in_flight, 4))
+    print(f"  frames across gateways ({count} prompts): submit -> frame, relayed vs sent")
+    for kind, label in (("first", "first frame"), ("done", "done signal")):
+        for q in ("p50", "p99"):
+            relayed, direct = got[f"a_{kind}_{q}"], got[f"b_{kind}_{q}"]
+            print(
+                f"    {label} {q}: other gateway {relayed * 1e3:6.1f} ms, "
+                f"running gateway {direct * 1e3:6.1f} ms"
+            )
+            figure(f"crossing_{kind}_{q}", relayed * 1e3, "ms", direct * 1e3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prompts", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--store", default=DEFAULT_STORE, help="a PostgreSQL server URL")
+    parser.add_argument("--only", choices=["crossing"], help="run only this measurement")
     options = parser.parse_args()
+    if options.only == "crossing":
+        report_crossing(options.store, options.prompts, options.in_flight)
+        return
     print(f"{options.prompts} trivial prompts, {options.in_flight} in flight, 8 slots a gateway")
     base = measure(options.prompts, options.in_flight, 1, None)
     print(
@@ -169,6 +262,7 @@ def main() -> None:
         figure(
             f"gateways{count}_postgres_submit_done_p50", got["p50"] * 1e3, "ms", base["p50"] * 1e3
         )
+    report_crossing(options.store, options.prompts, options.in_flight)
     for lease in (10.0, 2.0):
         with throwaway_database(options.store) as url:
             seconds = failover(url, lease)

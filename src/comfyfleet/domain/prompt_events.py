@@ -37,3 +37,18 @@ class PromptEvent:
     @property
     def done(self) -> bool:
         return is_done(self.type, self.data)
+
+
+@dataclass(frozen=True)
+class EventsAppended:
+    """A wake-up from the store: events of a prompt were committed to the log.
+
+    `prompt_id` None means "any prompt": events may have been appended that no wake-up
+    named (a listener that lost its connection), so every follower reads the log again.
+    `client` is the `client_digest` of the prompt's client (None: it has none, or the
+    job is unknown). `ours`: this process appended them (its followers already have them).
+    """
+
+    prompt_id: str | None
+    client: str | None
+    ours: bool

@@ -139,6 +139,7 @@ class Scheduler:
         self.retry = RetryPolicy(store, max_attempts)
         self._running: dict[str, Running] = {}
         self.pending = 0
+        self._running_elsewhere = 0  # by other gateways, at the last recount
         self._lanes = {lane.name: _LaneSlots(lane) for lane in lanes}
         # Read by `can_run` checks in the store's writer thread: replaced, never mutated.
         self._lane_snapshot: tuple[_LaneSlots, ...] = tuple(self._lanes.values())
@@ -332,7 +333,17 @@ class Scheduler:
 
     @property
     def queue_remaining(self) -> int:
-        return max(0, self.pending) + len(self._running)
+        """Pending and running jobs: every gateway's once `recount` has read them."""
+        return max(0, self.pending) + len(self._running) + self._running_elsewhere
+
+    async def recount(self) -> int:
+        """Read the pending jobs, and those other gateways run, from the store (several
+        gateways share it); returns `queue_remaining`. Announced by the caller."""
+        counts = await self.store.counts()
+        self.pending = counts.get(JobStatus.PENDING, 0)
+        running = counts.get(JobStatus.RUNNING, 0)
+        self._running_elsewhere = max(0, running - len(self._running))
+        return self.queue_remaining
 
     @property
     def waiting_slots(self) -> int:
@@ -364,8 +375,10 @@ class Scheduler:
                     )
                 live = await self.store.gateways()
                 await self._take_over(await self.store.orphaned())
-                if len(live) > 1:  # the others' submits and claims count too
-                    self.pending = (await self.store.counts()).get(JobStatus.PENDING, 0)
+                if len(live) > 1 or self._running_elsewhere:  # the others' jobs count too
+                    before = self.queue_remaining
+                    if await self.recount() != before:
+                        self._queue_changed()
             except StoreError as exc:
                 log.warning("could not renew the lease of gateway %s: %s", self.store.owner, exc)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from comfyfleet.domain.jobs import Job, JobResult
+from comfyfleet.domain.prompt_events import is_done
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
 from comfyfleet.protocol import events
 from comfyfleet.scheduler.observers import JobObserver
@@ -120,13 +121,24 @@ class ClientRouter(JobObserver):
             latest.progress_state = message.data
 
     def job_finished(self, job: Job, result: JobResult) -> None:
-        self._latest.pop(job.prompt_id, None)
         self._send_plain_preview(job)
+        self._send_done(job, events.executing(job.prompt_id, None))
+
+    def _send_done(self, job: Job, done: dict[str, Any]) -> None:
+        self._latest.pop(job.prompt_id, None)
         if job.client_id:
             key = client_key(job.tenant, job.client_id)
             self.status.send_now(key)
-            done = events.executing(job.prompt_id, None)
             self.hub.send_json(key, "executing", done, prompt_id=job.prompt_id)
+
+    def relayed(self, job: Job, kind: str, data: dict[str, Any]) -> None:
+        """A JSON frame of a prompt another gateway runs, read from the event log (see
+        relay.py): sent as this gateway sends its own prompts' frames, and kept for
+        the catch-up of a client that reconnects."""
+        if is_done(kind, data):
+            self._send_done(job, data)
+        else:
+            self.job_event(job, Message(kind, data))
 
     def job_stopped(self, job: Job) -> None:
         self._latest.pop(job.prompt_id, None)  # a reconnecting client must not see it running

@@ -18,9 +18,10 @@ recording the end and writing the log, or the job was cancelled while queued), t
 first follower to notice (SETTLE_AFTER seconds after the end at the earliest) appends
 what is missing: the end event kept in the history, then the done signal.
 
-Followers are woken by this process's own commits. A prompt that another gateway
-runs (several gateways on one PostgreSQL) is read from the store every CHECK_EVERY
-seconds instead.
+Followers are woken by this process's own commits, and by the store's wake-up for
+the appends of other gateways (several gateways on one PostgreSQL: LISTEN/NOTIFY): a
+woken follower reads the store after the last id it has. The store is never polled;
+a quiet follower only asks, every CHECK_EVERY seconds, whether its job is over.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable
 
 from comfyfleet.domain.jobs import TERMINAL, Job, JobResult
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.protocol import events
 from comfyfleet.scheduler.observers import JobObserver
@@ -50,7 +51,8 @@ PAGE = 500
 #: Committed events queued for a follower that has not taken them; beyond this it reads
 #: them back from the store instead.
 MAX_QUEUED = 1_000
-#: Seconds a follower waits on a quiet prompt before asking whether its job is over.
+#: Seconds a follower waits on a quiet prompt before asking whether its job is over
+#: (not for its events: a wake-up brings those).
 CHECK_EVERY = 2.0
 #: Seconds after a job's end before a follower writes what its stream lacks: until
 #: then, the gateway that ran it (this one or another) may still be writing its end.
@@ -66,6 +68,11 @@ class _Listener:
         self.queue: deque[PromptEvent] = deque()
         self.lagged = True  # read the store first (and again after an overflow)
         self.arrived = asyncio.Event()
+
+    def wake(self) -> None:
+        """Committed elsewhere: read the store."""
+        self.lagged = True
+        self.arrived.set()
 
     def put(self, event: PromptEvent) -> None:
         if len(self.queue) >= MAX_QUEUED:
@@ -102,6 +109,21 @@ class EventLog(JobObserver):
         self._open: set[str] = set()  # prompts whose end this process may still write
         self._dropped = 0
         self._closed = False
+
+    async def start(self) -> None:
+        """Follow the appends of other gateways (the store's wake-ups)."""
+        await self.store.watch_events(self._appended)
+
+    def _appended(self, woken: EventsAppended) -> None:
+        if woken.ours or self._closed:
+            return  # this process's commits reach its followers as they commit
+        if woken.prompt_id is None:  # any prompt may have been appended to
+            for listeners in self._listeners.values():
+                for listener in listeners:
+                    listener.wake()
+        else:
+            for listener in self._listeners.get(woken.prompt_id, ()):
+                listener.wake()
 
     # -- the scheduler's side ------------------------------------------------------------
 
@@ -216,12 +238,13 @@ class EventLog(JobObserver):
                     continue
                 if time.monotonic() >= check_at:
                     check_at = time.monotonic() + CHECK_EVERY
-                    if await self.ended_before(prompt_id, last):
+                    done_id = await self._settle_if_over(prompt_id)
+                    if done_id is not None and done_id <= last:
                         return  # the done signal came at or before `after`
-                    # Read the store again: another gateway may be running the prompt
-                    # (no wake-up from there), or may have written its end.
-                    listener.lagged = True
-                    continue
+                    if done_id is not None:
+                        listener.lagged = True  # its end is in the log: read it
+                if listener.lagged or listener.queue:
+                    continue  # woken while asking
                 listener.arrived.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(CHECK_EVERY):  # never swallows a cancel

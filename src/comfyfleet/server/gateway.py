@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,8 +28,10 @@ from comfyfleet.server.config import ServerConfig
 from comfyfleet.server.event_log import EventLog
 from comfyfleet.server.hub import Hub
 from comfyfleet.server.identity import process_alive, this_gateway
+from comfyfleet.server.relay import ClientRelay
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
+from comfyfleet.store.postgres_url import is_postgres_url
 from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
 from comfyfleet.webhooks import WebhookSender, WebhookSettings
 from comfyfleet.webhooks.signing import parse_secret
@@ -56,6 +59,7 @@ class Gateway:
     webhooks: WebhookSender  # job ends to webhooks, from the store's outbox
     events: EventLog | None  # every prompt's client stream, for followers (None: kept off)
     owners: BackendOwnership  # the backends this gateway dispatches to, of those it knows
+    relay: ClientRelay | None  # other gateways' prompts to this one's clients (None: no others)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -105,10 +109,13 @@ class Gateway:
         )
         webhooks = WebhookSender(store, webhook_settings(config))
         scheduler.observers.add(webhooks)
-        events = None
+        events = relay = None
         if config.events_retention > 0:
             events = EventLog(store, config.events_retention)
             scheduler.observers.add(events)
+            if shared_store(config):
+                relay = ClientRelay(store, events, router, _recounter(scheduler, router))
+                scheduler.observers.add(relay)
         return cls(
             config,
             folders,
@@ -125,11 +132,21 @@ class Gateway:
             webhooks,
             events,
             owners,
+            relay,
         )
 
     async def start(self) -> None:
         await self.store.open()
         await self._join()
+        if self.events is not None:
+            await self.events.start()
+        if self.relay is not None:
+            await self.relay.start()
+        elif shared_store(self.config):
+            log.warning(
+                "events_retention = 0: with several gateways, a client gets the frames of "
+                "the prompts its own gateway runs only (and subscribe and SSE are off)"
+            )
         await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
         await self.webhooks.start()  # before any job ends: the store matches its targets
         for raw in await self.store.backends():
@@ -202,6 +219,8 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.relay is not None:
+            await self.relay.close()
         if self.events is not None:
             await self.events.close()  # the last events written; followers end
         await self.hub.close_all()
@@ -255,6 +274,37 @@ class Gateway:
             except Exception:
                 log.exception("retention failed")
             await asyncio.sleep(60)
+
+
+def shared_store(config: ServerConfig) -> bool:
+    """Whether other gateways may share the store (PostgreSQL; a SQLite file has one)."""
+    return isinstance(config.store, str) and is_postgres_url(config.store)
+
+
+def _recounter(scheduler: Scheduler, router: ClientRouter) -> Callable[[], Awaitable[None]]:
+    """Read the queue's size from the store and send it (a `status` frame). Callers that
+    ask while a count is read share the next one (read after they asked): one count at a
+    time, however many prompts end at once."""
+    next_count: asyncio.Future[None] | None = None
+    counting = asyncio.Lock()
+
+    async def count() -> None:
+        nonlocal next_count
+        async with counting:
+            next_count = None  # who asks from now on waits for the count after this one
+            try:
+                await scheduler.recount()
+            except StoreError as exc:  # the count held so far is sent
+                log.warning("cannot count the queue: %s", exc)
+
+    async def recount() -> None:
+        nonlocal next_count
+        if next_count is None:
+            next_count = asyncio.ensure_future(count())
+        await asyncio.shield(next_count)
+        router.queue_changed(scheduler.queue_remaining)
+
+    return recount
 
 
 def fanout_settings(config: ServerConfig) -> FanoutSettings:

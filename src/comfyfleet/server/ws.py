@@ -39,7 +39,8 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     await ws.prepare(request)
     sid = request.query.get("clientId") or uuid.uuid4().hex
     # Addressed by tenant and client id: the same client id of two tenants is two clients.
-    key = client_key(tenant_name(request), sid)
+    tenant = tenant_name(request)
+    key = client_key(tenant, sid)
     sock = ClientSocket(key, ws, request.transport)
     subscriptions = Subscriptions(sock, gw, scope(request))
     gw.hub.attach(sock)
@@ -47,6 +48,8 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         sock.send_json("status", events.status(gw.scheduler.queue_remaining, sid=sid))
         for event, data in gw.router.catch_up(key):
             sock.send_json(event, data)
+        if gw.relay is not None:  # its prompts that other gateways run, from the log
+            await gw.relay.connected(tenant, sid)
         first = True
         async for message in ws:
             if message.type == WSMsgType.TEXT:
@@ -60,6 +63,8 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                 break
     finally:
         gw.hub.detach(sock)
+        if gw.relay is not None:
+            gw.relay.disconnected(tenant, sid)
         await subscriptions.close()
         await sock.drain_and_stop()
     return ws

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.domain.webhooks import (
     DeliveryAttempt,
@@ -219,6 +219,14 @@ class PromptEventLog(Protocol):
         """Delete every event of each prompt whose newest event was appended before this
         time and whose job is not pending or running (gone jobs included); returns how
         many events went."""
+
+    async def watch_events(self, wake: Callable[[EventsAppended], None]) -> None:
+        """Call `wake` on the event loop once for each prompt of every committed append,
+        by any process sharing the store: in-process with SQLite (after the commit), by
+        LISTEN/NOTIFY with PostgreSQL (notified in the appending transaction). A listener
+        that lost its connection reconnects, then wakes each prompt appended to since a
+        little before the loss (and `EventsAppended(None, ...)` when there are too many):
+        nothing committed goes unannounced."""
 
 
 class JobStore(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import time
 import uuid
@@ -47,7 +48,7 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
@@ -68,6 +69,8 @@ from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.commit_times import CommitTimes
+from comfyfleet.store.event_wakeups import EventsWake
+from comfyfleet.store.postgres_listener import Listener
 from comfyfleet.store.postgres_text import (
     from_db,
     from_db_or_none,
@@ -79,6 +82,8 @@ from comfyfleet.store.postgres_url import redact_url
 from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 Q = webhooks.with_deliveries(load_blocks("postgres_queries.sql"))
 SCHEMA = load_blocks("postgres_schema.sql")
@@ -93,6 +98,14 @@ MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 
 #: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work.
 WORK_CHANNEL = "comfyfleet_work"
+#: Where event log appends are announced (see postgres_event_log.parse_wakeup).
+EVENTS_CHANNEL = "comfyfleet_events"
+
+#: How the listening connection names itself (pg_stat_activity.application_name).
+LISTENER_NAME = "comfyfleet-listener"
+#: Prompts woken one by one after the listener lost its connection; with more, every
+#: follower reads the log again.
+CATCH_UP_MAX = 10_000
 
 #: The counter is a bigint sequence: a stored number past this does not move it.
 COUNTER_MAX = 2**62
@@ -158,8 +171,11 @@ class PostgresStore:
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._owner_db = to_db(self.owner)
         self._instance = uuid.uuid4().hex
-        self._listener: Any = None  # the connection that LISTENs for wake-ups
+        self._listener = Listener(
+            self._listening_connection, self._catch_up, (*DRIVER_ERRORS, TimeoutError)
+        )
         self._wakes: list[Callable[[str], None]] = []
+        self._event_wakes: list[EventsWake] = []
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self._url)!r}, schema={self._schema!r})"
@@ -198,10 +214,7 @@ class PostgresStore:
 
     async def close(self) -> None:
         """Release every connection (each change was committed when it returned)."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with contextlib.suppress(*DRIVER_ERRORS):
-                await listener.close()
+        await self._listener.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             with self._wrapped("cannot close"):
@@ -584,21 +597,40 @@ class PostgresStore:
         """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
         come through it, this one's own included."""
         self._wakes.append(wake)
-        if self._listener is not None:
-            return
         self._db()
-        settings = {} if self._schema is None else {"search_path": _quote(self._schema)}
         with self._wrapped("cannot listen for work"):
-            listener = await asyncpg.connect(
-                self._url, timeout=self._connect_timeout, server_settings=settings
-            )
-            await listener.add_listener(WORK_CHANNEL, self._notified)
-        self._listener = listener
+            await self._listener.listen(WORK_CHANNEL, self._work_notified)
 
-    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def _work_notified(self, payload: str) -> None:
         owner = from_db(payload)
         for wake in self._wakes:
             wake(owner)
+
+    async def _listening_connection(self) -> Any:
+        # Named with its gateway, so an operator can tell whose it is.
+        settings = {"application_name": f"{LISTENER_NAME} {self.owner}"[:63]}
+        if self._schema is not None:
+            settings["search_path"] = _quote(self._schema)
+        return await asyncpg.connect(
+            self._url, timeout=self._connect_timeout, server_settings=settings
+        )
+
+    async def _catch_up(self, since: float) -> None:
+        """After the listener lost its connection: wake-ups for what may have been missed."""
+        if self._wakes:
+            self._work_notified("")  # no gateway's own: idle slots look at the queue
+        if not self._event_wakes:
+            return
+        try:
+            found = await self._run(lambda db: event_log.appended_since(db, since, CATCH_UP_MAX))
+        except StoreError as exc:
+            log.warning("cannot read what was appended while not listening: %s", exc)
+            found = None
+        if found is None or len(found) >= CATCH_UP_MAX:
+            found = [EventsAppended(None, None, ours=False)]
+        for woken in found:
+            for wake in self._event_wakes:
+                wake(woken)
 
     # -- jobs and history ---------------------------------------------------------
 
@@ -816,7 +848,22 @@ class PostgresStore:
         if not events:
             return []
         now = self._clock()
-        return await self._run(lambda db: event_log.append(db, events, now))
+        return await self._run(lambda db: event_log.append(db, events, now, self._instance))
+
+    async def watch_events(self, wake: EventsWake) -> None:
+        """LISTEN (on the connection that listens for work) for every gateway's appends."""
+        self._event_wakes.append(wake)
+        self._db()
+        with self._wrapped("cannot listen for events"):
+            await self._listener.listen(EVENTS_CHANNEL, self._events_notified)
+
+    def _events_notified(self, payload: str) -> None:
+        woken = event_log.parse_wakeup(payload, self._instance)
+        if woken is None:
+            log.warning("ignored a malformed wake-up on %s", EVENTS_CHANNEL)
+            return
+        for wake in self._event_wakes:
+            wake(woken)
 
     async def prompt_events(
         self, prompt_id: str, after: int = 0, limit: int = 500

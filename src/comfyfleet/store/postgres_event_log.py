@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
 from comfyfleet.store.postgres_text import from_db, to_db
 from comfyfleet.store.sql_blocks import load_blocks
 
@@ -19,13 +19,18 @@ Q = load_blocks("postgres_queries.sql")
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-async def append(db: Any, events: Sequence[NewPromptEvent], now: float) -> list[PromptEvent]:
+async def append(
+    db: Any, events: Sequence[NewPromptEvent], now: float, instance: str
+) -> list[PromptEvent]:
+    """Append, and announce each prompt on the events channel in the same transaction
+    (see parse_wakeup), as store `instance`."""
     rows = await db.fetch(
         Q["append_prompt_events"],
         [to_db(e.prompt_id) for e in events],
         [to_db(e.type) for e in events],
         [_dumps(e.data) for e in events],
         now,
+        instance,
     )
     # Inserted in the order given, each taking the identity's next value: sorted ids
     # pair with the events in order, whatever order RETURNING lists them in.
@@ -41,3 +46,25 @@ async def after(db: Any, prompt_id: str, after_id: int, limit: int) -> list[Prom
 async def prune(db: Any, before: float) -> int:
     gone: int = await db.fetchval(Q["prune_prompt_events"], before)
     return gone
+
+
+def parse_wakeup(payload: str, instance: str) -> EventsAppended | None:
+    """A notification's payload, `INSTANCE DIGEST PROMPT_ID`: the store instance that
+    appended, the prompt's client digest (`-`: none), the prompt id as stored (empty when
+    it is longer than NAMED_MAX characters, which a notification could not hold). At most
+    about 4 KB, below PostgreSQL's 8,000 bytes. None when malformed."""
+    parts = payload.split(" ", 2)
+    if len(parts) != 3 or not parts[0] or not parts[1]:
+        return None
+    origin, digest, prompt_id = parts
+    return EventsAppended(
+        from_db(prompt_id) if prompt_id else None,
+        None if digest == "-" else digest,
+        ours=origin == instance,
+    )
+
+
+async def appended_since(db: Any, since: float, limit: int) -> list[EventsAppended]:
+    """Each prompt (at most `limit`) with an event appended at or after `since`."""
+    rows = await db.fetch(Q["prompts_appended_since"], since, limit)
+    return [EventsAppended(from_db(r[0]), r[1], ours=False) for r in rows]

@@ -399,12 +399,31 @@ DELETE FROM idempotency_keys WHERE (tenant, key) IN (
 
 -- name: append_prompt_events
 -- The events side by side ($1 prompt ids, $2 types, $3 data), inserted in the order
--- given, so their ids grow in that order.
-INSERT INTO event_log (prompt_id, type, data, at)
-SELECT e.prompt_id, e.type, e.data, $4
-FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS e (prompt_id, type, data, n)
-ORDER BY e.n
-RETURNING id
+-- given, so their ids grow in that order. In the same transaction, one notification per
+-- prompt on comfyfleet_events, delivered once the rows are committed: `$5 DIGEST ID`
+-- ($5: the appending store instance; DIGEST: event_wakeups.client_digest of the job's
+-- client, `-` for none; ID: the prompt id, empty past 1,000 characters).
+WITH inserted AS (
+    INSERT INTO event_log (prompt_id, type, data, at)
+    SELECT e.prompt_id, e.type, e.data, $4
+    FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS e (prompt_id, type, data, n)
+    ORDER BY e.n
+    RETURNING id
+), woken AS (
+    SELECT pg_notify('comfyfleet_events', $5::text || ' '
+        || coalesce(left(md5(length(j.tenant) || ':' || j.tenant || j.client_id), 16), '-')
+        || ' ' || CASE WHEN length(p.prompt_id) <= 1000 THEN p.prompt_id ELSE '' END)
+    FROM (SELECT DISTINCT prompt_id FROM unnest($1::text[]) AS u (prompt_id)) p
+    LEFT JOIN jobs j ON j.prompt_id = p.prompt_id
+)
+SELECT i.id FROM inserted i, (SELECT count(*) FROM woken) w
+
+-- name: prompts_appended_since
+-- Each prompt with an event appended at or after $1 (at most $2), with its client's
+-- digest as append_prompt_events notifies it (NULL: none).
+SELECT p.prompt_id, left(md5(length(j.tenant) || ':' || j.tenant || j.client_id), 16)
+FROM (SELECT DISTINCT prompt_id FROM event_log WHERE at >= $1 LIMIT $2) p
+LEFT JOIN jobs j ON j.prompt_id = p.prompt_id
 
 -- name: prompt_events
 SELECT id, type, data, at FROM event_log WHERE prompt_id = $1 AND id > $2 ORDER BY id LIMIT $3

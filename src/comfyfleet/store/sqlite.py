@@ -44,6 +44,7 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
     WebhookTarget,
 )
+from comfyfleet.store import event_wakeups
 from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
 from comfyfleet.store import sqlite_idempotency as idempotency
@@ -52,6 +53,7 @@ from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
 from comfyfleet.store.commit_times import CommitTimes
+from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")
@@ -280,6 +282,7 @@ class SQLiteStore:
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._instance = uuid.uuid4().hex
         self._wakes: list[Callable[[str], None]] = []
+        self._event_wakes: list[EventsWake] = []
 
     @property
     def stats(self) -> WriterStats:
@@ -603,8 +606,16 @@ class SQLiteStore:
             return []
         now = self._clock()
         op = functools.partial(event_log.append, rows=event_log.encode(events), now=now)
-        ids = await self._write(op)
+        ids, prompts = await self._write(op)
+        if self._event_wakes:
+            for woken in event_wakeups.appended(prompts):
+                for wake in self._event_wakes:
+                    wake(woken)
         return [PromptEvent(i, e.prompt_id, e.type, e.data, now) for i, e in zip(ids, events)]
+
+    async def watch_events(self, wake: EventsWake) -> None:
+        """In-process: one SQLite file has one gateway, so every append is this one's."""
+        self._event_wakes.append(wake)
 
     async def prompt_events(
         self, prompt_id: str, after: int = 0, limit: int = 500

@@ -36,6 +36,7 @@ SELECT_AFTER = """
 SELECT id, type, data, at FROM event_log INDEXED BY event_log_prompt
 WHERE prompt_id = ? AND id > ? ORDER BY id LIMIT ?
 """
+SELECT_CLIENT = "SELECT tenant, client_id FROM jobs WHERE prompt_id = ?"
 # Prompts with an event older than the cutoff (found by time, so each prune reads only
 # what aged since the last), whose newest event is older too and whose job is over.
 PRUNE = """
@@ -63,12 +64,22 @@ def encode(events: Sequence[NewPromptEvent]) -> list[tuple[str, str, str]]:
 # -- writer thread ------------------------------------------------------------------
 
 
-def append(conn: sqlite3.Connection, rows: list[tuple[str, str, str]], now: float) -> list[int]:
+def append(
+    conn: sqlite3.Connection, rows: list[tuple[str, str, str]], now: float
+) -> tuple[list[int], list[tuple[str, str | None, str | None]]]:
+    """The ids of the rows appended, and (prompt_id, tenant, client_id) of each prompt
+    appended to (tenant None: no such job), for the wake-ups."""
     conn.executemany(INSERT, [(*row, now) for row in rows])
     # One connection writes, and AUTOINCREMENT takes the largest id ever used plus one:
     # the rows of one statement have consecutive ids, ending at the last one inserted.
     last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-    return list(range(last - len(rows) + 1, last + 1))
+    prompts = list(dict.fromkeys(row[0] for row in rows))
+    return list(range(last - len(rows) + 1, last + 1)), [_client(conn, p) for p in prompts]
+
+
+def _client(conn: sqlite3.Connection, prompt_id: str) -> tuple[str, str | None, str | None]:
+    row = conn.execute(SELECT_CLIENT, (prompt_id,)).fetchone()
+    return (prompt_id, None, None) if row is None else (prompt_id, row[0], row[1])
 
 
 def prune(conn: sqlite3.Connection, before: float) -> int:

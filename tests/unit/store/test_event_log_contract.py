@@ -3,11 +3,13 @@ store (conftest.py). Only the public interface is used."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
 from comfyfleet.store.base import JobStore
+from comfyfleet.store.event_wakeups import client_digest
 from tests.unit.store.stores import Clock
 from tests.unit.store.test_store_contract import new_job, result
 
@@ -109,3 +111,39 @@ async def test_prune_keeps_the_events_of_pending_and_running_jobs(
     assert len(await store.prompt_events("running")) == 1
     assert len(await store.prompt_events("pending")) == 1
     assert await store.prompt_events("finished") == []
+
+
+async def woken_by(store: JobStore) -> list[EventsAppended]:
+    """Watch the store's appends; the list fills as wake-ups arrive (see `arrived`)."""
+    found: list[EventsAppended] = []
+    await store.watch_events(found.append)
+    return found
+
+
+async def arrived(found: list[EventsAppended], count: int) -> list[EventsAppended]:
+    async with asyncio.timeout(10):
+        while len(found) < count:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # no more than that
+    return found
+
+
+async def test_each_append_wakes_each_prompt_with_its_clients_digest(store: JobStore) -> None:
+    client = "c\x00\x01é"  # digested as the database stores it
+    await store.submit(new_job("with-client", client_id=client, tenant="acme"))
+    await store.submit(new_job("without-client"))
+    found = await woken_by(store)
+    await store.append_prompt_events(
+        [event("with-client", 0), event("without-client", 0), event("with-client", 1)]
+    )
+    await store.append_prompt_events([event("unknown", 0)])
+    assert sorted(await arrived(found, 3), key=str) == sorted(
+        [
+            EventsAppended("with-client", client_digest("acme", client), ours=True),
+            EventsAppended("without-client", None, ours=True),
+            EventsAppended("unknown", None, ours=True),
+        ],
+        key=str,
+    )
+    assert client_digest("acme", client) != client_digest("default", client)
+    assert client_digest("a", "bc") != client_digest("ab", "c")

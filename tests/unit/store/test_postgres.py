@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,9 +14,10 @@ import pytest
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
-from comfyfleet.domain.prompt_events import NewPromptEvent
+from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
+from comfyfleet.store.event_wakeups import client_digest
 from comfyfleet.store.postgres import PostgresStore
 from tests.postgres import killed_sessions_settled, run_sync, schema_for
 from tests.unit.store.stores import Clock, kill_while_submitting
@@ -388,5 +389,66 @@ async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
         await other.submit(new_job("imported", 500))
         assert await store.next_number() == 501
         assert await other.next_number() == 502
+    finally:
+        await other.close()
+
+
+async def listener_sessions(url: str) -> list[int]:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name LIKE $1",
+            postgres_module.LISTENER_NAME + " %",
+        )
+        return [row[0] for row in rows]
+    finally:
+        await conn.close()
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def test_another_processes_appends_wake_this_one(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    other = PostgresStore(postgres_url, schema=schema)
+    await other.open()
+    try:
+        await other.submit(replace(new_job("theirs"), client_id="c"))
+        found: list[EventsAppended] = []
+        await store.watch_events(found.append)
+        await other.append_prompt_events([NewPromptEvent("theirs", "progress", {})])
+        await until(lambda: len(found) == 1)
+        assert found == [EventsAppended("theirs", client_digest("default", "c"), ours=False)]
+    finally:
+        await other.close()
+
+
+async def test_a_listener_that_lost_its_connection_listens_again_and_catches_up(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    other = PostgresStore(postgres_url, schema=schema)
+    await other.open()
+    try:
+        found: list[EventsAppended] = []
+        work: list[str] = []
+        await store.watch_events(found.append)
+        await store.watch_work(work.append)
+        (pid,) = await listener_sessions(postgres_url)
+        assert await sql(postgres_url, schema, f"SELECT pg_terminate_backend({pid})")
+        # Appended while nothing listens (most runs), or just after: announced either way.
+        await other.append_prompt_events([NewPromptEvent("meanwhile", "progress", {})])
+        await until(lambda: any(w.prompt_id == "meanwhile" for w in found))
+        await until(lambda: store._listener.reconnects == 1)
+        assert "" in work  # slots look at the queue again too
+        (again,) = await listener_sessions(postgres_url)
+        assert again != pid
+        # And it listens: the next append is notified.
+        await other.append_prompt_events([NewPromptEvent("after", "progress", {})])
+        await until(lambda: any(w.prompt_id == "after" for w in found))
     finally:
         await other.close()
