@@ -9,9 +9,9 @@ import signal
 
 from aiohttp import web
 
-from comfyfleet.providers.emulator import build_emulator_app
-from comfyfleet.providers.emulator_state import EmulatorSettings
 from comfyfleet.providers.retry import parse_duration
+from comfyfleet.testing.emulators.app import build_emulator_app
+from comfyfleet.testing.emulators.state import EmulatorSettings
 
 log = logging.getLogger("comfyfleet.emulator")
 
