@@ -132,7 +132,7 @@ async def _serve(host: str, port: int, settings: EmulatorSettings) -> int:
         await runner.cleanup()
         return 1
     log.info(
-        "emulating the BFL, OpenAI images and OpenAI videos APIs on http://%s:%s (%d key(s) accepted%s)",
+        "emulating the BFL, OpenAI images and videos APIs on http://%s:%s (%d key(s) accepted%s)",
         host,
         port,
         len(settings.keys),
