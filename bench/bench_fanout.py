@@ -37,9 +37,9 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
-from comfyfleet.providers.emulator import build_emulator_app, emulator_state
-from comfyfleet.providers.emulator_state import EmulatorSettings, EmulatorState
 from comfyfleet.store.sqlite import SQLiteStore
+from comfyfleet.testing.emulators.app import build_emulator_app, emulator_state
+from comfyfleet.testing.emulators.state import EmulatorSettings, EmulatorState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure

@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from comfyfleet.providers.emulator import build_emulator_app, emulator_state
-from comfyfleet.providers.emulator_state import EmulatorSettings, EmulatorState
+from comfyfleet.testing.emulators.app import build_emulator_app, emulator_state
+from comfyfleet.testing.emulators.state import EmulatorSettings, EmulatorState
 
 
 @dataclass

@@ -249,11 +249,13 @@ def blank_clip(width: int, height: int, frames: int = 8, fps: float = 8.0) -> by
 
 
 def media_type(data: bytes) -> str:
-    """The media type of encoded image bytes, by their signature."""
+    """The media type of encoded image (or MP4 video) bytes, by their signature."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
     if data.startswith(b"\xff\xd8\xff"):
         return "image/jpeg"
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
+    if data[4:8] == b"ftyp":
+        return "video/mp4"
     return "application/octet-stream"

@@ -1,4 +1,4 @@
-"""`comfyfleet emulate-provider`: the local BFL / OpenAI images API stand-in."""
+"""`comfyfleet emulate-provider`: the local stand-in for the paid APIs it speaks."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import signal
 
 from aiohttp import web
 
-from comfyfleet.providers.emulator import build_emulator_app
-from comfyfleet.providers.emulator_state import EmulatorSettings
 from comfyfleet.providers.retry import parse_duration
+from comfyfleet.testing.emulators.app import build_emulator_app
+from comfyfleet.testing.emulators.state import EmulatorSettings
 
 log = logging.getLogger("comfyfleet.emulator")
 
@@ -49,8 +49,8 @@ def add_emulate_parser(commands: argparse._SubParsersAction) -> None:
 
     emulate = commands.add_parser(
         "emulate-provider",
-        help="run a local stand-in for the BFL and OpenAI image APIs",
-        description="Speaks the BFL (FLUX) and OpenAI images protocols on one port; "
+        help="run a local stand-in for the BFL, OpenAI images and OpenAI videos APIs",
+        description="Speaks the BFL (FLUX), OpenAI images and OpenAI videos protocols on one port; "
         "GET /_emulator/stats shows the jobs it accepted.",
         formatter_class=HelpFormatter,
     )
@@ -81,7 +81,10 @@ def add_emulate_parser(commands: argparse._SubParsersAction) -> None:
         help="share of jobs refused by the content filter",
     )
     emulate.add_argument(
-        "--error-rate", type=_fraction, default=0.0, help="share of BFL jobs ending in Error"
+        "--error-rate",
+        type=_fraction,
+        default=0.0,
+        help="share of BFL and video jobs ending in failure",
     )
     emulate.add_argument(
         "--key",
@@ -129,7 +132,7 @@ async def _serve(host: str, port: int, settings: EmulatorSettings) -> int:
         await runner.cleanup()
         return 1
     log.info(
-        "emulating the BFL and OpenAI image APIs on http://%s:%s (%d key(s) accepted%s)",
+        "emulating the BFL, OpenAI images and videos APIs on http://%s:%s (%d key(s) accepted%s)",
         host,
         port,
         len(settings.keys),

@@ -22,6 +22,7 @@ from comfyfleet.fanout.drivers import Connection, Driver, Submitted
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Place
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
+from comfyfleet.fanout.results import result_value
 from comfyfleet.fanout.secrets import SecretVault
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.task import Task, TaskState
@@ -207,7 +208,7 @@ class JobRunner:
         )
 
     async def _succeeded(self, job: Job, data: bytes) -> None:
-        value = await asyncio.to_thread(lambda: imaging.decode(data)[0])
+        value = await asyncio.to_thread(result_value, job.task.kind, data)
         await self._journaled(job)
         if job.task.info.journal_id is not None:
             await self.journal.finish_remote_job(

@@ -16,14 +16,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from comfyfleet import imaging
 from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
 from comfyfleet.engine.context import NodeContext
 from comfyfleet.fanout import secrets
-from comfyfleet.fanout.drivers import DRIVERS, Driver
+from comfyfleet.fanout.drivers import INSTALLED, Driver
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Pool
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
+from comfyfleet.fanout.results import result_value
 from comfyfleet.fanout.runner import Job, JobRunner, describe
 from comfyfleet.fanout.secrets import SecretVault
 from comfyfleet.fanout.session import SessionLease
@@ -63,7 +63,8 @@ class FanoutService:
         settings = settings or FanoutSettings()
         self.journal = journal
         self.vault = vault or SecretVault()
-        self.drivers = dict(drivers or DRIVERS)
+        # By default the drivers the process installed, as it installs them.
+        self.drivers = INSTALLED if drivers is None else dict(drivers)
         self.pools = {IMAGE: Pool(IMAGE, settings.image), VIDEO: Pool(VIDEO, settings.video)}
         #: Bumped whenever a job fails or is cancelled: nodes put it in IS_CHANGED, so a
         #: cached failure is never replayed and re-queuing retries exactly what failed.
@@ -147,7 +148,7 @@ class FanoutService:
     ) -> Task:
         assert found.result is not None
         data = found.result
-        value = await asyncio.to_thread(lambda: imaging.decode(data)[0])
+        value = await asyncio.to_thread(result_value, found.kind, data)
         info = _info(request, node, self.drivers)
         info.reused = True
         info.journal_id, info.remote_id, info.attempts = found.id, found.remote_id, found.attempts

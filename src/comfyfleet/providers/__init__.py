@@ -1,7 +1,10 @@
-"""Clients for paid image-generation APIs (BFL FLUX, OpenAI-compatible images) and a
-local emulator of both."""
+"""What every paid-API client shares: one HTTP exchange and its retries, the errors a
+provider call can end in, rate-limit cooldowns, and redaction of keys.
 
-from comfyfleet.providers.bfl import BFLClient, SubmittedTask
+The providers themselves (client, driver and nodes) each have a package under
+`comfyfleet.nodes.providers`; their local stand-ins are in `comfyfleet.testing.emulators`.
+"""
+
 from comfyfleet.providers.errors import (
     AmbiguousSubmit,
     JobFailed,
@@ -10,21 +13,17 @@ from comfyfleet.providers.errors import (
     ProviderError,
     RateLimited,
 )
-from comfyfleet.providers.openai_images import OpenAIImagesClient
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.providers.retry import Backoff, Cooldown
 
 __all__ = [
     "AmbiguousSubmit",
-    "BFLClient",
     "Backoff",
     "Cooldown",
     "JobFailed",
     "ModerationError",
-    "OpenAIImagesClient",
     "ProviderCancelled",
     "ProviderError",
     "RateLimited",
     "Redactor",
-    "SubmittedTask",
 ]

@@ -15,7 +15,7 @@ from comfyfleet.engine.events import ProgressText
 from comfyfleet.engine.run import ExecutionResult
 from comfyfleet.fanout import FanoutSettings, PoolSize
 from comfyfleet.fanout.pool import WAIT_REPORT_INTERVAL
-from comfyfleet.providers.emulator_png import colour
+from comfyfleet.testing.emulators.png import colour
 from tests.helpers import Recorder
 from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, Rig
 

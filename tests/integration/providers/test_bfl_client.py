@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from comfyfleet.providers.bfl import BFLClient, SubmittedTask
+from comfyfleet.nodes.providers.bfl.client import BFLClient, SubmittedTask
 from comfyfleet.providers.errors import (
     AmbiguousSubmit,
     JobFailed,

@@ -7,7 +7,7 @@ import time
 
 import aiohttp
 
-from comfyfleet.providers.bfl import BFLClient
+from comfyfleet.nodes.providers.bfl.client import BFLClient
 from comfyfleet.providers.retry import Backoff, Cooldown
 from tests.integration.providers.conftest import KEY, Emulator
 

@@ -75,4 +75,4 @@ def test_serves_until_sigterm() -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err.decode()
-    assert b"emulating the BFL and OpenAI image APIs" in err
+    assert b"emulating the BFL, OpenAI images and videos APIs" in err

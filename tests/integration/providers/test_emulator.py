@@ -11,8 +11,8 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
-from comfyfleet.providers.emulator import build_emulator_app
-from comfyfleet.providers.emulator_state import EmulatorSettings, key_label
+from comfyfleet.testing.emulators.app import build_emulator_app
+from comfyfleet.testing.emulators.state import EmulatorSettings, key_label
 from tests.integration.providers.conftest import KEY, Emulator
 
 HEADERS = {"x-key": KEY}

@@ -10,10 +10,10 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from comfyfleet.providers.emulator_png import render_png
+from comfyfleet.nodes.providers.openai_images.client import FieldValue, OpenAIImagesClient
 from comfyfleet.providers.errors import AmbiguousSubmit, ModerationError, ProviderError
-from comfyfleet.providers.openai_images import FieldValue, OpenAIImagesClient
 from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.testing.emulators.png import render_png
 from tests.integration.providers.conftest import KEY, Emulator
 
 BODY: dict[str, Any] = {"model": "gpt-image-1", "prompt": "a blue whale", "size": "64x48"}

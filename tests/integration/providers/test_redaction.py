@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from comfyfleet.providers.bfl import BFLClient, SubmittedTask
+from comfyfleet.nodes.providers.bfl.client import BFLClient, SubmittedTask
+from comfyfleet.nodes.providers.openai_images.client import OpenAIImagesClient
 from comfyfleet.providers.errors import ProviderError
-from comfyfleet.providers.openai_images import OpenAIImagesClient
 from comfyfleet.providers.retry import Backoff, Cooldown
 from tests.integration.providers.conftest import KEY, Emulator
 

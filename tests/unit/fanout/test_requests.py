@@ -10,8 +10,8 @@ import pytest
 
 from comfyfleet import imaging
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
-from comfyfleet.nodes.providers.flux import MODELS, BFLFluxImage, dimensions, flux_body
-from comfyfleet.nodes.providers.openai import OpenAIImage, edit_files, openai_fields
+from comfyfleet.nodes.providers.bfl.nodes import MODELS, BFLFluxImage, dimensions, flux_body
+from comfyfleet.nodes.providers.openai_images.nodes import OpenAIImage, edit_files, openai_fields
 
 API = ApiConfig("http://127.0.0.1:8299", "env:BFL_API_KEY")
 

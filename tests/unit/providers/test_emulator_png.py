@@ -4,7 +4,7 @@ import io
 
 from PIL import Image
 
-from comfyfleet.providers.emulator_png import bfl_size, colour, openai_size, render_png
+from comfyfleet.testing.emulators.png import bfl_size, colour, openai_size, render_png
 
 
 def test_bfl_size_follows_width_height_or_aspect_ratio() -> None:

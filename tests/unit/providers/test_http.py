@@ -8,15 +8,15 @@ import random
 import pytest
 from multidict import CIMultiDict
 
+from comfyfleet.nodes.providers.bfl.client import _progress, _same_site
+from comfyfleet.nodes.providers.openai_images.client import OpenAIImagesClient
 from comfyfleet.providers._http import Attempts, Http, Reply, api_root
-from comfyfleet.providers.bfl import _progress, _same_site
 from comfyfleet.providers.errors import (
     AmbiguousSubmit,
     ModerationError,
     ProviderError,
     RateLimited,
 )
-from comfyfleet.providers.openai_images import OpenAIImagesClient
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.providers.retry import Backoff, Cooldown
 from tests.helpers import FakeTime

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from comfyfleet.nodes.core import batch, files, images, preview, primitives, transform, websocket
+from comfyfleet.nodes.core import (
+    batch,
+    files,
+    images,
+    preview,
+    primitives,
+    transform,
+    video,
+    websocket,
+)
 
-_MODULES = (images, transform, batch, files, primitives, preview, websocket)
+_MODULES = (images, transform, batch, files, primitives, preview, websocket, video)
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {}
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str | None] = {}

@@ -136,8 +136,11 @@ class SaveTarget:
         used = [int(m.group(1)) for m in matches if m]
         return max(used, default=0) + 1
 
-    def write_new(self, name: str, counter: int, data: bytes) -> tuple[str, int]:
-        """Write `data` to the first free `<name>_<counter:05>_.png`, never replacing a file.
+    def write_new(
+        self, name: str, counter: int, data: bytes, suffix: str = "png"
+    ) -> tuple[str, int]:
+        """Write `data` to the first free `<name>_<counter:05>_.<suffix>`, never replacing a
+        file.
 
         Each name is claimed with an exclusive create, so concurrent writers (threads or
         processes) that start from the same counter each end up with their own file.
@@ -145,7 +148,7 @@ class SaveTarget:
         """
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         while True:
-            filename = f"{name}_{counter:05}_.png"
+            filename = f"{name}_{counter:05}_.{suffix}"
             path = self.folder / filename
             try:
                 fd = os.open(path, flags, 0o666)

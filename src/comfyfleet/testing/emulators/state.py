@@ -13,7 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from comfyfleet.providers.emulator_png import render_png
+from comfyfleet.testing.emulators.png import render_png
 
 
 @dataclass
@@ -59,6 +59,24 @@ class Task:
 
 
 @dataclass
+class VideoJob:
+    """An emulated OpenAI video job; `outcome` is "completed" or an error code."""
+
+    id: str
+    key: str
+    model: str
+    created_at: int
+    ready_at: float
+    duration: float
+    outcome: str
+    size: tuple[int, int]
+    seconds: int
+    rgb: tuple[int, int, int]
+    deleted: bool = False
+    cancelled: bool = False  # deleted before it was done
+
+
+@dataclass
 class ImageFile:
     size: tuple[int, int]
     rgb: tuple[int, int, int]
@@ -89,6 +107,7 @@ class EmulatorState:
 
     def reset(self) -> None:
         self.tasks: dict[str, Task] = {}
+        self.videos: dict[str, VideoJob] = {}
         self.files: dict[str, ImageFile] = {}
         self.jobs_by_key: Counter[str] = Counter()
         self.jobs_by_model: Counter[str] = Counter()
@@ -205,7 +224,8 @@ class EmulatorState:
             "moderated": self.counts["moderated"],
             "polls": self.counts["polls"],
             "cancels": self.counts["cancels"],
-            "cancelled": sum(1 for t in self.tasks.values() if t.cancelled),
+            "cancelled": sum(1 for t in self.tasks.values() if t.cancelled)
+            + sum(1 for v in self.videos.values() if v.cancelled),
             "downloads": self.counts["downloads"],
             "unauthorized": self.counts["unauthorized"],
         }

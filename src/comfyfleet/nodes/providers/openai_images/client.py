@@ -32,13 +32,11 @@ from comfyfleet.providers.errors import (
     ModerationError,
     ProviderError,
 )
+from comfyfleet.providers.openai_errors import MODERATION_CODES, QUOTA_CODES, error_fields
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.providers.retry import Backoff, Cooldown
 
 PROVIDER = "openai"
-_MODERATION_CODES = frozenset({"moderation_blocked", "content_policy_violation"})
-# A 429 for these will not clear by waiting: the account is out of money.
-_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 
 FieldValue = str | int | float | bool
 
@@ -165,29 +163,16 @@ class OpenAIImagesClient:
         return images
 
     def _error(self, reply: Reply, what: str, *, idempotent: bool) -> ProviderError:
-        message, kind, code = _error_fields(reply)
+        message, kind, code = error_fields(reply)
         detail = short(f"{message} ({code or kind})" if code or kind else message)
-        if code in _MODERATION_CODES or "moderation" in kind:
+        if code in MODERATION_CODES or "moderation" in kind:
             text = self.redactor.text(f"{what}: {detail}")
             return ModerationError(PROVIDER, text, status=reply.status)
-        if reply.status == 429 and code in _QUOTA_CODES:
+        if reply.status == 429 and code in QUOTA_CODES:
             text = self.redactor.text(f"{what}: {detail}")
             return ProviderError(PROVIDER, text, status=429, retryable=False)
         error = self._http.error_for(reply, what, detail, creates_job=not idempotent)
         return error
-
-
-def _error_fields(reply: Reply) -> tuple[str, str, str]:
-    """(message, type, code) from `{"error": {...}}`, falling back to the raw body."""
-    data = reply.json()
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
-        return (
-            str(error.get("message") or ""),
-            str(error.get("type") or "").lower(),
-            str(error.get("code") or "").lower(),
-        )
-    return reply.body.decode("utf-8", "replace"), "", ""
 
 
 def _decode(what: str, text: str) -> bytes:

@@ -40,7 +40,7 @@ from comfyfleet.providers.errors import (
 from comfyfleet.providers.redact import Redactor
 from comfyfleet.providers.retry import Backoff, Cooldown
 
-log = logging.getLogger("comfyfleet.providers.bfl")
+log = logging.getLogger("comfyfleet.nodes.providers.bfl.client")
 
 PROVIDER = "bfl"
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -1,0 +1,1 @@
+"""Test support that ships with comfyfleet: local stand-ins for paid APIs."""
