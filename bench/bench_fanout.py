@@ -37,6 +37,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
+from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.store.sqlite import SQLiteStore
 from comfyfleet.testing.emulators.app import build_emulator_app, emulator_state
 from comfyfleet.testing.emulators.state import EmulatorSettings, EmulatorState
@@ -107,7 +108,7 @@ async def run_batch(
 async def rig(tmp: Path, settings: FanoutSettings) -> tuple[Engine, FanoutService, SQLiteStore]:
     store = SQLiteStore(tmp / f"journal-{time.monotonic_ns()}.db", synchronous="NORMAL")
     await store.open()
-    service = FanoutService(store, SecretVault(env={}), settings)
+    service = FanoutService(store, SecretVault(env={}), settings, DRIVERS)
     await service.resume()  # as `comfyfleet serve` does at start-up, before any prompt
     engine = Engine(build_registry(), Folders.under(tmp), services=service.services())
     return engine, service, store

@@ -26,6 +26,7 @@ from comfyfleet.fanout import SERVICE, FanoutService, FanoutSettings, MemoryJour
 from comfyfleet.fanout.secrets import SERVICE as SECRETS
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
+from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.protocol.errors import prompt_error_body
 from comfyfleet.store.base import RemoteJobJournal
 
@@ -52,7 +53,7 @@ def _fanout(journal: RemoteJobJournal) -> FanoutService:
     secrets_file = os.environ.get("COMFYFLEET_SECRETS_FILE") or None
     vault = SecretVault(Path(secrets_file) if secrets_file else None)
     settings = FanoutSettings.from_env(os.environ)
-    return FanoutService(journal, vault, settings, resume=False)
+    return FanoutService(journal, vault, settings, DRIVERS, resume=False)
 
 
 def _overridden(

@@ -12,7 +12,6 @@ asks the provider to stop it. Retries live in the clients.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,13 +71,3 @@ class Driver(Protocol):
     async def result(self, conn: Connection, remote_id: str, resume: dict[str, Any]) -> bytes: ...
 
     async def cancel(self, conn: Connection, remote_id: str, resume: dict[str, Any]) -> bool: ...
-
-
-#: The drivers this process installed, by provider name (see `install`).
-INSTALLED: dict[str, Driver] = {}
-
-
-def install(drivers: Mapping[str, Driver]) -> None:
-    """Make providers' drivers known to every fan-out service of the process (drivers
-    hold no state, so one of each serves all)."""
-    INSTALLED.update(drivers)

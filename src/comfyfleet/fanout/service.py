@@ -19,7 +19,7 @@ from typing import Any
 from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
 from comfyfleet.engine.context import NodeContext
 from comfyfleet.fanout import secrets
-from comfyfleet.fanout.drivers import INSTALLED, Driver
+from comfyfleet.fanout.drivers import Driver
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Pool
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
@@ -63,8 +63,9 @@ class FanoutService:
         settings = settings or FanoutSettings()
         self.journal = journal
         self.vault = vault or SecretVault()
-        # By default the drivers the process installed, as it installs them.
-        self.drivers = INSTALLED if drivers is None else dict(drivers)
+        # The providers it can send to, by name: whoever builds the process composes them
+        # (comfyfleet.nodes.providers.DRIVERS); fan-out knows no provider itself.
+        self.drivers = dict(drivers or {})
         self.pools = {IMAGE: Pool(IMAGE, settings.image), VIDEO: Pool(VIDEO, settings.video)}
         #: Bumped whenever a job fails or is cancelled: nodes put it in IS_CHANGED, so a
         #: cached failure is never replayed and re-queuing retries exactly what failed.

@@ -25,13 +25,8 @@ def build_registry(
     *, testing: bool = False, custom_nodes: Iterable[Path | str] = ()
 ) -> NodeRegistry:
     """The built-in packs (plus `testing` on request), then each custom-nodes folder,
-    then the Concurrent Submit twins of every image and video node they define. The
-    providers' drivers are installed for the process's fan-out services."""
-    from comfyfleet.fanout.drivers import install
+    then the Concurrent Submit twins of every image and video node they define."""
     from comfyfleet.nodes.fanout import add_submit_twins
-    from comfyfleet.nodes.providers import DRIVERS
-
-    install(DRIVERS)
 
     registry = NodeRegistry()
     for module in builtin_packs(testing=testing):

@@ -21,6 +21,7 @@ from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
 from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
+from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.backend_owners import BackendOwnership
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
@@ -77,7 +78,9 @@ class Gateway:
             owner=identity.id,
         )
         # Paid API jobs: shared pools, the store's journal, keys (fan-out and provider nodes).
-        fanout = FanoutService(store, SecretVault(config.secrets_file), fanout_settings(config))
+        fanout = FanoutService(
+            store, SecretVault(config.secrets_file), fanout_settings(config), DRIVERS
+        )
         engine = Engine(
             registry, folders, cache_entries=config.cache_entries, services=fanout.services()
         )

@@ -15,6 +15,7 @@ from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.fanout import FanoutService, FanoutSettings, SecretVault
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
+from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.store.sqlite import SQLiteStore
 from tests import emulators
 from tests.emulators import Emulator
@@ -75,7 +76,7 @@ async def make_rig(tmp_path: Path, nodes: NodeRegistry) -> AsyncIterator[MakeRig
         store = SQLiteStore(tmp_path / "journal.db", synchronous="NORMAL")
         await store.open()
         env = {KEY_ENV: KEY, WRONG_ENV: "not-the-key"}
-        service = FanoutService(store, SecretVault(env=env), settings)
+        service = FanoutService(store, SecretVault(env=env), settings, DRIVERS)
         engine = Engine(registry or nodes, Folders.under(tmp_path), services=service.services())
         made.append(Rig(engine, service, store, env))
         return made[-1]
