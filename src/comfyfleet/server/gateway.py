@@ -118,7 +118,9 @@ class Gateway:
     async def start(self) -> None:
         await self.store.open()
         await self._join()
-        await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
+        # Paid jobs left running (by this gateway before, or by one that died, now or
+        # later): poll them again, send nothing.
+        await self.fanout.resume(every=self.config.lease)
         await self.webhooks.start()  # before any job ends: the store matches its targets
         for raw in await self.store.backends():
             try:
