@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 
 from tests.integration.fanout.conftest import KEY, KEY_ENV, Emulator, start_emulator
@@ -22,6 +23,10 @@ from tests.servers import ServerProcess
 
 LEASE = 2.0
 JOBS = 4
+WAITED_ON = """
+SELECT count(*) FROM remote_job_waiters w JOIN remote_jobs r ON r.id = w.job_id
+WHERE r.state = 'running' AND r.remote_id IS NOT NULL
+"""
 
 
 @pytest.fixture
@@ -45,6 +50,20 @@ async def two_gateways(tmp_path: Path, url: str) -> AsyncIterator[list[ServerPro
             stack.callback(server.kill)
             servers.append(server)
         yield servers
+
+
+async def waiting_on(url: str, count: int) -> None:
+    """Until `count` sent jobs (their provider ids journaled) are waited on by a gateway
+    other than their owner."""
+    conn = await asyncpg.connect(url)
+    try:
+        for _ in range(200):
+            if await conn.fetchval(WAITED_ON) == count:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    raise AssertionError(f"{count} jobs were not waited on in time")
 
 
 def succeeded(entry: dict[str, Any]) -> int:
@@ -90,9 +109,8 @@ async def test_the_owner_killed_mid_job_its_jobs_are_polled_by_the_other_not_res
     ):
         first = (await post(session, owner, {"prompt": graph.prompt}))["prompt_id"]
         await until(lambda: slow_emulator.stats()["jobs"] == JOBS, "every job sent")
-        await asyncio.sleep(0.5)  # their ids reach the journal
         second = (await post(session, other, {"prompt": graph.prompt}))["prompt_id"]
-        await asyncio.sleep(1.0)  # the other waits on the owner's jobs
+        await waiting_on(postgres_database, JOBS)  # the other waits on the owner's jobs
         await asyncio.to_thread(owner.kill)
         # The other's own prompt, and the killed gateway's (re-queued there once its
         # lease has run out), both finish on the other, from the jobs already paid for.
@@ -121,7 +139,7 @@ async def test_an_interrupted_owner_hands_jobs_the_other_waits_on_over(
         first = (await post(session, owner, {"prompt": graph.prompt}))["prompt_id"]
         await until(lambda: slow_emulator.stats()["jobs"] == JOBS, "every job sent")
         second = (await post(session, other, {"prompt": graph.prompt}))["prompt_id"]
-        await asyncio.sleep(1.0)  # the other waits on the owner's jobs
+        await waiting_on(postgres_database, JOBS)  # the other waits on the owner's jobs
         async with session.post(f"{owner.url}/interrupt", json={"prompt_id": first}) as answer:
             assert answer.status == 200
         entry = await history(session, owner, first, timeout=20)
