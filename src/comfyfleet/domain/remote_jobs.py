@@ -61,3 +61,6 @@ class RemoteJob:
     finished_at: float | None = None
     result: bytes | None = None  # the downloaded file of a succeeded job
     result_type: str | None = None  # its media type
+    #: The gateway that sends and polls it (`store.owner`); another follows it through
+    #: the store, and takes it over only once this one's lease has run out.
+    owner: str | None = None

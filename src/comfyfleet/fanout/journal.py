@@ -2,6 +2,7 @@
 
 It keeps the store's journal contract (see `store.base.RemoteJobJournal`), so a
 run never sends one request twice either; it just forgets when the process ends.
+Only its own process writes it: every job is `owner`'s, and nobody else waits.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ _LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
 
 
 class MemoryJournal:
+    owner = "local"
+
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._jobs: dict[str, RemoteJob] = {}  # insertion order is creation order
         self._clock = clock
@@ -31,6 +34,9 @@ class MemoryJournal:
     async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
         if job.id in self._jobs:
             raise StoreError(f"remote job {job.id!r} already exists")
+        for existing in self._jobs.values():
+            if existing.request_hash == job.request_hash and existing.state in _LIVE:
+                return dataclasses.replace(existing, result=None)
         now = self._clock()
         fields = dataclasses.asdict(job)
         record = RemoteJob(
@@ -42,6 +48,7 @@ class MemoryJournal:
             attempts=0,
             created_at=now,
             updated_at=now,
+            owner=self.owner,
         )
         self._jobs[job.id] = record
         return record
@@ -102,6 +109,19 @@ class MemoryJournal:
             for job in self._jobs.values()
             if job.state in _LIVE
         ]
+
+    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
+        record = self._jobs.get(job_id)
+        if record is None or record.state not in _LIVE:
+            return None
+        return dataclasses.replace(record, result=None)
+
+    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
+        return None  # nobody else writes here: there is no other owner to wait on
+
+    async def release_remote_job(self, job_id: str) -> bool:
+        record = self._jobs.get(job_id)
+        return record is not None and record.state in _LIVE
 
     async def prune_remote_jobs(self, finished_before: float) -> int:
         gone = [

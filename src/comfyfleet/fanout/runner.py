@@ -2,7 +2,10 @@
 
 The journal is written before the job-creating request and gets the provider's
 id right after, so a restart can re-attach; the downloaded result is kept there,
-so a re-queue can reuse it. A cancelled job is cancelled at the provider too.
+so a re-queue can reuse it. When the journal already has a live job for the
+request (another gateway's), nothing is sent: the task follows that job. A
+cancelled job is cancelled at the provider too, unless another gateway waits on
+it: then it is handed to that gateway.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,17 @@ log = logging.getLogger(__name__)
 CANCEL_GRACE = 30.0
 #: What a failed job's node gets when its `skip_error` is on.
 SKIP_ERROR_SIZE = 512
+
+#: Following a live job of the journal (see follow.Follower.follow).
+Follow = Callable[[Task, RemoteJob, RemoteRequest | None], Awaitable[None]]
+
+
+class LiveElsewhere(Exception):
+    """The journal has a live job for this request already (another gateway's)."""
+
+    def __init__(self, record: RemoteJob) -> None:
+        super().__init__(record.id)
+        self.record = record
 
 
 @dataclass
@@ -73,8 +87,10 @@ class JobRunner:
         throttle_for: Callable[[str, ApiConfig], Throttle],
         cooldown_for: Callable[[str, ApiConfig], Cooldown],
         on_unusable: Callable[[Task], None],
+        follow: Follow,
     ) -> None:
         self.journal = journal
+        self.follow = follow
         self.vault = vault
         self.sessions = sessions
         self._throttle_for = throttle_for
@@ -100,6 +116,9 @@ class JobRunner:
             # decoded (in a worker thread) and journaled.
             place.leave()
             await self._succeeded(job, data)
+        except LiveElsewhere as elsewhere:
+            place.leave()  # waiting on another gateway's job takes no slot here
+            await self.follow(task, elsewhere.record, job.request)
         except asyncio.CancelledError:
             if not self.detached:
                 await self._ended(job, RemoteJobState.CANCELLED, None)
@@ -159,7 +178,11 @@ class JobRunner:
         # Known before the write, and the write shielded: a cancel arriving now still
         # finds the row and closes it, instead of leaving it looking sent.
         task.info.journal_id = new.id
-        job.record = await asyncio.shield(self.journal.record_remote_job(new))
+        recorded = await asyncio.shield(self.journal.record_remote_job(new))
+        if recorded.id != new.id:
+            task.info.journal_id = None
+            raise LiveElsewhere(recorded)
+        job.record = recorded
 
     async def _submit(self, job: Job, conn: Connection, request: RemoteRequest) -> Submitted:
         sending = asyncio.ensure_future(job.driver.submit(conn, request))
@@ -197,6 +220,11 @@ class JobRunner:
     async def _cancel_remote(self, job: Job, conn: Connection) -> None:
         remote_id = job.task.info.remote_id
         if remote_id is None:
+            return
+        await self._journaled(job)
+        journal_id = job.task.info.journal_id
+        if journal_id is not None and not await self.journal.release_remote_job(journal_id):
+            log.info("remote job %s left to the gateway that waits on it", remote_id)
             return
         resume = {**job.resume}
         cancelled = await job.driver.cancel(conn, remote_id, resume)

@@ -2,9 +2,10 @@
 
 Nodes reach it as the engine service "fanout". Asking for a job first looks for
 the same request running here, then in the journal (a finished result is
-reused, a job left running by an earlier process is re-attached), and only then
-sends a new one. Jobs run in pool slots owned by the service, never in the
-prompt's own node tasks, so a collector can wait for them from anywhere.
+reused; a live job is followed: waited on while another gateway runs it, polled
+once it is this gateway's or its owner is gone), and only then sends a new one.
+Jobs run in pool slots owned by the service, never in the prompt's own node
+tasks, so a collector can wait for them from anywhere.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
 from comfyfleet.engine.context import NodeContext
 from comfyfleet.fanout import secrets
 from comfyfleet.fanout.drivers import Driver
+from comfyfleet.fanout.follow import LOST_IN_FLIGHT, FollowActions, Follower, lost_error
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Pool
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
 from comfyfleet.fanout.results import result_value
-from comfyfleet.fanout.runner import Job, JobRunner, describe
+from comfyfleet.fanout.runner import Job, JobRunner, describe, white_image
 from comfyfleet.fanout.secrets import SecretVault
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.settings import FanoutSettings
@@ -39,11 +41,7 @@ log = logging.getLogger(__name__)
 SERVICE = "fanout"
 IMAGE, VIDEO = "image", "video"
 
-_LOST_IN_FLIGHT = (
-    "the server stopped while this job's request was being sent, so it may have been "
-    "created (and billed) without its id being recorded; it is not sent again "
-    "automatically. Queue the prompt again to send a new job"
-)
+_LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
 
 
 class FanoutService:
@@ -88,8 +86,17 @@ class FanoutService:
         self._runners: set[asyncio.Task[None]] = set()
         self._resumed: asyncio.Future[None] | None = None
         self._resume = resume
+        self._sweeper: asyncio.Task[None] | None = None
+        actions = FollowActions(self._send_into, self._poll_into, self._reuse_into, self._fail)
+        self.follower = Follower(journal, actions)
         self.runner = JobRunner(
-            journal, self.vault, self.sessions, self._throttle, self._cooldown, self._unusable
+            journal,
+            self.vault,
+            self.sessions,
+            self._throttle,
+            self._cooldown,
+            self._unusable,
+            self.follower.follow,
         )
 
     def services(self) -> dict[str, Any]:
@@ -130,33 +137,64 @@ class FanoutService:
         if found is not None:
             if found.state == RemoteJobState.SUCCEEDED and found.result is not None:
                 return await self._reused(found, request, node)
-            if found.state == RemoteJobState.RUNNING and found.remote_id:
-                return self._attach(found)  # left running by another process
+            if found.state in _LIVE:  # another gateway's, or left by an earlier process
+                task = self._new_task(request, node)
+                self._start(task, self.follower.follow(task, found, request))
+                return task
             if _lost_in_flight(found) and node is not None and found.prompt_id == node.prompt_id:
                 # The same prompt, run again after a restart: never send it twice by itself.
                 return self._failed_now(
-                    request, node, AmbiguousSubmit(found.provider, _LOST_IN_FLIGHT)
+                    request, node, AmbiguousSubmit(found.provider, LOST_IN_FLIGHT)
                 )
         place = await self.pools[request.kind].join(_waiting_text(node))
-        task = Task(request.kind, _info(request, node, self.drivers), request.request_hash)
-        self._live[request.request_hash] = task
+        task = self._new_task(request, node)
         driver = self.drivers[request.provider]
         self._start(task, self.runner.run(Job(task, driver, request.api, request), place))
+        return task
+
+    def _new_task(self, request: RemoteRequest, node: NodeContext | None) -> Task:
+        """A task for `request`, the one this gateway runs or follows for it from now."""
+        task = Task(request.kind, _info(request, node, self.drivers), request.request_hash)
+        self._live[request.request_hash] = task
         return task
 
     async def _reused(
         self, found: RemoteJob, request: RemoteRequest, node: NodeContext | None
     ) -> Task:
+        task = Task(found.kind, _info(request, node, self.drivers), found.request_hash)
+        await self._reuse_into(task, found)
+        return task
+
+    async def _reuse_into(self, task: Task, found: RemoteJob) -> None:
+        """Settle `task` with a finished job's result: no job sent for it."""
         assert found.result is not None
         data = found.result
         value = await asyncio.to_thread(result_value, found.kind, data)
-        info = _info(request, node, self.drivers)
+        info = task.info
         info.reused = True
         info.journal_id, info.remote_id, info.attempts = found.id, found.remote_id, found.attempts
-        task = Task(found.kind, info, found.request_hash)
         task.settle(TaskState.SUCCESS, value)
         self.reused[found.provider] += 1
-        return task
+
+    async def _send_into(self, task: Task, request: RemoteRequest) -> None:
+        """Send `request` as a new job for a task that followed one which ended unused."""
+        place = await self.pools[request.kind].join()
+        driver = self.drivers[request.provider]
+        await self.runner.run(Job(task, driver, request.api, request), place)
+
+    async def _poll_into(self, task: Task, record: RemoteJob) -> None:
+        """Poll a journaled job that has a remote id for `task`: no new request."""
+        place = await self.pools[record.kind].join()
+        api = ApiConfig.from_resume(record.resume)
+        await self.runner.run(Job(task, self.drivers[record.provider], api, record=record), place)
+
+    def _fail(self, task: Task, error: Exception, request: RemoteRequest | None) -> None:
+        describe(task, error, self.vault.redactor().text)
+        if request is not None and request.skip_error:
+            task.settle(TaskState.SKIPPED_ERROR, white_image(), error)
+        else:
+            task.settle(TaskState.FAILED, None, error)
+        self._unusable(task)
 
     def _failed_now(
         self, request: RemoteRequest, node: NodeContext | None, error: Exception
@@ -213,51 +251,67 @@ class FanoutService:
     def _unusable(self, task: Task) -> None:
         self.failure_epoch += 1
 
-    # -- after a restart -----------------------------------------------------------
+    # -- after a restart, and jobs whose gateway died ------------------------------------
 
-    async def resume(self) -> None:
-        """Re-attach the remote jobs an earlier process left running (at start-up)."""
+    async def resume(self, every: float | None = None) -> None:
+        """Re-attach the remote jobs an earlier process of this gateway left running, and
+        those of gateways that are gone (at start-up). With `every`, look again at that
+        interval: what a gateway dying later leaves is taken over, polled, never resent."""
         await self._resume_once()
+        if every is not None and self._resume and self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(every), name="fanout-take-over")
 
     async def _resume_once(self) -> None:
         if not self._resume:
             return
         if self._resumed is None:
-            self._resumed = asyncio.ensure_future(self._resume_live())
+            self._resumed = asyncio.ensure_future(self._take_over())
         await asyncio.shield(self._resumed)
 
-    async def _resume_live(self) -> None:
-        """Re-attach every job an earlier process left running (first use, not start-up:
-        the store opens after the service is made)."""
+    async def _sweep(self, every: float) -> None:
+        while not self.runner.detached:
+            await asyncio.sleep(every)
+            await self._take_over()
+
+    async def _take_over(self) -> None:
+        """Adopt and re-attach every live job that is this gateway's or orphaned, and not
+        followed here yet (first use, not start-up: the store opens after the service is
+        made). Another live gateway's jobs are left alone."""
         try:
             records = await self.journal.live_remote_jobs()
         except Exception:
             log.exception("cannot read the remote-job journal; nothing re-attached")
             return
+        taken = 0
         for record in records:
-            if _lost_in_flight(record):
-                error = {"class": "AmbiguousSubmit", "message": _LOST_IN_FLIGHT, "status": None}
-                await self.journal.finish_remote_job(record.id, RemoteJobState.FAILED, error=error)
-            elif record.request_hash not in self._live:
-                self._attach(record)
-        if records:
-            log.info("re-attached %d remote job(s) left running", len(records))
+            if record.request_hash in self._live or self.runner.detached:
+                continue
+            try:
+                adopted = await self.journal.adopt_remote_job(record.id)
+                if adopted is None:  # ended, or another gateway took it first
+                    continue
+                if adopted.remote_id is None:  # lost in flight: it cannot be polled
+                    error = lost_error()
+                    await self.journal.finish_remote_job(
+                        adopted.id, RemoteJobState.FAILED, error=error
+                    )
+                else:
+                    self._attach(adopted)
+            except Exception:
+                log.exception("cannot take over remote job %s", record.id)
+                continue
+            taken += 1
+        if taken:
+            log.info("took over %d remote job(s) left running", taken)
 
     def _attach(self, record: RemoteJob) -> Task:
-        """Follow a journaled job that has a remote id: poll it, no new request."""
-        api = ApiConfig.from_resume(record.resume)
-        driver = self.drivers[record.provider]
+        """Follow a journaled job, this gateway's, that has a remote id: poll it."""
         info = TaskInfo(record.provider, record.node_id, record.prompt_id)
         info.journal_id, info.remote_id = record.id, record.remote_id
-        info.endpoint = api.base_url
+        info.endpoint = ApiConfig.from_resume(record.resume).base_url
         task = Task(record.kind, info, record.request_hash)
         self._live[record.request_hash] = task
-
-        async def run() -> None:
-            place = await self.pools[record.kind].join()
-            await self.runner.run(Job(task, driver, api, record=record), place)
-
-        self._start(task, run())
+        self._start(task, self._poll_into(task, record))
         return task
 
     # -- waiting and cancelling -----------------------------------------------------------
@@ -304,6 +358,9 @@ class FanoutService:
 
     async def close(self) -> None:
         """Cancel whatever still runs (for `comfyfleet run` and tests)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         await self.watch.close()
         for runner in list(self._runners):
             runner.cancel()

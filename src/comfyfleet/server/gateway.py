@@ -150,7 +150,9 @@ class Gateway:
                 "events_retention = 0: with several gateways, a client gets the frames of "
                 "the prompts its own gateway runs only (and subscribe and SSE are off)"
             )
-        await self.fanout.resume()  # paid jobs left running: poll them again, send nothing
+        # Paid jobs left running (by this gateway before, or by one that died, now or
+        # later): poll them again, send nothing.
+        await self.fanout.resume(every=self.config.lease)
         await self.webhooks.start()  # before any job ends: the store matches its targets
         for raw in await self.store.backends():
             try:

@@ -749,14 +749,16 @@ class PostgresStore:
     async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         now = self._clock()
-        return await self._commit(lambda db: journal.record(db, job, now))
+        return await self._write(lambda conn: journal.record(conn, job, now, self.owner))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]
     ) -> bool:
-        """The provider's id for a live job; False if the job is unknown or final."""
+        """The provider's id for a live job; False if it is unknown, final or not ours."""
         encoded, now = _dumps(resume), self._clock()
-        return await self._commit(lambda db: journal.submitted(db, job_id, remote_id, encoded, now))
+        return await self._commit(
+            lambda db: journal.submitted(db, job_id, remote_id, encoded, now, self.owner)
+        )
 
     async def finish_remote_job(
         self,
@@ -768,12 +770,12 @@ class PostgresStore:
         error: dict[str, Any] | None = None,
         attempts: int | None = None,
     ) -> bool:
-        """How a live job ended; False if it is unknown or already final."""
+        """How a live job ended; False if it is unknown, already final or not ours."""
         check_remote_finish(state, result)
         encoded, now = (None if error is None else _dumps(error)), self._clock()
         return await self._commit(
             lambda db: journal.finish(
-                db, job_id, state, result, result_type, encoded, attempts, now
+                db, job_id, state, result, result_type, encoded, attempts, now, self.owner
             )
         )
 
@@ -789,7 +791,19 @@ class PostgresStore:
         return await self._snapshot(lambda conn: journal.reusable(conn, request_hash))
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
-        return await self._run(journal.live)
+        now = self._clock()
+        return await self._run(lambda db: journal.live(db, self.owner, now))
+
+    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
+        now = self._clock()
+        return await self._commit(lambda db: journal.adopt(db, job_id, self.owner, now))
+
+    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
+        await self._commit(lambda db: journal.wait(db, job_id, self.owner, waiting))
+
+    async def release_remote_job(self, job_id: str) -> bool:
+        now = self._clock()
+        return await self._write(lambda conn: journal.release(conn, job_id, self.owner, now))
 
     # -- webhook outbox -----------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 `db` is an asyncpg pool or connection; every statement is one of the named blocks of
 postgres_queries.sql. A final state is never overwritten: every update is fenced on
-the row still being live. Driver errors are wrapped by the store, not here.
+the row still being live, and on its owner (the gateway that sends and polls it). A
+request hash has at most one live job (a unique partial index): single flight across
+gateways. Driver errors are wrapped by the store, not here.
 """
 
 from __future__ import annotations
@@ -39,30 +41,46 @@ def _row(row: Sequence[Any]) -> RemoteJob:
         created_at=row[12],
         updated_at=row[13],
         finished_at=row[14],
-        result=None if row[15] is None else bytes(row[15]),
-        result_type=from_db_or_none(row[16]),
+        owner=from_db_or_none(row[15]),
+        result=None if row[16] is None else bytes(row[16]),
+        result_type=from_db_or_none(row[17]),
     )
 
 
-async def record(db: Any, job: NewRemoteJob, now: float) -> RemoteJob:
+#: Tries to record a job whose request's live job keeps ending just before it is read.
+_RECORD_TRIES = 5
+
+
+async def record(db: Any, job: NewRemoteJob, now: float, owner: str) -> RemoteJob:
+    """Record `job`, or return the live job that already has its request hash."""
+    if await db.fetchval(Q["remote_job_exists"], to_db(job.id)):
+        raise StoreError(f"remote job {job.id!r} already exists")
     params = (job.id, job.request_hash, job.provider, job.kind)
-    try:
-        row = await db.fetchrow(
-            Q["record_remote_job"],
-            *(to_db(value) for value in params),
-            to_db_or_none(job.prompt_id),
-            to_db_or_none(job.node_id),
-            _dumps(job.resume),
-            now,
-        )
-    except asyncpg.UniqueViolationError as exc:
-        raise StoreError(f"remote job {job.id!r} already exists") from exc
-    return _row(row)
+    for _ in range(_RECORD_TRIES):
+        try:
+            row = await db.fetchrow(
+                Q["record_remote_job"],
+                *(to_db(value) for value in params),
+                to_db_or_none(job.prompt_id),
+                to_db_or_none(job.node_id),
+                _dumps(job.resume),
+                now,
+                to_db(owner),
+            )
+        except asyncpg.UniqueViolationError as exc:
+            raise StoreError(f"remote job {job.id!r} already exists") from exc
+        if row is None:  # the request has a live job: read it (unless it has just ended)
+            row = await db.fetchrow(Q["remote_live_for_request"], to_db(job.request_hash))
+        if row is not None:
+            return _row(row)
+    raise StoreError(f"remote job {job.id!r}: its request's live job kept changing")
 
 
-async def submitted(db: Any, job_id: str, remote_id: str, resume: str, now: float) -> bool:
+async def submitted(
+    db: Any, job_id: str, remote_id: str, resume: str, now: float, owner: str
+) -> bool:
     done = await db.fetchval(
-        Q["remote_job_submitted"], to_db(job_id), to_db(remote_id), resume, now
+        Q["remote_job_submitted"], to_db(job_id), to_db(remote_id), resume, now, to_db(owner)
     )
     return bool(done)
 
@@ -76,6 +94,7 @@ async def finish(
     error: str | None,
     attempts: int | None,
     now: float,
+    owner: str,
 ) -> bool:
     done = await db.fetchval(
         Q["finish_remote_job"],
@@ -86,8 +105,32 @@ async def finish(
         error,
         attempts,
         now,
+        to_db(owner),
     )
     return bool(done)
+
+
+async def adopt(db: Any, job_id: str, owner: str, now: float) -> RemoteJob | None:
+    found = await db.fetchrow(Q["adopt_remote_job"], to_db(job_id), to_db(owner), now)
+    return None if found is None else _row(found)
+
+
+async def wait(db: Any, job_id: str, gateway: str, waiting: bool) -> None:
+    query = Q["wait_on_remote_job"] if waiting else Q["stop_waiting_on_remote_job"]
+    await db.execute(query, to_db(job_id), to_db(gateway))
+
+
+async def release(conn: Any, job_id: str, owner: str, now: float) -> bool:
+    """True: the job is `owner`'s and nobody live waits on it (cancel it). False: it
+    went to a live waiter, or it is not `owner`'s live job. In one transaction."""
+    key, me = to_db(job_id), to_db(owner)
+    if not await conn.fetchval(Q["own_live_remote_job"], key, me):  # locks the row
+        return False
+    waiter = await conn.fetchval(Q["live_waiter"], key, me, now)
+    if waiter is None:
+        return True
+    await conn.execute(Q["hand_over_remote_job"], key, me, waiter, now)
+    return False
 
 
 async def assign_slots(db: Any, slots: Sequence[tuple[str, int]]) -> None:
@@ -110,8 +153,8 @@ async def reusable(db: Any, request_hash: str) -> RemoteJob | None:
     return None if found is None else _row(found)
 
 
-async def live(db: Any) -> list[RemoteJob]:
-    return [_row(found) for found in await db.fetch(Q["remote_live"])]
+async def live(db: Any, owner: str, now: float) -> list[RemoteJob]:
+    return [_row(found) for found in await db.fetch(Q["remote_live"], to_db(owner), now)]
 
 
 async def prune(db: Any, before: float) -> int:

@@ -259,25 +259,77 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
 -- name: delete_backend
 DELETE FROM backends WHERE name = $1 RETURNING true
 
+-- The remote-job journal (see postgres_journal.py). Every write about a job is fenced on
+-- the job being live and on its owner; a request hash has at most one live job.
+
 -- name: record_remote_job
+-- Nothing is written when the request already has a live job (the caller reads that one).
 INSERT INTO remote_jobs (id, request_hash, provider, kind, prompt_id, node_id, slot, state,
                          remote_id, resume, error, attempts, created_at, updated_at,
-                         finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, NULL, 'submitting', NULL, $7, NULL, 0, $8, $8, NULL)
+                         finished_at, owner)
+VALUES ($1, $2, $3, $4, $5, $6, NULL, 'submitting', NULL, $7, NULL, 0, $8, $8, NULL, $9)
+ON CONFLICT (request_hash) WHERE state IN ('submitting', 'running') DO NOTHING
 RETURNING id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-          resume, error, attempts, created_at, updated_at, finished_at, result, result_type
+       resume, error, attempts, created_at, updated_at, finished_at, owner, result, result_type
+
+-- name: remote_job_exists
+SELECT true FROM remote_jobs WHERE id = $1
+
+-- name: remote_live_for_request
+SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+       resume, error, attempts, created_at, updated_at, finished_at, owner, NULL::bytea, NULL::text
+FROM remote_jobs WHERE request_hash = $1 AND state IN ('submitting', 'running')
 
 -- name: remote_job_submitted
 UPDATE remote_jobs SET state = 'running', remote_id = $2, resume = $3, updated_at = $4
-WHERE id = $1 AND state IN ('submitting', 'running')
+WHERE id = $1 AND state IN ('submitting', 'running') AND owner = $5
 RETURNING true
 
 -- name: finish_remote_job
-UPDATE remote_jobs
-SET state = $2, result = $3, result_type = $4, error = $5, attempts = coalesce($6, attempts),
-    updated_at = $7, finished_at = $7
+WITH done AS (
+    UPDATE remote_jobs
+    SET state = $2, result = $3, result_type = $4, error = $5,
+        attempts = coalesce($6, attempts), updated_at = $7, finished_at = $7
+    WHERE id = $1 AND state IN ('submitting', 'running') AND owner = $8
+    RETURNING id
+), waited AS (
+    DELETE FROM remote_job_waiters w USING done WHERE w.job_id = done.id
+)
+SELECT true FROM done
+
+-- name: adopt_remote_job
+-- The job is the caller's already, or its owner holds no lease ($3: the time now).
+UPDATE remote_jobs SET owner = $2, updated_at = $3
 WHERE id = $1 AND state IN ('submitting', 'running')
-RETURNING true
+  AND (owner IS NULL OR owner = $2 OR NOT EXISTS (
+      SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= $3))
+RETURNING id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+       resume, error, attempts, created_at, updated_at, finished_at, owner, NULL::bytea, NULL::text
+
+-- name: wait_on_remote_job
+INSERT INTO remote_job_waiters (job_id, gateway) VALUES ($1, $2) ON CONFLICT DO NOTHING
+
+-- name: stop_waiting_on_remote_job
+DELETE FROM remote_job_waiters WHERE job_id = $1 AND gateway = $2
+
+-- name: own_live_remote_job
+SELECT true FROM remote_jobs
+WHERE id = $1 AND state IN ('submitting', 'running') AND owner = $2
+FOR UPDATE
+
+-- name: live_waiter
+-- A live gateway other than the owner ($2) that waits on the job, the latest seen first.
+SELECT w.gateway FROM remote_job_waiters w JOIN gateways g ON g.id = w.gateway
+WHERE w.job_id = $1 AND w.gateway <> $2 AND g.lease_until >= $3
+ORDER BY g.seen_at DESC, g.id LIMIT 1
+
+-- name: hand_over_remote_job
+WITH handed AS (
+    UPDATE remote_jobs SET owner = $3, updated_at = $4
+    WHERE id = $1 AND state IN ('submitting', 'running') AND owner = $2
+    RETURNING id
+)
+DELETE FROM remote_job_waiters w USING handed WHERE w.job_id = handed.id AND w.gateway = $3
 
 -- name: assign_remote_slots
 UPDATE remote_jobs r SET slot = s.slot
@@ -286,31 +338,37 @@ WHERE r.id = s.id
 
 -- name: remote_job
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-       resume, error, attempts, created_at, updated_at, finished_at, result, result_type
+       resume, error, attempts, created_at, updated_at, finished_at, owner, result, result_type
 FROM remote_jobs WHERE id = $1
 
 -- name: remote_succeeded
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-       resume, error, attempts, created_at, updated_at, finished_at, result, result_type
+       resume, error, attempts, created_at, updated_at, finished_at, owner, result, result_type
 FROM remote_jobs WHERE request_hash = $1 AND state = 'succeeded'
 ORDER BY created_at DESC, pos DESC LIMIT 1
 
 -- name: remote_newest
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-       resume, error, attempts, created_at, updated_at, finished_at, NULL::bytea, NULL::text
+       resume, error, attempts, created_at, updated_at, finished_at, owner, NULL::bytea, NULL::text
 FROM remote_jobs WHERE request_hash = $1
 ORDER BY created_at DESC, pos DESC LIMIT 1
 
 -- name: remote_live
+-- This gateway's ($1) live jobs and orphans ($2: the time now), not another live one's.
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-       resume, error, attempts, created_at, updated_at, finished_at, NULL::bytea, NULL::text
-FROM remote_jobs WHERE state IN ('submitting', 'running')
+       resume, error, attempts, created_at, updated_at, finished_at, owner, NULL::bytea, NULL::text
+FROM remote_jobs
+WHERE state IN ('submitting', 'running')
+  AND (owner IS NULL OR owner = $1 OR NOT EXISTS (
+      SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= $2))
 ORDER BY created_at, pos
 
 -- name: prune_remote_jobs
 WITH gone AS (
     DELETE FROM remote_jobs WHERE finished_at < $1 AND state NOT IN ('submitting', 'running')
-    RETURNING 1
+    RETURNING id
+), waited AS (
+    DELETE FROM remote_job_waiters w USING gone WHERE w.job_id = gone.id
 )
 SELECT count(*) FROM gone
 

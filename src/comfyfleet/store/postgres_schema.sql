@@ -212,3 +212,26 @@ CREATE TABLE backend_owners (
     owner     TEXT COLLATE "C",
     since     DOUBLE PRECISION NOT NULL
 );
+
+-- name: migration_7
+-- Remote-job owners: one journal for every gateway (see postgres_journal.py). Older jobs
+-- have no owner (orphans any gateway may take over); of several live jobs for one request
+-- (from before), the sent and newest one is kept and the others end; then a request has at
+-- most one live job, and the gateways waiting on another's job are recorded.
+ALTER TABLE remote_jobs ADD COLUMN owner TEXT COLLATE "C";
+
+UPDATE remote_jobs SET state = 'failed', finished_at = updated_at,
+    error = '{"class":"Superseded","message":"another job for the same request was live when the journal became shared; this one is no longer followed","status":null}'
+WHERE state IN ('submitting', 'running') AND id <> (
+    SELECT k.id FROM remote_jobs k
+    WHERE k.request_hash = remote_jobs.request_hash AND k.state IN ('submitting', 'running')
+    ORDER BY k.remote_id IS NOT NULL DESC, k.created_at DESC, k.pos DESC LIMIT 1);
+
+CREATE UNIQUE INDEX remote_jobs_one_live ON remote_jobs (request_hash)
+    WHERE state IN ('submitting', 'running');
+
+CREATE TABLE remote_job_waiters (
+    job_id  TEXT COLLATE "C" NOT NULL,
+    gateway TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (job_id, gateway)
+);

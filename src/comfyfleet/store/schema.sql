@@ -114,13 +114,25 @@ CREATE TABLE remote_jobs (
     result_type  TEXT,
     created_at   REAL NOT NULL,
     updated_at   REAL NOT NULL,
-    finished_at  REAL
+    finished_at  REAL,
+    owner        TEXT  -- the gateway that sends and polls it (gateways.id)
 );
 
 CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at);
 CREATE INDEX remote_jobs_live ON remote_jobs (created_at)
     WHERE state IN ('submitting', 'running');
 CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- Single flight across gateways: one live job per request; the others wait on it.
+CREATE UNIQUE INDEX remote_jobs_one_live ON remote_jobs (request_hash)
+    WHERE state IN ('submitting', 'running');
+
+-- The gateways that wait on another gateway's live job: its owner hands it to one of
+-- them rather than cancel it (see sqlite_journal.release).
+CREATE TABLE remote_job_waiters (
+    job_id  TEXT NOT NULL,
+    gateway TEXT NOT NULL,
+    PRIMARY KEY (job_id, gateway)
+) WITHOUT ROWID;
 
 -- The gateways sharing this store, each with the lease that covers the jobs it runs
 -- (jobs.owner); see sqlite_leases.py.

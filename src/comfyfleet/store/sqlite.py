@@ -59,7 +59,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -94,6 +94,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     7: webhooks.migrate,  # the webhook outbox
     8: event_log.migrate,  # the prompt event log
     9: backend_owners.migrate,  # which gateway dispatches to each backend
+    10: journal.migrate_owners,  # remote-job owners: one journal for every gateway
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -483,20 +484,25 @@ class SQLiteStore:
     async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         op = functools.partial(
-            journal.record, job=job, resume=journal.encode(job.resume), now=self._clock()
+            journal.record,
+            job=job,
+            resume=journal.encode(job.resume),
+            now=self._clock(),
+            owner=self.owner,
         )
         return await self._write(op)
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]
     ) -> bool:
-        """The provider's id for a live job; False if the job is unknown or final."""
+        """The provider's id for a live job; False if it is unknown, final or not ours."""
         op = functools.partial(
             journal.submitted,
             job_id=job_id,
             remote_id=remote_id,
             resume=journal.encode(resume),
             now=self._clock(),
+            owner=self.owner,
         )
         return await self._write(op)
 
@@ -510,7 +516,7 @@ class SQLiteStore:
         error: dict[str, Any] | None = None,
         attempts: int | None = None,
     ) -> bool:
-        """How a live job ended; False if it is unknown or already final."""
+        """How a live job ended; False if it is unknown, already final or not ours."""
         op = functools.partial(
             journal.finish,
             job_id=job_id,
@@ -520,6 +526,7 @@ class SQLiteStore:
             error=journal.encode_finish(state, result, error),
             attempts=attempts,
             now=self._clock(),
+            owner=self.owner,
         )
         return await self._write(op)
 
@@ -535,7 +542,21 @@ class SQLiteStore:
         return await self._read(functools.partial(journal.reusable, request_hash=request_hash))
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
-        return await self._read(journal.live)
+        return await self._read(
+            functools.partial(journal.live, owner=self.owner, now=self._clock())
+        )
+
+    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
+        op = functools.partial(journal.adopt, job_id=job_id, owner=self.owner, now=self._clock())
+        return await self._write(op)
+
+    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
+        op = functools.partial(journal.wait, job_id=job_id, gateway=self.owner, waiting=waiting)
+        await self._write(op)
+
+    async def release_remote_job(self, job_id: str) -> bool:
+        op = functools.partial(journal.release, job_id=job_id, owner=self.owner, now=self._clock())
+        return await self._write(op)
 
     async def prune_remote_jobs(self, finished_before: float) -> int:
         return await self._write(functools.partial(journal.prune, before=finished_before))

@@ -2,7 +2,9 @@
 
 Writers run on the store's writer thread inside its transactions; readers on a
 reader thread. A final state is never overwritten: every update is fenced on the
-row still being live.
+row still being live, and on its owner (the gateway that sends and polls it).
+A request hash has at most one live job (a unique partial index): single flight
+across every process that shares the file.
 """
 
 from __future__ import annotations
@@ -53,27 +55,83 @@ REMOTE_JOBS_SCHEMA = (
     "WHERE finished_at IS NOT NULL",
 )
 
+#: Version 9: owners, one live job per request, and who waits on whose job.
+ONE_LIVE_PER_REQUEST = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS remote_jobs_one_live ON remote_jobs (request_hash) "
+    "WHERE state IN ('submitting', 'running')"
+)
+WAITERS_TABLE = """
+CREATE TABLE IF NOT EXISTS remote_job_waiters (
+    job_id  TEXT NOT NULL,
+    gateway TEXT NOT NULL,
+    PRIMARY KEY (job_id, gateway)
+) WITHOUT ROWID
+"""
+#: Live jobs that share a request with a newer (or sent) live one, from before owners:
+#: the one kept is followed, the others end. `?`: the error recorded.
+END_DUPLICATES = """
+UPDATE remote_jobs SET state = 'failed', error = ?, finished_at = updated_at
+WHERE state IN ('submitting', 'running') AND id <> (
+    SELECT k.id FROM remote_jobs k
+    WHERE k.request_hash = remote_jobs.request_hash AND k.state IN ('submitting', 'running')
+    ORDER BY k.remote_id IS NOT NULL DESC, k.created_at DESC, k.rowid DESC LIMIT 1)
+"""
+DUPLICATE_ERROR = {
+    "class": "Superseded",
+    "message": "another job for the same request was live when the journal became "
+    "shared; this one is no longer followed",
+    "status": None,
+}
+
 _LIVE = "('submitting', 'running')"
 _FIELDS = (
     "id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, "
-    "error, attempts, created_at, updated_at, finished_at"
+    "error, attempts, created_at, updated_at, finished_at, owner"
 )
+#: The job is the caller's (first `?`), or its owner holds no lease (second `?`: now).
+_OURS_OR_ORPHANED = """
+(owner IS NULL OR owner = ? OR NOT EXISTS (
+    SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= ?))
+"""
 INSERT = f"""
 INSERT INTO remote_jobs ({_FIELDS})
-VALUES (?, ?, ?, ?, ?, ?, NULL, 'submitting', NULL, ?, NULL, 0, ?, ?, NULL)
+VALUES (?, ?, ?, ?, ?, ?, NULL, 'submitting', NULL, ?, NULL, 0, ?, ?, NULL, ?)
 """
 SUBMITTED = f"""
 UPDATE remote_jobs SET state = 'running', remote_id = ?, resume = ?, updated_at = ?
-WHERE id = ? AND state IN {_LIVE}
+WHERE id = ? AND state IN {_LIVE} AND owner IS ?
 """
 FINISH = f"""
 UPDATE remote_jobs
 SET state = ?, result = ?, result_type = ?, error = ?, attempts = coalesce(?, attempts),
     updated_at = ?, finished_at = ?
-WHERE id = ? AND state IN {_LIVE}
+WHERE id = ? AND state IN {_LIVE} AND owner IS ?
+"""
+DROP_WAITERS = "DELETE FROM remote_job_waiters WHERE job_id = ?"
+ADOPT = f"""
+UPDATE remote_jobs SET owner = ?, updated_at = ?
+WHERE id = ? AND state IN {_LIVE} AND {_OURS_OR_ORPHANED}
+"""
+WAIT = "INSERT OR IGNORE INTO remote_job_waiters (job_id, gateway) VALUES (?, ?)"
+STOP_WAITING = "DELETE FROM remote_job_waiters WHERE job_id = ? AND gateway = ?"
+#: A live gateway other than the owner (`?`) that waits on the job, the latest seen first.
+LIVE_WAITER = """
+SELECT w.gateway FROM remote_job_waiters w JOIN gateways g ON g.id = w.gateway
+WHERE w.job_id = ? AND w.gateway <> ? AND g.lease_until >= ?
+ORDER BY g.seen_at DESC, g.id LIMIT 1
+"""
+HAND_OVER = f"""
+UPDATE remote_jobs SET owner = ?, updated_at = ? WHERE id = ? AND state IN {_LIVE} AND owner IS ?
+"""
+SELECT_LIVE_FOR_HASH = f"""
+SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE request_hash = ? AND state IN {_LIVE}
+"""
+SELECT_OWN_LIVE = f"""
+SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE id = ? AND state IN {_LIVE} AND owner IS ?
 """
 ASSIGN_SLOT = "UPDATE remote_jobs SET slot = ? WHERE id = ?"
 SELECT_ONE = f"SELECT {_FIELDS}, result, result_type FROM remote_jobs WHERE id = ?"
+SELECT_LIVE_ONE = f"SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE id = ?"
 SELECT_SUCCEEDED = f"""
 SELECT {_FIELDS}, result, result_type FROM remote_jobs
 WHERE request_hash = ? AND state = 'succeeded' ORDER BY created_at DESC, rowid DESC LIMIT 1
@@ -84,14 +142,29 @@ WHERE request_hash = ? ORDER BY created_at DESC, rowid DESC LIMIT 1
 """
 SELECT_LIVE = f"""
 SELECT {_FIELDS}, NULL, NULL FROM remote_jobs INDEXED BY remote_jobs_live
-WHERE state IN {_LIVE} ORDER BY created_at, rowid
+WHERE state IN {_LIVE} AND {_OURS_OR_ORPHANED} ORDER BY created_at, rowid
 """
 PRUNE = f"DELETE FROM remote_jobs WHERE finished_at < ? AND state NOT IN {_LIVE}"
+PRUNE_WAITERS = """
+DELETE FROM remote_job_waiters
+WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.job_id)
+"""
 
 
 def migrate(conn: sqlite3.Connection) -> None:
     for statement in REMOTE_JOBS_SCHEMA:
         conn.execute(statement)
+
+
+def migrate_owners(conn: sqlite3.Connection) -> None:
+    """Version 9: jobs get their owner (none for older ones: orphans, which any gateway
+    may take over), one live job per request, and the waiters table."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(remote_jobs)")}
+    if "owner" not in columns:  # a fresh file has it from schema.sql already
+        conn.execute("ALTER TABLE remote_jobs ADD COLUMN owner TEXT")
+    conn.execute(END_DUPLICATES, (_dumps(DUPLICATE_ERROR),))
+    conn.execute(ONE_LIVE_PER_REQUEST)
+    conn.execute(WAITERS_TABLE)
 
 
 def _row(row: Sequence[Any]) -> RemoteJob:
@@ -111,28 +184,34 @@ def _row(row: Sequence[Any]) -> RemoteJob:
         created_at=row[12],
         updated_at=row[13],
         finished_at=row[14],
-        result=None if row[15] is None else bytes(row[15]),
-        result_type=row[16],
+        owner=row[15],
+        result=None if row[16] is None else bytes(row[16]),
+        result_type=row[17],
     )
 
 
 # -- writer thread ------------------------------------------------------------------
 
 
-def record(conn: sqlite3.Connection, job: NewRemoteJob, resume: str, now: float) -> RemoteJob:
+def record(
+    conn: sqlite3.Connection, job: NewRemoteJob, resume: str, now: float, owner: str
+) -> RemoteJob:
+    """Record `job`, or return the live job that already has its request hash."""
+    if conn.execute("SELECT 1 FROM remote_jobs WHERE id = ?", (job.id,)).fetchone():
+        raise StoreError(f"remote job {job.id!r} already exists")
+    live_one = conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone()
+    if live_one is not None:
+        return _row(live_one)
     params = (job.id, job.request_hash, job.provider, job.kind, job.prompt_id, job.node_id)
-    try:
-        conn.execute(INSERT, (*params, resume, now, now))
-    except sqlite3.IntegrityError as exc:
-        raise StoreError(f"remote job {job.id!r} already exists") from exc
+    conn.execute(INSERT, (*params, resume, now, now, owner))
     found = conn.execute(SELECT_ONE, (job.id,)).fetchone()
     return _row(found)
 
 
 def submitted(
-    conn: sqlite3.Connection, job_id: str, remote_id: str, resume: str, now: float
+    conn: sqlite3.Connection, job_id: str, remote_id: str, resume: str, now: float, owner: str
 ) -> bool:
-    return conn.execute(SUBMITTED, (remote_id, resume, now, job_id)).rowcount == 1
+    return conn.execute(SUBMITTED, (remote_id, resume, now, job_id, owner)).rowcount == 1
 
 
 def finish(
@@ -144,9 +223,36 @@ def finish(
     error: str | None,
     attempts: int | None,
     now: float,
+    owner: str,
 ) -> bool:
-    params = (state.value, result, result_type, error, attempts, now, now, job_id)
-    return conn.execute(FINISH, params).rowcount == 1
+    params = (state.value, result, result_type, error, attempts, now, now, job_id, owner)
+    if conn.execute(FINISH, params).rowcount != 1:
+        return False
+    conn.execute(DROP_WAITERS, (job_id,))
+    return True
+
+
+def adopt(conn: sqlite3.Connection, job_id: str, owner: str, now: float) -> RemoteJob | None:
+    if conn.execute(ADOPT, (owner, now, job_id, owner, now)).rowcount != 1:
+        return None
+    return _row(conn.execute(SELECT_LIVE_ONE, (job_id,)).fetchone())
+
+
+def wait(conn: sqlite3.Connection, job_id: str, gateway: str, waiting: bool) -> None:
+    conn.execute(WAIT if waiting else STOP_WAITING, (job_id, gateway))
+
+
+def release(conn: sqlite3.Connection, job_id: str, owner: str, now: float) -> bool:
+    """True: the job is `owner`'s and nobody live waits on it (cancel it). False: it
+    went to a live waiter, or it is not `owner`'s live job."""
+    if conn.execute(SELECT_OWN_LIVE, (job_id, owner)).fetchone() is None:
+        return False
+    waiter = conn.execute(LIVE_WAITER, (job_id, owner, now)).fetchone()
+    if waiter is None:
+        return True
+    conn.execute(HAND_OVER, (waiter[0], now, job_id, owner))
+    conn.execute(STOP_WAITING, (job_id, waiter[0]))
+    return False
 
 
 def assign_slots(conn: sqlite3.Connection, slots: Sequence[tuple[str, int]]) -> None:
@@ -154,7 +260,9 @@ def assign_slots(conn: sqlite3.Connection, slots: Sequence[tuple[str, int]]) -> 
 
 
 def prune(conn: sqlite3.Connection, before: float) -> int:
-    return conn.execute(PRUNE, (before,)).rowcount
+    gone = conn.execute(PRUNE, (before,)).rowcount
+    conn.execute(PRUNE_WAITERS)
+    return gone
 
 
 # -- reader threads ------------------------------------------------------------------
@@ -172,8 +280,8 @@ def reusable(conn: sqlite3.Connection, request_hash: str) -> RemoteJob | None:
     return None if found is None else _row(found)
 
 
-def live(conn: sqlite3.Connection) -> list[RemoteJob]:
-    return [_row(found) for found in conn.execute(SELECT_LIVE)]
+def live(conn: sqlite3.Connection, owner: str, now: float) -> list[RemoteJob]:
+    return [_row(found) for found in conn.execute(SELECT_LIVE, (owner, now))]
 
 
 def encode_finish(

@@ -67,6 +67,19 @@ async def test_a_recorded_id_is_refused_again(journal: RemoteJobJournal) -> None
         await journal.record_remote_job(new("j1"))
 
 
+async def test_a_request_with_a_live_job_gets_that_job_not_another(
+    journal: RemoteJobJournal,
+) -> None:
+    first = await journal.record_remote_job(new("j1"))
+    assert first.owner == journal.owner
+    again = await journal.record_remote_job(new("j2"))
+    assert (again.id, again.state) == ("j1", RemoteJobState.SUBMITTING)
+    assert await journal.remote_job("j2") is None
+    assert await journal.release_remote_job("j1")  # nobody else waits on it
+    await journal.finish_remote_job("j1", RemoteJobState.CANCELLED)
+    assert (await journal.record_remote_job(new("j3"))).id == "j3"
+
+
 async def test_a_result_is_kept_and_a_final_state_never_changes(
     journal: RemoteJobJournal,
 ) -> None:

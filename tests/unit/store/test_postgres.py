@@ -15,6 +15,7 @@ from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent
+from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.event_wakeups import client_digest
@@ -38,6 +39,14 @@ async def store(postgres_url: str, schema: str) -> AsyncIterator[PostgresStore]:
     await opened.open()
     yield opened
     await opened.close()
+
+
+#: Undoes migration 6 (remote-job owners), for tests that start from an older version.
+UNDO_REMOTE_JOB_OWNERS = (
+    "DROP INDEX remote_jobs_one_live",
+    "DROP TABLE remote_job_waiters",
+    "ALTER TABLE remote_jobs DROP COLUMN owner",
+)
 
 
 async def sql(url: str, schema: str, statement: str) -> object:
@@ -214,6 +223,8 @@ async def test_a_version_2_database_gains_idempotency_keys(
     # The tables of migrations 3 and on.
     tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log, backend_owners"
     await sql(postgres_url, schema, f"DROP TABLE {tables}")
+    for statement in UNDO_REMOTE_JOB_OWNERS:
+        await sql(postgres_url, schema, statement)
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
     clock = Clock()
     again = PostgresStore(postgres_url, schema=schema, clock=clock)
@@ -239,6 +250,8 @@ async def test_a_version_4_database_gains_the_event_log(
     await store.submit(new_job("old"))
     await store.close()
     await sql(postgres_url, schema, "DROP TABLE event_log, backend_owners")
+    for statement in UNDO_REMOTE_JOB_OWNERS:
+        await sql(postgres_url, schema, statement)
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 4")
     again = PostgresStore(postgres_url, schema=schema)
     await again.open()
@@ -248,7 +261,8 @@ async def test_a_version_4_database_gains_the_event_log(
         assert await again.prompt_events("old") == appended
     finally:
         await again.close()
-    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
+    latest = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert latest == postgres_module.SCHEMA_VERSION
 
 
 async def test_a_version_5_database_gains_backend_owners(
@@ -257,6 +271,8 @@ async def test_a_version_5_database_gains_backend_owners(
     await store.submit(new_job("old"))
     await store.close()
     await sql(postgres_url, schema, "DROP TABLE backend_owners")
+    for statement in UNDO_REMOTE_JOB_OWNERS:
+        await sql(postgres_url, schema, statement)
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 5")
     again = PostgresStore(postgres_url, schema=schema, owner="a")
     await again.open()
@@ -267,7 +283,40 @@ async def test_a_version_5_database_gains_backend_owners(
         assert [(o.backend, o.client_id, o.owner) for o in held] == [("gpu-1", "client-1", "a")]
     finally:
         await again.close()
-    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
+    latest = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert latest == postgres_module.SCHEMA_VERSION
+
+
+async def test_a_version_6_database_gains_owners_and_keeps_one_live_job_per_request(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.close()
+    for statement in [
+        *UNDO_REMOTE_JOB_OWNERS,
+        "DELETE FROM comfyfleet_migrations WHERE version > 6",
+        # What an older program could leave: two live jobs for one request.
+        "INSERT INTO remote_jobs (id, request_hash, provider, kind, state, remote_id, resume, "
+        "created_at, updated_at) VALUES ('sent', 'h1', 'bfl', 'image', 'running', 't1', '{}', "
+        "1, 1), ('lost', 'h1', 'bfl', 'image', 'submitting', NULL, '{}', 2, 2), "
+        "('alone', 'h2', 'bfl', 'image', 'submitting', NULL, '{}', 3, 3)",
+    ]:
+        await sql(postgres_url, schema, statement)
+    again = PostgresStore(postgres_url, schema=schema, owner="g1")
+    await again.open()
+    try:
+        live = await again.live_remote_jobs()  # no owner: orphans, this gateway's to take
+        assert [(job.id, job.owner) for job in live] == [("sent", None), ("alone", None)]
+        ended = await again.remote_job("lost")
+        assert ended is not None and ended.state == "failed"
+        assert ended.error is not None and ended.error["class"] == "Superseded"
+        taken = await again.adopt_remote_job("sent")
+        assert taken is not None and taken.owner == "g1"
+        new = NewRemoteJob("new", "h1", "bfl", "image", "p1", "3")
+        assert (await again.record_remote_job(new)).id == "sent"
+    finally:
+        await again.close()
+    latest = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert latest == postgres_module.SCHEMA_VERSION
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

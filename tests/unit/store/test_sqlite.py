@@ -33,6 +33,14 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     await opened.close()
 
 
+#: What takes a current file's journal back to before it was shared (version 9).
+UNDO_REMOTE_JOB_OWNERS = (
+    "DROP INDEX remote_jobs_one_live",
+    "DROP TABLE remote_job_waiters",
+    "ALTER TABLE remote_jobs DROP COLUMN owner",
+)
+
+
 def new_job(prompt_id: str, number: float = 1, tenant: str = "default") -> NewJob:
     prompt = {"1": {"class_type": "Noop", "inputs": {}}}
     return NewJob(prompt_id, number, False, prompt, {}, ["1"], tenant=tenant)
@@ -271,7 +279,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 9
+    assert version == sqlite_module.SCHEMA_VERSION
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -415,7 +423,7 @@ async def test_version_8_file_gains_backend_owners(tmp_path: Path) -> None:
     await store.open()
     await store.submit(new_job("old"))
     await store.close()
-    as_older_schema(path, 8, "DROP TABLE backend_owners")
+    as_older_schema(path, 8, "DROP TABLE backend_owners", *UNDO_REMOTE_JOB_OWNERS)
 
     store = SQLiteStore(path, owner="a")
     await store.open()
@@ -424,6 +432,50 @@ async def test_version_8_file_gains_backend_owners(tmp_path: Path) -> None:
         await store.join(GatewayRecord("a", "i", "host", 1, "http://x", 1.0), 10.0)
         held = await store.claim_backends({"gpu-1": "client-1"})
         assert [(o.backend, o.client_id, o.owner) for o in held] == [("gpu-1", "client-1", "a")]
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_version_9_file_gains_owners_and_keeps_one_live_job_per_request(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, owner="g1")
+    await store.open()
+    await store.close()
+    as_older_schema(path, 9, *UNDO_REMOTE_JOB_OWNERS)
+    with closing(sqlite3.connect(path)) as conn:  # what an older program could leave
+        for job_id, remote_id, at in [
+            ("sent", "t1", 1.0),
+            ("lost", None, 2.0),
+            ("alone", None, 3.0),
+        ]:
+            conn.execute(
+                "INSERT INTO remote_jobs (id, request_hash, provider, kind, state, remote_id, "
+                "resume, created_at, updated_at) VALUES (?, ?, 'bfl', 'image', ?, ?, '{}', ?, ?)",
+                (
+                    job_id,
+                    "h2" if job_id == "alone" else "h1",
+                    "running" if remote_id else "submitting",
+                    remote_id,
+                    at,
+                    at,
+                ),
+            )
+        conn.commit()
+    store = SQLiteStore(path, owner="g1")
+    await store.open()
+    try:
+        live = await store.live_remote_jobs()  # no owner: orphans, this gateway's to take
+        assert [(job.id, job.owner) for job in live] == [("sent", None), ("alone", None)]
+        ended = await store.remote_job("lost")
+        assert ended is not None and ended.state == "failed"
+        assert ended.error is not None and ended.error["class"] == "Superseded"
+        taken = await store.adopt_remote_job("sent")
+        assert taken is not None and taken.owner == "g1"
+        assert (await store.record_remote_job(replace(REMOTE_JOB, id="new"))).id == "sent"
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
