@@ -202,3 +202,12 @@ CREATE TABLE event_log (
 
 CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
 CREATE INDEX event_log_at ON event_log (at);
+
+-- name: migration_6
+-- Secrets the gateways sharing the database agree on (the key signing their requests to
+-- each other): see postgres_fleet_keys.py.
+CREATE TABLE fleet_keys (
+    name       TEXT COLLATE "C" PRIMARY KEY,
+    key        BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);

@@ -210,7 +210,7 @@ async def test_a_version_2_database_gains_idempotency_keys(
     await store.submit(new_job("old"))
     await store.close()
     # The tables of migrations 3 and on.
-    tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log"
+    tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log, fleet_keys"
     await sql(postgres_url, schema, f"DROP TABLE {tables}")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 2")
     clock = Clock()
@@ -236,7 +236,7 @@ async def test_a_version_4_database_gains_the_event_log(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE event_log")
+    await sql(postgres_url, schema, "DROP TABLE event_log, fleet_keys")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 4")
     again = PostgresStore(postgres_url, schema=schema)
     await again.open()
@@ -246,7 +246,25 @@ async def test_a_version_4_database_gains_the_event_log(
         assert await again.prompt_events("old") == appended
     finally:
         await again.close()
-    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 5
+    applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION
+
+
+async def test_a_version_5_database_gains_fleet_keys(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE fleet_keys")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 5")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        assert await again.get("old") is not None
+        assert await again.fleet_key("peer", b"k" * 32) == b"k" * 32
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

@@ -270,7 +270,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 8
+    assert version == sqlite_module.SCHEMA_VERSION
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -402,6 +402,25 @@ async def test_version_7_file_gains_the_event_log(tmp_path: Path) -> None:
         assert await store.get("old") is not None
         appended = await store.append_prompt_events([NewPromptEvent("old", "progress", {})])
         assert await store.prompt_events("old") == appended
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_version_8_file_gains_fleet_keys(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 8, "DROP TABLE fleet_keys")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert await store.get("old") is not None
+        assert await store.fleet_key("peer", b"k" * 32) == b"k" * 32
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
