@@ -19,7 +19,7 @@ from comfyfleet.domain.gateways import GATEWAY_ID
 from comfyfleet.store.base import GatewayLeases
 
 #: The internal route a gateway serves its files to its peers on (not in docs/openapi.json).
-PEER_FILE_ROUTE = "/internal/peer/file"
+PEER_FILE_ROUTE = "/comfyfleet/peer/file"
 GATEWAY_HEADER = "X-Comfyfleet-Gateway"
 TIME_HEADER = "X-Comfyfleet-Time"
 SIGNATURE_HEADER = "X-Comfyfleet-Signature"

@@ -1,4 +1,4 @@
-"""`GET /internal/peer/file`: a file of this gateway's folders, for another gateway of
+"""`GET /comfyfleet/peer/file`: a file of this gateway's folders, for another gateway of
 the same store (see comfyfleet.peers).
 
 No user token: the request is signed with the fleet's key by a live gateway other than
