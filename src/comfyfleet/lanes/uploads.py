@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import posixpath
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,10 @@ class UploadInputs:
     in a worker thread."""
 
     def __init__(self) -> None:
-        self._known: dict[NodeDef, frozenset[str]] = {}
+        # Weak: a rebuilt node union drops its old stand-ins, and their entries with them.
+        self._known: weakref.WeakKeyDictionary[NodeDef, frozenset[str]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def values(self, registry: NodeRegistry, prompt: Any) -> list[str]:
         """The file names `prompt`'s nodes give to such inputs (links left out)."""
