@@ -140,12 +140,10 @@ class PeerFiles:
                 for g in await self.store.gateways()
                 if g.id != self.gateway_id and _PEER_URL.fullmatch(g.url)
             ]
+            key = await self.key.get() if peers else b""
         except StoreError as exc:
-            log.warning("cannot list the peer gateways: %s", exc)
+            log.warning("cannot ask the peer gateways: %s", exc)
             return False
-        if not peers:
-            return False
-        key = await self.key.get()
         for peer in peers:
             try:
                 if await self._ask(peer, ref, folders, key):
