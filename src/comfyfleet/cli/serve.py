@@ -48,6 +48,12 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="this gateway among several sharing one store (default: the id kept in the data dir)",
     )
     serve.add_argument(
+        "--peer-url",
+        metavar="URL",
+        help="where the other gateways of a shared store reach this one, for files it holds "
+        "(default: http://HOST:PORT)",
+    )
+    serve.add_argument(
         "--lease",
         help="how long this gateway's jobs stay its own without a heartbeat before another "
         "gateway takes them over (default 10s)",
@@ -141,6 +147,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "data_dir",
             "store",
             "gateway_id",
+            "peer_url",
             "lease",
             "local_slots",
             "custom_nodes",

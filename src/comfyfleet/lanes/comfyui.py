@@ -39,7 +39,7 @@ from comfyfleet.lanes.outputs import (
     UnsafeOutput,
     output_files,
 )
-from comfyfleet.lanes.uploads import ForeignFile, InputPusher
+from comfyfleet.lanes.uploads import FetchInputs, ForeignFile, InputPusher
 from comfyfleet.protocol import events
 from comfyfleet.tenants import TenantFolders
 
@@ -119,6 +119,7 @@ class ComfyUILane:
         settings: LaneSettings,
         tenants: TenantFolders | None = None,
         submits: Submits | None = None,
+        fetch_inputs: FetchInputs | None = None,
     ) -> None:
         self.client = client
         self.folders = folders
@@ -135,7 +136,9 @@ class ComfyUILane:
         # backend): no new work, whatever an admin's drain or resume says.
         self.held = False
         self._retry = asyncio.Event()  # `retry_now`: connect without waiting out the backoff
-        self._pusher = InputPusher(client, folders, lambda: self.capabilities.object_info)
+        self._pusher = InputPusher(
+            client, folders, lambda: self.capabilities.object_info, fetch_inputs
+        )
         self._maintainer: asyncio.Task[None] | None = None
         self._observer: asyncio.Task[None] | None = None  # see `observe`
         # Connected, and what an earlier connection left there sorted out: takes work.

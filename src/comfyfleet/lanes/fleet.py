@@ -20,6 +20,7 @@ from comfyfleet.lanes.base import Lane
 from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings, Submits
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.lanes.remote_nodes import union_registry
+from comfyfleet.lanes.uploads import FetchInputs
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class Fleet:
         tenants: TenantFolders,
         local_slots: int,
         settings: LaneSettings,
+        fetch_inputs: FetchInputs | None = None,
         *,
         agent: str | None = None,
     ):
@@ -128,7 +130,12 @@ class Fleet:
         self.tenants = tenants
         self.folders = tenants.default
         self.settings = settings
-        self.local = LocalLane(engine, local_slots, tenants=tenants) if local_slots else None
+        self.fetch_inputs = fetch_inputs  # prompts' files another gateway holds
+        self.local = (
+            LocalLane(engine, local_slots, tenants=tenants, fetch_inputs=fetch_inputs)
+            if local_slots
+            else None
+        )
         self.backends: dict[str, ComfyUILane] = {}
         self.registry: NodeRegistry = engine.registry
         self._session: aiohttp.ClientSession | None = None
@@ -151,7 +158,9 @@ class Fleet:
         if spec.name in self.backends:
             raise FleetError(f"backend {spec.name} already exists")
         client = BackendClient(spec, self._client_session(), self._client_id(spec))
-        lane = ComfyUILane(client, self.folders, self.settings, self.tenants, self._submits)
+        lane = ComfyUILane(
+            client, self.folders, self.settings, self.tenants, self._submits, self.fetch_inputs
+        )
         lane.on_change = self.rebuild
         self.backends[spec.name] = lane
         return lane

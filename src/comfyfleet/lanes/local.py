@@ -8,6 +8,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
 from comfyfleet.lanes.base import Adopt, adopt_none
 from comfyfleet.lanes.outputs import output_files
+from comfyfleet.lanes.uploads import FetchInputs, UploadInputs
 from comfyfleet.tenants import TenantFolders
 
 STATUS = {
@@ -27,11 +28,14 @@ class LocalLane:
         slots: int,
         name: str = "local",
         tenants: TenantFolders | None = None,
+        fetch_inputs: FetchInputs | None = None,
     ) -> None:
         self.engine = engine
         self.slots = self.runs_at_once = slots
         self.name = name
         self.tenants = tenants  # each job runs on its tenant's folders (else the engine's)
+        self.fetch_inputs = fetch_inputs  # files another gateway holds, brought here first
+        self._uploads = UploadInputs()
 
     async def wait_ready(self) -> None:
         return None
@@ -49,6 +53,10 @@ class LocalLane:
     async def run(self, job: Job, sink: EventSink, handle: RunHandle) -> JobResult:
         request = ExecutionRequest(job.prompt_id, job.prompt, job.outputs, job.extra_data)
         folders = None if self.tenants is None else await self.tenants.ready(job.tenant)
+        if self.fetch_inputs is not None:
+            values = await self._uploads.values(self.engine.registry, job.prompt)
+            if values:
+                await self.fetch_inputs(values, folders or self.engine.folders, job.tenant)
         result = await self.engine.execute(request, sink, handle, folders)
         return job_result(result)
 

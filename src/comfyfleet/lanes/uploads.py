@@ -12,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import posixpath
-from collections.abc import Callable
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from comfyfleet.engine.nodedef import NodeDef
+from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, UnsafePath
 from comfyfleet.lanes.backend import BackendClient, BackendError
 from comfyfleet.protocol.prompt import is_link
@@ -26,6 +29,11 @@ from comfyfleet.tenants import DEFAULT_TENANT
 UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
 #: Where tenants' files go on a backend (under its input, output or temp folder).
 TENANT_PREFIX = "_tenants"
+
+#: Brings the files that prompt input values name (`sub/x.png [input]`) into `folders`
+#: where another gateway has them: (values, folders, tenant). Files found nowhere are
+#: left for validation (or the node) to report.
+FetchInputs = Callable[[Sequence[str], Folders, str], Awaitable[None]]
 
 
 class ForeignFile(ValueError):
@@ -51,10 +59,52 @@ def _upload_inputs(info: dict[str, Any]) -> set[str]:
     names = set()
     for section in ("required", "optional"):
         for name, spec in ((info.get("input") or {}).get(section) or {}).items():
-            options = spec[1] if isinstance(spec, list) and len(spec) > 1 else {}
+            options = spec[1] if isinstance(spec, list | tuple) and len(spec) > 1 else {}
             if isinstance(options, dict) and any(options.get(f) for f in UPLOAD_FLAGS):
                 names.add(name)
     return names
+
+
+class UploadInputs:
+    """Which inputs of each node class name an uploaded file (their INPUT_TYPES flags),
+    read once per class: INPUT_TYPES may list a folder, so a class not seen yet is read
+    in a worker thread."""
+
+    def __init__(self) -> None:
+        # Weak: a rebuilt node union drops its old stand-ins, and their entries with them.
+        self._known: weakref.WeakKeyDictionary[NodeDef, frozenset[str]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def values(self, registry: NodeRegistry, prompt: Any) -> list[str]:
+        """The file names `prompt`'s nodes give to such inputs (links left out)."""
+        if not isinstance(prompt, dict):
+            return []
+        nodes = [n for n in prompt.values() if isinstance(n, dict)]
+        classes = {registry.get(str(n.get("class_type"))) for n in nodes} - {None}
+        if any(node not in self._known for node in classes):
+            await asyncio.to_thread(self._learn, classes)
+        named = []
+        for node in nodes:
+            definition = registry.get(str(node.get("class_type")))
+            inputs = node.get("inputs")
+            if definition is None or not isinstance(inputs, dict):
+                continue
+            for name in self._known.get(definition, frozenset()):
+                value = inputs.get(name)
+                if isinstance(value, str) and not is_link(value):
+                    named.append(value)
+        return named
+
+    def _learn(self, classes: set[NodeDef | None]) -> None:
+        for node in classes:
+            if node is None or node in self._known:
+                continue
+            try:
+                raw = node.input_types().raw
+            except Exception:  # a node's own code failing: validation will say so
+                raw = {}
+            self._known[node] = frozenset(_upload_inputs({"input": raw}))
 
 
 def _split_annotation(value: str) -> tuple[str, str]:
@@ -68,11 +118,16 @@ def _split_annotation(value: str) -> tuple[str, str]:
 
 class InputPusher:
     def __init__(
-        self, client: BackendClient, folders: Folders, object_info: Callable[[], dict[str, Any]]
+        self,
+        client: BackendClient,
+        folders: Folders,
+        object_info: Callable[[], dict[str, Any]],
+        fetch_inputs: FetchInputs | None = None,
     ) -> None:
         self.client = client
         self.folders = folders
         self.object_info = object_info
+        self.fetch_inputs = fetch_inputs  # files another gateway holds, brought here first
         self._pushed: set[tuple[str, str]] = set()  # (folder type, path) already there
 
     def file_inputs(self, prompt: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -117,6 +172,11 @@ class InputPusher:
         if not candidates:
             return prompt
         named = await asyncio.to_thread(self.files_for, candidates, folders)
+        if len(named) < len(candidates) and self.fetch_inputs is not None:
+            found = {(node_id, name) for node_id, name, *_ in named}
+            absent = [value for node_id, name, value in candidates if (node_id, name) not in found]
+            await self.fetch_inputs(absent, folders or self.folders, tenant)
+            named = await asyncio.to_thread(self.files_for, candidates, folders)
         found = {(node_id, name) for node_id, name, *_ in named}
         for node_id, name, value in candidates:
             if (node_id, name) not in found and forbidden(_split_annotation(value)[0]):

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
+from comfyfleet.peers import FileRef
 from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
 from comfyfleet.server.client_events import client_key
 from comfyfleet.server.dashboard import DashboardFeed, FleetWatch, dashboard_routes
@@ -23,6 +24,7 @@ from comfyfleet.server.logbuffer import LogBuffer, LogFeed
 from comfyfleet.server.login import login_routes
 from comfyfleet.server.metrics import GatewayMetrics
 from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
+from comfyfleet.server.peer_files import peer_file_routes
 from comfyfleet.server.prompts import prompt_routes
 from comfyfleet.server.routing import Route, install
 from comfyfleet.server.settings import settings_routes
@@ -42,6 +44,13 @@ def build_app(gateway: Gateway) -> web.Application:
         """The folders of the tenant a request acts for."""
         return gateway.tenants.of(tenant_name(request))
 
+    async def from_peers(
+        request: web.Request, folders: Folders, kind: str, subfolder: str, name: str
+    ) -> bool:
+        """A file another gateway of the store holds (it ran the prompt), kept here."""
+        ref = FileRef(tenant_name(request), kind, subfolder, name)
+        return await gateway.peers.fetch(ref, folders)
+
     routes = prompt_routes() + job_routes() + follow_routes() + fleet_routes() + ws_routes()
     routes += webhook_routes()
     routes += file_routes(
@@ -50,6 +59,10 @@ def build_app(gateway: Gateway) -> web.Application:
         # Files kept on backends are no one tenant's: with tokens, /view reads local files only.
         remote=None if tokens else gateway.fleet.remote_view,
         folders_for=folders_for,
+        fetch_missing=from_peers,
+    )
+    routes += peer_file_routes(
+        gateway.store, gateway.peer_key, gateway.identity.id, gateway.tenants
     )
     routes += system_routes(
         gateway.engine,

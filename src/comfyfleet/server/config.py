@@ -94,6 +94,9 @@ class ServerConfig:
     webhooks_concurrency: int = 32
     # Where clients reach this server (the /view URLs in webhook bodies); None: host:port.
     public_url: str | None = None
+    # Where the other gateways of a shared store reach this one (asking it for files);
+    # None: http://host:port (this machine's name for a wildcard host).
+    peer_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -312,9 +315,10 @@ def _checked_webhooks(config: ServerConfig) -> ServerConfig:
         raise ConfigError("webhooks_timeout must be > 0 and webhooks_concurrency >= 1")
     if config.webhooks_retry_for < 0:
         raise ConfigError("webhooks_retry_for must be >= 0")
-    public = config.public_url
-    if public is not None and not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", public):
-        raise ConfigError(f"public_url must be an http(s) URL without query: {public!r}")
+    for name in ("public_url", "peer_url"):
+        url = getattr(config, name)
+        if url is not None and not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", url):
+            raise ConfigError(f"{name} must be an http(s) URL without query: {url!r}")
     return replace(config, webhooks_secret=secret)
 
 

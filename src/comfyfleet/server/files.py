@@ -62,6 +62,11 @@ class _Reject(Exception):
 #: Fetches a file kept on a backend (reference mode): (backend, query) -> its answer, or
 #: None when there is no such backend.
 RemoteView = Callable[[str, Mapping[str, str]], Awaitable[FileAnswer | None]]
+#: Brings a file missing here from elsewhere (a peer gateway) into the request's folders:
+#: (request, folders, folder type, subfolder, name) -> whether it is here now.
+FetchMissing = Callable[[web.Request, Folders, str, str, str], Awaitable[bool]]
+#: The same, bound to one request and its folders.
+_Fetch = Callable[[str, str, str], Awaitable[bool]]
 
 
 def file_routes(
@@ -70,12 +75,19 @@ def file_routes(
     max_upload_bytes: int,
     remote: RemoteView | None = None,
     folders_for: Callable[[web.Request], Folders] | None = None,
+    fetch_missing: FetchMissing | None = None,
 ) -> list[Route]:
     """The file routes on `folders`, or on the folders `folders_for` gives each request
-    (its tenant's)."""
+    (its tenant's). A file `/view` or a mask's original names that is not there is asked
+    of `fetch_missing` before the 404."""
 
     def folders_of(request: web.Request) -> Folders:
         return folders if folders_for is None else folders_for(request)
+
+    def fetch_for(request: web.Request, folders: Folders) -> _Fetch | None:
+        if fetch_missing is None:
+            return None
+        return lambda kind, subfolder, name: fetch_missing(request, folders, kind, subfolder, name)
 
     async def view(request: web.Request) -> web.StreamResponse:
         reference = split_reference(request.rel_url.query.get("subfolder", ""))
@@ -86,13 +98,16 @@ def file_routes(
             if refused is not None:
                 return web.Response(status=refused)
             return _passed_on(await remote(backend, query))
-        return await _view(folders_of(request), request)
+        chosen = folders_of(request)
+        return await _view(chosen, request, fetch_for(request, chosen))
 
     async def upload_image(request: web.Request) -> web.StreamResponse:
         return await _upload(folders_of(request), request, max_upload_bytes, mask=False)
 
     async def upload_mask(request: web.Request) -> web.StreamResponse:
-        return await _upload(folders_of(request), request, max_upload_bytes, mask=True)
+        chosen = folders_of(request)
+        fetch = fetch_for(request, chosen)
+        return await _upload(chosen, request, max_upload_bytes, mask=True, fetch=fetch)
 
     return [
         Route("GET", "/view", view),
@@ -147,8 +162,8 @@ def _refuse_remote(query: Mapping[str, str]) -> int | None:
     return None
 
 
-def _locate(folders: Folders, query: Mapping[str, str], *, flatten: bool = True) -> tuple[str, str]:
-    """The real path of the existing file `query` names, and the name to report for it.
+def _wanted(query: Mapping[str, str], *, flatten: bool = True) -> tuple[str, str, str]:
+    """(folder type, subfolder, name) of the file `query` names; 400 for a bad name or type.
 
     `query` holds `filename` plus optional `type` and `subfolder`, as in `/view`. With
     `flatten` (as `/view` does) only the last component of `filename` is used.
@@ -156,14 +171,21 @@ def _locate(folders: Folders, query: Mapping[str, str], *, flatten: bool = True)
     name, kind = _split_annotation(query["filename"])
     if not name or name.startswith("/") or ".." in name or _has_control(name):
         raise _Reject(400)
-    root = folders.of_type(kind or query.get("type", "output"))
-    if root is None:
+    kind = kind or query.get("type", "output")
+    if kind not in _ANNOTATIONS:
         raise _Reject(400)
     subfolder = query.get("subfolder", "")
     if _has_control(subfolder):
         raise _Reject(400)
-    if flatten:
-        name = os.path.basename(name)
+    return kind, subfolder, os.path.basename(name) if flatten else name
+
+
+def _locate(folders: Folders, query: Mapping[str, str], *, flatten: bool = True) -> tuple[str, str]:
+    """The real path of the existing file `query` names (see `_wanted`), and the name to
+    report for it."""
+    kind, subfolder, name = _wanted(query, flatten=flatten)
+    root = folders.of_type(kind)
+    assert root is not None  # _wanted knows the types
     try:
         directory = resolve_inside(root, subfolder)
         path = str(resolve_inside(root, os.path.join(directory, name)))
@@ -212,13 +234,42 @@ def _channel_png(path: str, channel: str) -> bytes:
     return _decode_image(path, imaging.rgb_png if channel == "rgb" else imaging.alpha_png)
 
 
-async def _view(folders: Folders, request: web.Request) -> web.StreamResponse:
+async def _located(
+    folders: Folders, query: Mapping[str, str], fetch: _Fetch | None, *, flatten: bool = True
+) -> tuple[str, str]:
+    """`_locate`, with a file that is not there fetched first (when it can be)."""
+    try:
+        return await asyncio.to_thread(_locate, folders, query, flatten=flatten)
+    except _Reject as reject:
+        if reject.status != 404 or fetch is None:
+            raise
+        if not await fetch(*_wanted(query, flatten=flatten)):
+            raise
+    return await asyncio.to_thread(_locate, folders, query, flatten=flatten)
+
+
+async def local_file(folders: Folders, query: Mapping[str, str]) -> web.StreamResponse:
+    """The file `query` names (`filename`, `type`, `subfolder`) as it is in `folders`, with
+    `/view`'s checks and statuses; no preview or channel, and nothing fetched."""
+    if "filename" not in query:
+        return web.Response(status=404)
+    try:
+        path, name = await asyncio.to_thread(_locate, folders, query)
+    except _Reject as reject:
+        return web.Response(status=reject.status)
+    headers = {**_disposition(name), "Content-Type": _content_type(name)}
+    return web.FileResponse(path, headers=headers)
+
+
+async def _view(
+    folders: Folders, request: web.Request, fetch: _Fetch | None = None
+) -> web.StreamResponse:
     query = request.rel_url.query
     if "filename" not in query:
         return web.Response(status=404)
     channel = query.get("channel", "")
     try:
-        path, name = await asyncio.to_thread(_locate, folders, query)
+        path, name = await _located(folders, query, fetch)
         if "preview" in query:
             body, ctype = await asyncio.to_thread(_preview, path, query["preview"], channel)
         elif channel in ("rgb", "a"):
@@ -356,21 +407,23 @@ async def _read_text(part: BodyPartReader, budget: _Budget) -> str:
 
 
 async def _upload(
-    folders: Folders, request: web.Request, limit: int, *, mask: bool
+    folders: Folders, request: web.Request, limit: int, *, mask: bool, fetch: _Fetch | None = None
 ) -> web.StreamResponse:
     try:
         form = await _read_form(request, limit)
     except _Reject as reject:
         return web.Response(status=reject.status)
     try:
-        return await _store_form(folders, form, mask=mask)
+        return await _store_form(folders, form, mask=mask, fetch=fetch)
     except _Reject as reject:
         return web.Response(status=reject.status)
     finally:
         await asyncio.to_thread(form.close)
 
 
-async def _store_form(folders: Folders, form: _Form, *, mask: bool) -> web.StreamResponse:
+async def _store_form(
+    folders: Folders, form: _Form, *, mask: bool, fetch: _Fetch | None = None
+) -> web.StreamResponse:
     if form.image is None or not form.filename:
         raise _Reject(400)
     kind = form.fields.get("type") or "input"
@@ -383,7 +436,8 @@ async def _store_form(folders: Folders, form: _Form, *, mask: bool) -> web.Strea
     payload = form.image
     if mask:
         ref = _parse_ref(form.fields.get("original_ref"))
-        payload = await asyncio.to_thread(_masked_payload, folders, ref, form.image)
+        original, _ = await _located(folders, ref, fetch, flatten=False)
+        payload = await asyncio.to_thread(_masked_payload, original, form.image)
     try:
         name = await asyncio.to_thread(_save, directory, form.filename, payload, overwrite)
     except _NAME_CLASHES as exc:  # a folder where a file goes, or the reverse
@@ -521,9 +575,8 @@ def _parse_ref(text: str | None) -> dict[str, str]:
     return query
 
 
-def _masked_payload(folders: Folders, ref: Mapping[str, str], mask: _Payload) -> _Payload:
-    """The original image with the uploaded mask's alpha, as the bytes to store."""
-    path, _ = _locate(folders, ref, flatten=False)
+def _masked_payload(path: str, mask: _Payload) -> _Payload:
+    """The original image at `path` with the uploaded mask's alpha, as the bytes to store."""
     mask.file.seek(0)
 
     def apply(mask_picture: Image.Image) -> bytes:

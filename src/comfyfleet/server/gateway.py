@@ -19,9 +19,11 @@ from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVau
 from comfyfleet.folders import Folders, UnsafePath, using_folders
 from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
+from comfyfleet.lanes.uploads import UploadInputs
 from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
 from comfyfleet.nodes.providers import DRIVERS
+from comfyfleet.peers import PeerFiles, PeerKey
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.backend_owners import BackendOwnership
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
@@ -61,7 +63,10 @@ class Gateway:
     events: EventLog | None  # every prompt's client stream, for followers (None: kept off)
     owners: BackendOwnership  # the backends this gateway dispatches to, of those it knows
     relay: ClientRelay | None  # other gateways' prompts to this one's clients (None: no others)
+    peers: PeerFiles  # files another gateway of the store holds, fetched when asked for
+    peer_key: PeerKey  # the key signing requests between the gateways of the store
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _uploads: UploadInputs = field(default_factory=UploadInputs)
 
     @classmethod
     def create(cls, config: ServerConfig) -> Gateway:
@@ -70,7 +75,9 @@ class Gateway:
         registry = build_registry(testing=config.testing_nodes, custom_nodes=config.custom_nodes)
         for failure in registry.failures:
             log.warning("node pack %s skipped: %s", failure.pack, failure.error)
-        identity = this_gateway(config.gateway_id, config.data_dir, config.host, config.port)
+        identity = this_gateway(
+            config.gateway_id, config.data_dir, config.host, config.port, config.peer_url
+        )
         store = open_store(
             config.store,
             default=config.database,
@@ -89,9 +96,11 @@ class Gateway:
         settings = LaneSettings(
             hang_timeout=config.hang_timeout, copy_outputs=config.output_mode == "copy"
         )
+        peer_key = PeerKey(store)
+        peers = PeerFiles(store, identity.id, peer_key, config.max_upload_bytes)
         # A backend's access log names the gateway that sent each request.
         agent = f"comfyfleet (gateway {identity.id})"
-        fleet = Fleet(engine, tenants, config.local_slots, settings, agent=agent)
+        fleet = Fleet(engine, tenants, config.local_slots, settings, peers.ensure, agent=agent)
         configured = [fleet.backend_lane(parse_spec(raw)).spec.name for raw in config.backends]
         managed = ManagedBackends.create(config.comfyui, config.data_dir, fleet, {config.port})
         scheduler = Scheduler(
@@ -136,6 +145,8 @@ class Gateway:
             events,
             owners,
             relay,
+            peers,
+            peer_key,
         )
 
     async def start(self) -> None:
@@ -192,6 +203,10 @@ class Gateway:
         companion pack (the tenant's files it names pushed there first): its own node
         code (VALIDATE_INPUTS) decides, as ComfyUI's `POST /prompt` would."""
         folders = self.tenants.of(tenant)
+        # Files it names that another gateway holds (an upload there) are brought here.
+        values = await self._uploads.values(self.fleet.registry, prompt)
+        if values:
+            await self.peers.ensure(values, folders, tenant)
         with using_folders(folders):
             checked = await validate_prompt(self.fleet.registry, prompt, targets)
         # The shape and the classes are checked here either way; what node code decides
@@ -234,6 +249,7 @@ class Gateway:
         """Release the store and threads, once no request can reach them."""
         await self.fanout.detach()
         await self.fleet.close()
+        await self.peers.close()
         await self.store.close()
         self.engine.close()
 

@@ -21,12 +21,23 @@ log = logging.getLogger(__name__)
 ID_FILE = "gateway-id"
 
 
-def this_gateway(gateway_id: str | None, data_dir: Path, host: str, port: int) -> GatewayRecord:
-    """This process as the store knows it (the store fills in the instance)."""
+def this_gateway(
+    gateway_id: str | None, data_dir: Path, host: str, port: int, peer_url: str | None = None
+) -> GatewayRecord:
+    """This process as the store knows it (the store fills in the instance), with the URL
+    its peers reach it at."""
     chosen = gateway_id or kept_id(data_dir)
-    return GatewayRecord(
-        chosen, "", socket.gethostname(), os.getpid(), f"{host}:{port}", time.time()
-    )
+    url = peer_url or default_peer_url(host, port)
+    return GatewayRecord(chosen, "", socket.gethostname(), os.getpid(), url, time.time())
+
+
+def default_peer_url(host: str, port: int) -> str:
+    """http://host:port; a wildcard host (every address) is reached by the machine's name."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 def kept_id(data_dir: Path) -> str:

@@ -60,6 +60,10 @@ class GatewayLeases(Protocol):
     async def gateways(self) -> list[GatewayRecord]:
         """Every gateway whose lease holds, with the number of jobs each runs, by id."""
 
+    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
+        """The secret stored under `name` that every gateway on this store shares:
+        `candidate` is stored when there is none yet (the first caller's wins)."""
+
     async def orphaned(self) -> list[Job]:
         """Jobs whose owner's lease has run out (or that have no owner): running ones, in
         start order, and pending ones set aside for a lane (a reservation, which

@@ -64,6 +64,7 @@ from comfyfleet.domain.webhooks import (
 )
 from comfyfleet.store import postgres_backend_owners as backend_owners
 from comfyfleet.store import postgres_event_log as event_log
+from comfyfleet.store import postgres_fleet_keys as fleet_keys
 from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store import postgres_webhooks as webhooks
@@ -561,6 +562,10 @@ class PostgresStore:
     async def gateways(self) -> list[GatewayRecord]:
         rows = await self._run(lambda db: db.fetch(Q["live_gateways"], self._clock()))
         return [_gateway(row, row[8]) for row in rows]
+
+    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
+        now = self._clock()
+        return await self._write(lambda conn: fleet_keys.keep(conn, to_db(name), candidate, now))
 
     async def orphaned(self) -> list[Job]:
         rows = await self._run(lambda db: db.fetch(Q["orphaned"], self._clock()))

@@ -501,3 +501,11 @@ WITH old AS (
     DELETE FROM event_log WHERE prompt_id IN (SELECT prompt_id FROM ended) RETURNING 1
 )
 SELECT count(*) FROM gone
+
+-- Fleet keys (see postgres_fleet_keys.py): the first candidate stored wins.
+
+-- name: fleet_key_keep_first
+INSERT INTO fleet_keys (name, key, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING
+
+-- name: fleet_key
+SELECT key FROM fleet_keys WHERE name = $1

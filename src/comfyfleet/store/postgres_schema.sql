@@ -235,3 +235,12 @@ CREATE TABLE remote_job_waiters (
     gateway TEXT COLLATE "C" NOT NULL,
     PRIMARY KEY (job_id, gateway)
 );
+
+-- name: migration_8
+-- Secrets the gateways sharing the database agree on (the key signing their requests to
+-- each other): see postgres_fleet_keys.py.
+CREATE TABLE fleet_keys (
+    name       TEXT COLLATE "C" PRIMARY KEY,
+    key        BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);

@@ -214,3 +214,11 @@ CREATE TABLE event_log (
 
 CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
 CREATE INDEX event_log_at ON event_log (at);
+
+-- Secrets the gateways sharing this store agree on (the key signing their requests to
+-- each other): the first stored wins; see sqlite_fleet_keys.py.
+CREATE TABLE fleet_keys (
+    name       TEXT PRIMARY KEY,
+    key        BLOB NOT NULL,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;

@@ -47,6 +47,7 @@ from comfyfleet.domain.webhooks import (
 from comfyfleet.store import event_wakeups
 from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
+from comfyfleet.store import sqlite_fleet_keys as fleet_keys
 from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
@@ -59,7 +60,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -95,6 +96,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     8: event_log.migrate,  # the prompt event log
     9: backend_owners.migrate,  # which gateway dispatches to each backend
     10: journal.migrate_owners,  # remote-job owners: one journal for every gateway
+    11: fleet_keys.migrate,  # keys the gateways sharing the store agree on
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -722,6 +724,10 @@ class SQLiteStore:
 
     async def gateways(self) -> list[GatewayRecord]:
         return await self._read(functools.partial(leases.live, now=self._clock()))
+
+    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
+        op = functools.partial(fleet_keys.keep, name=name, candidate=candidate, now=self._clock())
+        return await self._write(op)
 
     async def orphaned(self) -> list[Job]:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {leases.ANY_ORPHAN} ORDER BY started_at, seq"

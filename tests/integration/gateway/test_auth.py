@@ -76,6 +76,8 @@ def assert_unauthorized(status: int, headers: Any, body: Any) -> None:
 #: The login page's routes need no token; the pages send a browser without one there.
 LOGIN = {("GET", "/login"), ("POST", "/login"), ("POST", "/logout")}
 PAGES = {("GET", "/"), ("GET", "/fleet")}
+#: Routes between the gateways of one store: no user token, the fleet's signature instead.
+INTERNAL = {("GET", "/comfyfleet/peer/file")}
 
 
 def registered_routes(served: Served) -> list[tuple[str, str]]:
@@ -96,6 +98,9 @@ async def test_every_route_and_the_websocket_need_a_token(tmp_path: Path) -> Non
         assert len(routes) >= 40  # ComfyUI's routes, their /api twins, jobs and fleet
         for method, path in [*routes, ("GET", "/no/such/route")]:
             if (method, path) in LOGIN:
+                continue
+            if (method, path) in INTERNAL:  # refused without the fleet's signature
+                assert (await anonymous.request(method, path, {})).status == 403
                 continue
             if (method, path) in PAGES:  # a browser is sent to the login page instead
                 url = anonymous.url + path
@@ -472,6 +477,8 @@ async def test_openapi_documents_authentication(tmp_path: Path) -> None:
             if route.resource is None or route.method == "HEAD":
                 continue
             path = re.sub(r"\{[^}]+\}", "x", route.resource.canonical)
+            if (route.method, path) in INTERNAL:
+                continue
             if (await clients.alice.request(route.method, path, {})).status == 403:
                 admin.add((route.method, route.resource.canonical))
     # The fleet admin API (backends, gateways), /free with its /api twin, the server's logs,

@@ -55,3 +55,21 @@ async def test_a_prompt_naming_the_tenants_space_without_such_a_file_is_refused(
         assert (refused.value.node_id, refused.value.name) == ("1", "image")
         # A name of the backend's own (not uploaded here) passes unchanged.
         assert await pusher.push_for(load("a.png"), tenant="alice") == load("a.png")
+
+
+async def test_upload_inputs_are_read_from_input_types_once_per_class(tmp_path: Path) -> None:
+    from comfyfleet.folders import using_folders
+    from comfyfleet.lanes.uploads import UploadInputs
+    from comfyfleet.nodes import build_registry
+
+    registry = build_registry(testing=True)
+    uploads = UploadInputs()
+    prompt = {
+        **load("sub/a.png [output]"),
+        "2": {"class_type": "LoadImage", "inputs": {"image": ["1", 0]}},  # a link
+        "3": {"class_type": "EmptyImage", "inputs": {"width": 8}},
+        "4": {"class_type": "Unknown", "inputs": {"image": "b.png"}},
+    }
+    with using_folders(Folders.under(tmp_path).ensure()):
+        assert await uploads.values(registry, prompt) == ["sub/a.png [output]"]
+        assert await uploads.values(registry, [1]) == []

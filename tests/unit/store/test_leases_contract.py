@@ -186,3 +186,15 @@ async def test_work_wakes_the_watchers(pair: tuple[JobStore, JobStore]) -> None:
     assert job is not None
     assert await a.requeue(job.prompt_id, job.attempt)  # claimable again
     await asyncio.wait_for(arrived.wait(), 5)
+
+
+async def test_the_first_fleet_key_stored_is_every_gateways(
+    pair: tuple[JobStore, JobStore],
+) -> None:
+    a, b = pair
+    first, second = await asyncio.gather(
+        a.fleet_key("peer", b"a" * 32), b.fleet_key("peer", b"b" * 32)
+    )
+    assert first == second and first in (b"a" * 32, b"b" * 32)
+    assert await b.fleet_key("peer", b"c" * 32) == first  # never replaced
+    assert await a.fleet_key("other", b"d" * 32) == b"d" * 32  # one per name

@@ -222,6 +222,7 @@ async def test_a_version_2_database_gains_idempotency_keys(
     await store.close()
     # The tables of migrations 3 and on.
     tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log, backend_owners"
+    tables += ", fleet_keys"
     await sql(postgres_url, schema, f"DROP TABLE {tables}")
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
@@ -249,7 +250,7 @@ async def test_a_version_4_database_gains_the_event_log(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE event_log, backend_owners")
+    await sql(postgres_url, schema, "DROP TABLE event_log, backend_owners, fleet_keys")
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 4")
@@ -270,7 +271,7 @@ async def test_a_version_5_database_gains_backend_owners(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE backend_owners")
+    await sql(postgres_url, schema, "DROP TABLE backend_owners, fleet_keys")
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 5")
@@ -293,6 +294,7 @@ async def test_a_version_6_database_gains_owners_and_keeps_one_live_job_per_requ
     await store.close()
     for statement in [
         *UNDO_REMOTE_JOB_OWNERS,
+        "DROP TABLE fleet_keys",
         "DELETE FROM comfyfleet_migrations WHERE version > 6",
         # What an older program could leave: two live jobs for one request.
         "INSERT INTO remote_jobs (id, request_hash, provider, kind, state, remote_id, resume, "
@@ -317,6 +319,24 @@ async def test_a_version_6_database_gains_owners_and_keeps_one_live_job_per_requ
         await again.close()
     latest = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
     assert latest == postgres_module.SCHEMA_VERSION
+
+
+async def test_a_version_7_database_gains_fleet_keys(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE fleet_keys")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 7")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        assert await again.get("old") is not None
+        assert await again.fleet_key("peer", b"k" * 32) == b"k" * 32
+    finally:
+        await again.close()
+    applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

@@ -480,3 +480,22 @@ async def test_version_9_file_gains_owners_and_keeps_one_live_job_per_request(
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_version_10_file_gains_fleet_keys(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 10, "DROP TABLE fleet_keys")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        assert await store.get("old") is not None
+        assert await store.fleet_key("peer", b"k" * 32) == b"k" * 32
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION

@@ -1,0 +1,104 @@
+"""Keeping a file fetched from a peer: staged beside its place, then linked there.
+
+The place is resolved and checked to lie in its folder before anything is written; the
+bytes are counted against a cap while they arrive; and linking never replaces an entry:
+a name another file took meanwhile keeps that file (unless it holds the same bytes, the
+fetched copy is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import AsyncIterator
+
+from comfyfleet.folders import Folders, plain_name, plain_subfolder
+
+_BINARY = getattr(os, "O_BINARY", 0)
+#: Bytes gathered on the event loop before one write in a worker thread.
+_FLUSH_BYTES = 1 << 20
+
+
+class TooLarge(Exception):
+    """A peer sent more than the cap."""
+
+
+class _Staged:
+    """A hidden file beside the place, written from worker threads."""
+
+    def __init__(self, folders: Folders, kind: str, subfolder: str, name: str) -> None:
+        plain_name(name)
+        plain_subfolder(subfolder)
+        directory = folders.resolve_inside(kind, subfolder)  # UnsafePath when it leads out
+        os.makedirs(directory, exist_ok=True)
+        self.place = str(
+            folders.resolve_inside(kind, os.path.join(subfolder, name), follow_last=False)
+        )
+        self.path = os.path.join(os.path.dirname(self.place), f".peer-{secrets.token_hex(8)}.part")
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o666)
+        self._file = os.fdopen(fd, "wb")
+        self._sha = hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._sha.update(data)
+
+    def settle(self) -> bool:
+        """Link the staged file at its place; True when the place now holds these bytes."""
+        self._file.close()
+        try:
+            os.link(self.path, self.place)
+        except FileExistsError:
+            return _holds(self.place, self._sha.digest())
+        finally:
+            self.discard()
+        return True
+
+    def discard(self) -> None:
+        self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def _holds(path: str, digest: bytes) -> bool:
+    """Whether `path` is a regular file (not a link) holding bytes with this SHA-256."""
+    flags = os.O_RDONLY | _BINARY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return False
+        sha = hashlib.sha256()
+        while block := file.read(_FLUSH_BYTES):
+            sha.update(block)
+    return sha.digest() == digest
+
+
+async def keep(
+    chunks: AsyncIterator[bytes], folders: Folders, kind: str, subfolder: str, name: str, limit: int
+) -> bool:
+    """Store what `chunks` yields as `subfolder/name` in the `kind` folder; True when that
+    file now holds those bytes. UnsafePath for a place outside the folder, TooLarge past
+    `limit` bytes (nothing is left behind either way)."""
+    staged = await asyncio.to_thread(_Staged, folders, kind, subfolder, name)
+    try:
+        size, pending = 0, bytearray()
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"more than {limit} bytes")
+            pending += chunk
+            if len(pending) >= _FLUSH_BYTES:
+                await asyncio.to_thread(staged.write, bytes(pending))
+                pending.clear()
+        await asyncio.to_thread(staged.write, bytes(pending))
+    except BaseException:
+        await asyncio.to_thread(staged.discard)
+        raise
+    return await asyncio.to_thread(staged.settle)
