@@ -212,3 +212,9 @@ CREATE TABLE backend_owners (
     owner     TEXT COLLATE "C",
     since     DOUBLE PRECISION NOT NULL
 );
+
+-- name: migration_7
+-- Binary frames (previews, progress text) in the event log: their bytes in a column of
+-- their own, NULL for a JSON frame.
+ALTER TABLE event_log ADD COLUMN frame bytea;
+

@@ -59,7 +59,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -94,6 +94,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     7: webhooks.migrate,  # the webhook outbox
     8: event_log.migrate,  # the prompt event log
     9: backend_owners.migrate,  # which gateway dispatches to each backend
+    10: event_log.add_frames,  # binary frames in the event log
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -611,7 +612,10 @@ class SQLiteStore:
             for woken in event_wakeups.appended(prompts):
                 for wake in self._event_wakes:
                     wake(woken)
-        return [PromptEvent(i, e.prompt_id, e.type, e.data, now) for i, e in zip(ids, events)]
+        return [
+            PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame)
+            for i, e in zip(ids, events)
+        ]
 
     async def watch_events(self, wake: EventsWake) -> None:
         """In-process: one SQLite file has one gateway, so every append is this one's."""

@@ -248,7 +248,7 @@ async def test_a_version_4_database_gains_the_event_log(
         assert await again.prompt_events("old") == appended
     finally:
         await again.close()
-    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 7
 
 
 async def test_a_version_5_database_gains_backend_owners(
@@ -257,6 +257,7 @@ async def test_a_version_5_database_gains_backend_owners(
     await store.submit(new_job("old"))
     await store.close()
     await sql(postgres_url, schema, "DROP TABLE backend_owners")
+    await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 5")
     again = PostgresStore(postgres_url, schema=schema, owner="a")
     await again.open()
@@ -267,7 +268,27 @@ async def test_a_version_5_database_gains_backend_owners(
         assert [(o.backend, o.client_id, o.owner) for o in held] == [("gpu-1", "client-1", "a")]
     finally:
         await again.close()
-    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 6
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 7
+
+
+async def test_a_version_6_database_keeps_its_events_and_gains_binary_frames(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    (old,) = await store.append_prompt_events([NewPromptEvent("old", "progress", {"v": 1})])
+    await store.close()
+    await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 6")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        (frame,) = await again.append_prompt_events(
+            [NewPromptEvent("old", "progress_text", {"node_id": "1"}, b"hi")]
+        )
+        assert await again.prompt_events("old") == [old, frame]
+        assert frame.frame == b"hi" and old.frame is None
+    finally:
+        await again.close()
+    assert await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations") == 7
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

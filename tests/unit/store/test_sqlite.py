@@ -271,7 +271,7 @@ async def test_version_2_file_gains_the_journal(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(tmp_path / "jobs.db")) as conn:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert version == sqlite_module.SCHEMA_VERSION == 9
+    assert version == sqlite_module.SCHEMA_VERSION == 10
 
 
 async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
@@ -424,6 +424,28 @@ async def test_version_8_file_gains_backend_owners(tmp_path: Path) -> None:
         await store.join(GatewayRecord("a", "i", "host", 1, "http://x", 1.0), 10.0)
         held = await store.claim_backends({"gpu-1": "client-1"})
         assert [(o.backend, o.client_id, o.owner) for o in held] == [("gpu-1", "client-1", "a")]
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_version_9_file_keeps_its_events_and_gains_binary_frames(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    (old,) = await store.append_prompt_events([NewPromptEvent("old", "progress", {"v": 1})])
+    await store.close()
+    as_older_schema(path, 9, "ALTER TABLE event_log DROP COLUMN frame")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        (frame,) = await store.append_prompt_events(
+            [NewPromptEvent("old", "progress_text", {"node_id": "1"}, b"hi")]
+        )
+        assert await store.prompt_events("old") == [old, frame]
+        assert frame.frame == b"hi" and old.frame is None
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
