@@ -46,12 +46,8 @@ async def append(
 
 async def after(db: Any, prompt_id: str, after_id: int, limit: int) -> list[PromptEvent]:
     """See the store's verb: paged by `limit` and by PAGE_FRAME_BYTES."""
-    rows = await db.fetch(
-        Q["prompt_events"], to_db(prompt_id), after_id, limit, PAGE_FRAME_BYTES
-    )
-    return [
-        PromptEvent(r[0], prompt_id, from_db(r[1]), json.loads(r[2]), r[3], r[4]) for r in rows
-    ]
+    rows = await db.fetch(Q["prompt_events"], to_db(prompt_id), after_id, limit, PAGE_FRAME_BYTES)
+    return [PromptEvent(r[0], prompt_id, from_db(r[1]), json.loads(r[2]), r[3], r[4]) for r in rows]
 
 
 async def prune(db: Any, before: float) -> int:

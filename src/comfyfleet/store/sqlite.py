@@ -613,8 +613,7 @@ class SQLiteStore:
                 for wake in self._event_wakes:
                     wake(woken)
         return [
-            PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame)
-            for i, e in zip(ids, events)
+            PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame) for i, e in zip(ids, events)
         ]
 
     async def watch_events(self, wake: EventsWake) -> None:

@@ -87,9 +87,7 @@ async def test_binary_frames_are_kept_byte_for_byte_among_the_json_frames(store:
 
 async def test_a_page_ends_once_its_frames_reach_the_byte_budget(store: JobStore) -> None:
     third = PAGE_FRAME_BYTES // 3 + 1
-    big = [
-        NewPromptEvent("p", "preview_image", {"n": i}, bytes([i]) * third) for i in range(5)
-    ]
+    big = [NewPromptEvent("p", "preview_image", {"n": i}, bytes([i]) * third) for i in range(5)]
     appended = await store.append_prompt_events([event("p", 0), *big, event("p", 1)])
     page = await store.prompt_events("p")
     # Three frames reach the budget: the page ends after the third, and says so.
