@@ -1,13 +1,22 @@
 """A prompt's client stream as the event log keeps it: each event gets an id that only
-grows, which followers resume after (the SSE `id:`)."""
+grows, which followers resume after (the SSE `id:`).
+
+A JSON frame is kept as its type and data. A binary frame (a preview image, progress
+text) is kept with its bytes in `frame` and a small JSON header in `data` (see
+server/log_frames.py); `frame` is None for every JSON frame.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 #: ComfyUI's done signal is `executing` with node None: the last event of a stream.
 DONE_TYPE = "executing"
+#: A page read from the log ends after the event whose frame brings the page's frame
+#: bytes to this many or more (a page of previews stays a few MiB, whatever its limit).
+PAGE_FRAME_BYTES = 8 << 20
 
 
 def is_done(event_type: str, data: dict[str, Any]) -> bool:
@@ -21,6 +30,7 @@ class NewPromptEvent:
     prompt_id: str
     type: str
     data: dict[str, Any]
+    frame: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -33,10 +43,21 @@ class PromptEvent:
     type: str
     data: dict[str, Any]
     at: float
+    frame: bytes | None = None
 
     @property
     def done(self) -> bool:
-        return is_done(self.type, self.data)
+        return self.frame is None and is_done(self.type, self.data)
+
+
+def frame_bytes(events: Sequence[PromptEvent]) -> int:
+    return sum(len(e.frame) for e in events if e.frame is not None)
+
+
+def more_after(page: Sequence[PromptEvent], limit: int) -> bool:
+    """Whether a page read with `limit` may have stopped short of the log's end (it is
+    full, or its frames reached PAGE_FRAME_BYTES)."""
+    return bool(page) and (len(page) >= limit or frame_bytes(page) >= PAGE_FRAME_BYTES)
 
 
 @dataclass(frozen=True)

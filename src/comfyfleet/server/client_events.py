@@ -100,15 +100,16 @@ class ClientRouter(JobObserver):
             # ComfyUI's order: a code-4 preview before the `progress` frame it comes
             # with, a code-1 preview after it.
             self._send_plain_preview(job)
-            self.hub.send_preview(client_id, event, metadata=True)
+            self.hub.send_preview(client_id, event, metadata=True, prompt_id=job.prompt_id)
             self._plain_previews[job.prompt_id] = event
         elif isinstance(event, ProgressText):
-            self.hub.send_text(client_id, event)
+            self.hub.send_text(client_id, event, prompt_id=job.prompt_id)
 
     def _send_plain_preview(self, job: Job) -> None:
         preview = self._plain_previews.pop(job.prompt_id, None)
         if preview is not None and job.client_id:
-            self.hub.send_preview(client_key(job.tenant, job.client_id), preview, metadata=False)
+            key = client_key(job.tenant, job.client_id)
+            self.hub.send_preview(key, preview, metadata=False, prompt_id=job.prompt_id)
 
     def _remember(self, job: Job, message: Message) -> None:
         if message.type not in ("executing", "progress_state", "execution_start"):
@@ -131,14 +132,15 @@ class ClientRouter(JobObserver):
             self.status.send_now(key)
             self.hub.send_json(key, "executing", done, prompt_id=job.prompt_id)
 
-    def relayed(self, job: Job, kind: str, data: dict[str, Any]) -> None:
-        """A JSON frame of a prompt another gateway runs, read from the event log (see
+    def relayed(self, job: Job, event: EngineEvent) -> None:
+        """A frame of a prompt another gateway runs, read from the event log (see
         relay.py): sent as this gateway sends its own prompts' frames, and kept for
         the catch-up of a client that reconnects."""
-        if is_done(kind, data):
-            self._send_done(job, data)
+        if isinstance(event, Message) and is_done(event.type, event.data):
+            self._send_plain_preview(job)
+            self._send_done(job, event.data)
         else:
-            self.job_event(job, Message(kind, data))
+            self.job_event(job, event)
 
     def job_stopped(self, job: Job) -> None:
         self._latest.pop(job.prompt_id, None)  # a reconnecting client must not see it running

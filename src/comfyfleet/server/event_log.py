@@ -1,9 +1,9 @@
 """The durable log of every prompt's client stream, and the followers that read it.
 
-An observer of the scheduler: each JSON event a prompt's client gets (from
-`execution_start` to its end event, then the done signal `executing {node: null}`)
-is appended to the store. Binary frames (previews, progress text) are left out.
-Appends are batched: one commit per FLUSH_INTERVAL at most, never one per event, and
+An observer of the scheduler: each event a prompt's client gets (from `execution_start`
+to its end event, then the done signal `executing {node: null}`) is appended to the
+store, binary frames (previews, progress text) among them, thinned as log_frames.py
+says. Appends are batched: one commit per FLUSH_INTERVAL at most, never one per event, and
 only one at a time, so a prompt's ids grow in the order of its events.
 
 A follower (a WebSocket subscription, an SSE stream) gets only committed events, each
@@ -34,10 +34,16 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable
 
 from comfyfleet.domain.jobs import TERMINAL, Job, JobResult
-from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import (
+    EventsAppended,
+    NewPromptEvent,
+    PromptEvent,
+    more_after,
+)
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.protocol import events
 from comfyfleet.scheduler.observers import JobObserver
+from comfyfleet.server import log_frames
 from comfyfleet.store.base import JobStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -46,11 +52,14 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.01
 #: Events held while the store refuses them; beyond this, new ones are dropped (logged).
 MAX_BUFFERED = 100_000
+#: Bytes of binary frames held while the store refuses them (the same).
+MAX_BUFFERED_BYTES = 256 << 20
 #: Events a follower reads from the store at once.
 PAGE = 500
-#: Committed events queued for a follower that has not taken them; beyond this it reads
-#: them back from the store instead.
+#: Committed events (and bytes of binary frames) queued for a follower that has not
+#: taken them; beyond either, it reads them back from the store instead.
 MAX_QUEUED = 1_000
+MAX_QUEUED_BYTES = 16 << 20
 #: Seconds a follower waits on a quiet prompt before asking whether its job is over
 #: (not for its events: a wake-up brings those).
 CHECK_EVERY = 2.0
@@ -66,6 +75,7 @@ class _Listener:
 
     def __init__(self) -> None:
         self.queue: deque[PromptEvent] = deque()
+        self.queued_bytes = 0
         self.lagged = True  # read the store first (and again after an overflow)
         self.arrived = asyncio.Event()
 
@@ -75,12 +85,20 @@ class _Listener:
         self.arrived.set()
 
     def put(self, event: PromptEvent) -> None:
-        if len(self.queue) >= MAX_QUEUED:
+        size = 0 if event.frame is None else len(event.frame)
+        if len(self.queue) >= MAX_QUEUED or self.queued_bytes + size > MAX_QUEUED_BYTES:
             self.queue.clear()
+            self.queued_bytes = 0
             self.lagged = True
         elif not self.lagged:
             self.queue.append(event)
+            self.queued_bytes += size
         self.arrived.set()
+
+    def take(self) -> PromptEvent:
+        event = self.queue.popleft()
+        self.queued_bytes -= 0 if event.frame is None else len(event.frame)
+        return event
 
 
 class EventLog(JobObserver):
@@ -102,6 +120,8 @@ class EventLog(JobObserver):
         self._interval = flush_interval
         self._clock = clock
         self._buffer: list[NewPromptEvent] = []
+        self._buffered_bytes = 0
+        self._thinning = log_frames.PreviewThinning(self._append_all)
         self._flusher: asyncio.Task[None] | None = None
         self._writing = asyncio.Lock()  # one append at a time: a prompt's ids stay in order
         self._settling = asyncio.Lock()
@@ -133,9 +153,14 @@ class EventLog(JobObserver):
     def job_event(self, job: Job, event: EngineEvent) -> None:
         if isinstance(event, Message):
             self._open.add(job.prompt_id)
-            self._append(NewPromptEvent(job.prompt_id, event.type, event.data))
+            logged: NewPromptEvent | None = NewPromptEvent(job.prompt_id, event.type, event.data)
+        else:
+            logged = log_frames.to_log(job.prompt_id, event)
+        if logged is not None:
+            self._append_all(self._thinning.add(logged))
 
     def job_finished(self, job: Job, result: JobResult) -> None:
+        self._append_all(self._thinning.end(job.prompt_id))
         # The done signal, as the WebSocket router sends it once the end is recorded.
         self._append(
             NewPromptEvent(job.prompt_id, "executing", events.executing(job.prompt_id, None))
@@ -143,17 +168,24 @@ class EventLog(JobObserver):
         self._open.discard(job.prompt_id)
 
     def job_stopped(self, job: Job) -> None:
+        self._append_all(self._thinning.end(job.prompt_id))
         self._open.discard(job.prompt_id)  # back in the queue: its next start opens it
+
+    def _append_all(self, logged: list[NewPromptEvent]) -> None:
+        for event in logged:
+            self._append(event)
 
     def _append(self, event: NewPromptEvent) -> None:
         if self._closed:
             return
-        if len(self._buffer) >= MAX_BUFFERED:
+        size = 0 if event.frame is None else len(event.frame)
+        if len(self._buffer) >= MAX_BUFFERED or self._buffered_bytes + size > MAX_BUFFERED_BYTES:
             self._dropped += 1
             if self._dropped == 1:
                 log.warning("the event log is full (the store refuses writes): dropping events")
             return
         self._buffer.append(event)
+        self._buffered_bytes += size
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_soon(), name="event-log-flush")
 
@@ -170,11 +202,13 @@ class EventLog(JobObserver):
             batch, self._buffer = self._buffer, []
             if not batch:
                 return True
+            size, self._buffered_bytes = self._buffered_bytes, 0
             try:
                 committed = await self.store.append_prompt_events(batch)
             except StoreError as exc:
                 log.warning("could not write %d events (%s); retrying", len(batch), exc)
                 self._buffer[:0] = batch
+                self._buffered_bytes += size
                 return False
             if self._dropped:
                 log.warning("the event log dropped %d events", self._dropped)
@@ -192,6 +226,7 @@ class EventLog(JobObserver):
     async def close(self) -> None:
         """Write what is buffered, then end every follower (they resume elsewhere, or
         after a restart, from the last id they got)."""
+        self._append_all(self._thinning.end_all())
         try:
             await asyncio.wait_for(self.flush(), timeout=10)
         except TimeoutError:
@@ -223,9 +258,9 @@ class EventLog(JobObserver):
                 if listener.lagged:
                     listener.lagged = False
                     page = await self.store.prompt_events(prompt_id, last, PAGE)
-                    listener.lagged = len(page) == PAGE  # more to read
+                    listener.lagged = more_after(page, PAGE)
                 elif listener.queue:
-                    page = [listener.queue.popleft()]
+                    page = [listener.take()]
                 else:
                     page = []
                 for event in page:
@@ -303,5 +338,5 @@ class EventLog(JobObserver):
         while True:
             page = await self.store.prompt_events(prompt_id, found[-1].id if found else 0, PAGE)
             found += page
-            if len(page) < PAGE:
+            if not more_after(page, PAGE):
                 return found

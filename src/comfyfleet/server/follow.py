@@ -1,7 +1,11 @@
 """Following any prompt by id: subscriptions on the WebSocket, and Server-Sent Events.
 
 Both read the event log (event_log.py): committed events, from the first (or after the
-last id received), then each as it commits, ending after the done signal. Only the
+last id received), then each as it commits, ending after the done signal. Binary frames
+(previews, progress text; log_frames.py says which the log keeps) come too: on the
+WebSocket as the socket takes them from the gateway running the prompt (a preview as
+code 4 when it announced `supports_preview_metadata`, else as code 1 after its
+`progress` frame), over SSE as `binary` events (see `sse_event`). Only the
 caller's tenant's prompts can be followed (any of them, with or without a client_id:
 knowing the id is what it takes), and an unknown prompt and another tenant's get the
 same answer.
@@ -10,6 +14,7 @@ same answer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import re
@@ -18,7 +23,10 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.domain.prompt_events import PromptEvent
+from comfyfleet.engine.events import PreviewImage, ProgressText
+from comfyfleet.protocol import frames
 from comfyfleet.protocol.errors import error, prompt_error_body
+from comfyfleet.server import log_frames
 from comfyfleet.server.auth import visible
 from comfyfleet.server.event_log import EventLog
 from comfyfleet.server.gateway import GATEWAY, Gateway
@@ -53,6 +61,7 @@ class Subscriptions:
         self.gateway = gateway
         self.tenant = tenant  # None: every prompt is visible (authentication off)
         self._relays: dict[str, asyncio.Task[None]] = {}
+        self._plain_previews: dict[str, PreviewImage] = {}  # code 1, due after `progress`
 
     @staticmethod
     def wanted(message: Any) -> bool:
@@ -96,7 +105,7 @@ class Subscriptions:
     async def _relay(self, log: EventLog, prompt_id: str) -> None:
         try:
             async for event in log.follow(prompt_id):
-                self.sock.send_json(event.type, event.data)
+                self._send(prompt_id, event)
                 # A long replay waits for the socket to write, rather than overflow it.
                 while self.sock.backlog > MAX_BACKLOG // 2:
                     await asyncio.sleep(0.05)
@@ -104,6 +113,30 @@ class Subscriptions:
             if self._relays.get(prompt_id) is asyncio.current_task():
                 del self._relays[prompt_id]
                 self.sock.following.discard(prompt_id)
+                self._plain_previews.pop(prompt_id, None)
+
+    def _send(self, prompt_id: str, event: PromptEvent) -> None:
+        """One logged frame, in the order ClientRouter gives a socket like this one."""
+        binary = log_frames.from_log(event)
+        if isinstance(binary, ProgressText):
+            self.sock.send(frames.text(binary.node_id, binary.text))
+        elif isinstance(binary, PreviewImage):
+            if self.sock.supports_preview_metadata:
+                self.sock.send(frames.preview_with_metadata(binary.metadata(), binary.data))
+            else:
+                self._send_plain_preview(prompt_id)
+                self._plain_previews[prompt_id] = binary
+        elif event.frame is None:
+            if event.done:
+                self._send_plain_preview(prompt_id)
+            self.sock.send_json(event.type, event.data)
+            if event.type == "progress":
+                self._send_plain_preview(prompt_id)
+
+    def _send_plain_preview(self, prompt_id: str) -> None:
+        preview = self._plain_previews.pop(prompt_id, None)
+        if preview is not None:
+            self.sock.send(frames.preview_image(preview.format, preview.data))
 
     async def _stop(self, prompt_id: str) -> None:
         relay = self._relays.pop(prompt_id, None)
@@ -142,8 +175,23 @@ def _resume_after(request: web.Request) -> int:
     return int(raw)
 
 
-def sse_event(event: PromptEvent) -> bytes:
-    """One event as SSE: its id, its type as the event name, its data as one JSON line."""
+def sse_event(event: PromptEvent) -> bytes | None:
+    """One event as SSE: its id, its type as the event name, its data as one JSON line.
+
+    A binary frame is a `binary` event: `{"event": CODE, "frame": BASE64}`, the frame as
+    ComfyUI sends it on a WebSocket, base64-encoded (a preview with its metadata, code
+    4; progress text, code 3). None for a binary kind this version does not know."""
+    binary = log_frames.from_log(event)
+    if binary is not None:
+        if isinstance(binary, PreviewImage):
+            code = frames.PREVIEW_IMAGE_WITH_METADATA
+            frame = frames.preview_with_metadata(binary.metadata(), binary.data)
+        else:
+            code, frame = frames.TEXT, frames.text(binary.node_id, binary.text)
+        payload = {"event": code, "frame": base64.b64encode(frame).decode()}
+        return f"id: {event.id}\nevent: binary\ndata: {json.dumps(payload)}\n\n".encode()
+    if event.frame is not None:
+        return None
     name = event.type if _EVENT_NAME.fullmatch(event.type) else "message"
     data = json.dumps(event.data, separators=(",", ":"))  # no raw newline in JSON text
     return f"id: {event.id}\nevent: {name}\ndata: {data}\n\n".encode()
@@ -181,7 +229,8 @@ async def job_events(request: web.Request) -> web.StreamResponse:
                 event = pending.result()
             except StopAsyncIteration:
                 break
-            await response.write(sse_event(event))
+            if (sent := sse_event(event)) is not None:
+                await response.write(sent)
     finally:
         if pending is not None and not pending.done():
             pending.cancel()

@@ -46,7 +46,7 @@ class ClientSocket:
         self.ws = ws
         self._transport = transport
         self.supports_preview_metadata = False
-        # Prompts this socket subscribed to: their JSON frames come from the event log.
+        # Prompts this socket subscribed to: their frames come from the event log.
         self.following: set[str] = set()
         self._queue: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self._dropped = False
@@ -171,12 +171,15 @@ class Hub:
             for sock in sockets:
                 sock.send(message)
 
-    def send_preview(self, client_id: str, preview: PreviewImage, *, metadata: bool) -> None:
+    def send_preview(
+        self, client_id: str, preview: PreviewImage, *, metadata: bool, prompt_id: str
+    ) -> None:
         """Code 4 to the client's sockets that announced `supports_preview_metadata`
-        (`metadata=True`), or code 1 to its other sockets (`metadata=False`)."""
+        (`metadata=True`), or code 1 to its other sockets (`metadata=False`); not to
+        those that subscribed to `prompt_id` (they get it from the event log)."""
         frame = None
         for sock in self._clients.get(client_id, ()):
-            if sock.supports_preview_metadata != metadata:
+            if sock.supports_preview_metadata != metadata or prompt_id in sock.following:
                 continue
             if frame is None:
                 frame = (
@@ -186,12 +189,13 @@ class Hub:
                 )
             sock.send(frame)
 
-    def send_text(self, client_id: str, text: ProgressText) -> None:
+    def send_text(self, client_id: str, text: ProgressText, *, prompt_id: str) -> None:
         sockets = self._clients.get(client_id)
         if sockets:
             frame = frames.text(text.node_id, text.text)
             for sock in sockets:
-                sock.send(frame)
+                if prompt_id not in sock.following:
+                    sock.send(frame)
 
     async def close_all(self) -> None:
         sockets = [s for group in self._clients.values() for s in group]

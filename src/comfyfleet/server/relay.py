@@ -7,7 +7,8 @@ of the prompt's client relays them from the event log, the source of truth:
 
 - A wake-up from the store (another process committed events of a prompt) that names
   the digest of a client connected here starts a relay, once the job confirms the
-  client: it follows the prompt's log from its first event and hands each JSON frame to
+  client: it follows the prompt's log from its first event and hands each frame (JSON,
+  and binary: previews and progress text, as the log keeps them, see log_frames.py) to
   the router, in the log's order, each once, until the done signal. Before the done
   signal the queue is counted again from the store and announced (`status`), as the
   gateway that ran the prompt does.
@@ -19,7 +20,6 @@ of the prompt's client relays them from the event log, the source of truth:
   and a relay of it stops. One that goes back to the queue from here is relayed again,
   once another gateway runs it, after the last event this gateway logged for it.
 
-Binary frames (previews, progress text) are not in the log and do not cross gateways.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from collections.abc import Awaitable, Callable
 
 from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.domain.prompt_events import EventsAppended
+from comfyfleet.engine.events import Message
 from comfyfleet.scheduler.observers import JobObserver
+from comfyfleet.server import log_frames
 from comfyfleet.server.client_events import ClientRouter, client_key
 from comfyfleet.server.event_log import PAGE, EventLog
 from comfyfleet.store.base import JobStore, StoreError
@@ -201,7 +203,11 @@ class ClientRelay(JobObserver):
                 if event.done:
                     self._ended.add(prompt_id)
                     await self._recount()  # the count, then the done signal, as its runner
-                self.router.relayed(job, event.type, event.data)
+                binary = log_frames.from_log(event)
+                if binary is not None:
+                    self.router.relayed(job, binary)
+                elif event.frame is None:
+                    self.router.relayed(job, Message(event.type, event.data))
         except StoreError as exc:
             log.warning("stopped relaying %s: %s", prompt_id, exc)
         finally:
@@ -218,10 +224,10 @@ class ClientRelay(JobObserver):
             for event in page:
                 if event.done:
                     return after
-                if event.type in ("executing", "progress_state"):
+                if event.frame is None and event.type in ("executing", "progress_state"):
                     latest[event.type] = event.data
             last = page[-1].id
         for kind in ("executing", "progress_state"):
             if kind in latest:
-                self.router.relayed(job, kind, latest[kind])
+                self.router.relayed(job, Message(kind, latest[kind]))
         return last

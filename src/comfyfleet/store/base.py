@@ -245,7 +245,9 @@ class PromptEventLog(Protocol):
     async def prompt_events(
         self, prompt_id: str, after: int = 0, limit: int = 500
     ) -> list[PromptEvent]:
-        """At most `limit` events of one prompt with an id above `after`, oldest first."""
+        """At most `limit` events of one prompt with an id above `after`, oldest first,
+        binary frames included: a page ends early after the event whose frame brings its
+        frame bytes to PAGE_FRAME_BYTES (prompt_events.more_after tells a full page)."""
 
     async def prune_prompt_events(self, ended_before: float) -> int:
         """Delete every event of each prompt whose newest event was appended before this

@@ -11,7 +11,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import (
+    PAGE_FRAME_BYTES,
+    EventsAppended,
+    NewPromptEvent,
+    PromptEvent,
+)
 from comfyfleet.store.postgres_text import from_db, to_db
 from comfyfleet.store.sql_blocks import load_blocks
 
@@ -31,16 +36,18 @@ async def append(
         [_dumps(e.data) for e in events],
         now,
         instance,
+        [e.frame for e in events],
     )
     # Inserted in the order given, each taking the identity's next value: sorted ids
     # pair with the events in order, whatever order RETURNING lists them in.
     ids = sorted(row[0] for row in rows)
-    return [PromptEvent(i, e.prompt_id, e.type, e.data, now) for i, e in zip(ids, events)]
+    return [PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame) for i, e in zip(ids, events)]
 
 
 async def after(db: Any, prompt_id: str, after_id: int, limit: int) -> list[PromptEvent]:
-    rows = await db.fetch(Q["prompt_events"], to_db(prompt_id), after_id, limit)
-    return [PromptEvent(r[0], prompt_id, from_db(r[1]), json.loads(r[2]), r[3]) for r in rows]
+    """See the store's verb: paged by `limit` and by PAGE_FRAME_BYTES."""
+    rows = await db.fetch(Q["prompt_events"], to_db(prompt_id), after_id, limit, PAGE_FRAME_BYTES)
+    return [PromptEvent(r[0], prompt_id, from_db(r[1]), json.loads(r[2]), r[3], r[4]) for r in rows]
 
 
 async def prune(db: Any, before: float) -> int:

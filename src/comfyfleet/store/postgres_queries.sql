@@ -456,15 +456,16 @@ DELETE FROM idempotency_keys WHERE (tenant, key) IN (
 )
 
 -- name: append_prompt_events
--- The events side by side ($1 prompt ids, $2 types, $3 data), inserted in the order
--- given, so their ids grow in that order. In the same transaction, one notification per
+-- The events side by side ($1 prompt ids, $2 types, $3 data, $6 frames: NULL for a JSON
+-- frame), inserted in the order given, so their ids grow in that order. In the same transaction, one notification per
 -- prompt on comfyfleet_events, delivered once the rows are committed: `$5 DIGEST ID`
 -- ($5: the appending store instance; DIGEST: event_wakeups.client_digest of the job's
 -- client, `-` for none; ID: the prompt id, empty past 1,000 characters).
 WITH inserted AS (
-    INSERT INTO event_log (prompt_id, type, data, at)
-    SELECT e.prompt_id, e.type, e.data, $4
-    FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS e (prompt_id, type, data, n)
+    INSERT INTO event_log (prompt_id, type, data, frame, at)
+    SELECT e.prompt_id, e.type, e.data, e.frame, $4
+    FROM unnest($1::text[], $2::text[], $3::text[], $6::bytea[])
+        WITH ORDINALITY AS e (prompt_id, type, data, frame, n)
     ORDER BY e.n
     RETURNING id
 ), woken AS (
@@ -484,7 +485,16 @@ FROM (SELECT DISTINCT prompt_id FROM event_log WHERE at >= $1 LIMIT $2) p
 LEFT JOIN jobs j ON j.prompt_id = p.prompt_id
 
 -- name: prompt_events
-SELECT id, type, data, at FROM event_log WHERE prompt_id = $1 AND id > $2 ORDER BY id LIMIT $3
+-- At most $3 events after id $2, ending with the one whose frame brings the page's frame
+-- bytes to $4 or more.
+SELECT id, type, data, at, frame FROM (
+    SELECT l.*, coalesce(sum(octet_length(l.frame)) OVER (
+        ORDER BY l.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+    FROM (SELECT id, type, data, at, frame FROM event_log
+          WHERE prompt_id = $1 AND id > $2 ORDER BY id LIMIT $3) l
+) page
+WHERE before < $4
+ORDER BY id
 
 -- name: prune_prompt_events
 -- Prompts with an event older than the cutoff (found by time, so each prune reads only

@@ -244,3 +244,9 @@ CREATE TABLE fleet_keys (
     key        BYTEA NOT NULL,
     created_at DOUBLE PRECISION NOT NULL
 );
+
+-- name: migration_9
+-- Binary frames (previews, progress text) in the event log: their bytes in a column of
+-- their own, NULL for a JSON frame.
+ALTER TABLE event_log ADD COLUMN frame bytea;
+

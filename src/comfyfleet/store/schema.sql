@@ -1,4 +1,4 @@
--- comfyfleet job store, schema version 8 (PRAGMA user_version).
+-- comfyfleet job store, schema version 10 (PRAGMA user_version).
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
 CREATE TABLE jobs (
@@ -203,13 +203,15 @@ CREATE INDEX webhook_deliveries_prompt ON webhook_deliveries (prompt_id);
 
 -- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
 -- with every append and is never reused (AUTOINCREMENT), so a follower resumes after
--- the last id it saw. Not tied to jobs: retention prunes it on its own clock.
+-- the last id it saw. Not tied to jobs: retention prunes it on its own clock. A binary
+-- frame (preview, progress text) has its bytes in `frame` (NULL for a JSON frame).
 CREATE TABLE event_log (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     prompt_id TEXT NOT NULL,
     type      TEXT NOT NULL,
     data      TEXT NOT NULL,
-    at        REAL NOT NULL
+    at        REAL NOT NULL,
+    frame     BLOB
 );
 
 CREATE INDEX event_log_prompt ON event_log (prompt_id, id);

@@ -60,7 +60,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -97,6 +97,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     9: backend_owners.migrate,  # which gateway dispatches to each backend
     10: journal.migrate_owners,  # remote-job owners: one journal for every gateway
     11: fleet_keys.migrate,  # keys the gateways sharing the store agree on
+    12: event_log.add_frames,  # binary frames in the event log
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -634,7 +635,9 @@ class SQLiteStore:
             for woken in event_wakeups.appended(prompts):
                 for wake in self._event_wakes:
                     wake(woken)
-        return [PromptEvent(i, e.prompt_id, e.type, e.data, now) for i, e in zip(ids, events)]
+        return [
+            PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame) for i, e in zip(ids, events)
+        ]
 
     async def watch_events(self, wake: EventsWake) -> None:
         """In-process: one SQLite file has one gateway, so every append is this one's."""

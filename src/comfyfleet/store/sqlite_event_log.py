@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from contextlib import closing
 from typing import Any
 
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import PAGE_FRAME_BYTES, NewPromptEvent, PromptEvent
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -31,9 +32,9 @@ EVENT_LOG_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at)",
 )
 
-INSERT = "INSERT INTO event_log (prompt_id, type, data, at) VALUES (?, ?, ?, ?)"
+INSERT = "INSERT INTO event_log (prompt_id, type, data, frame, at) VALUES (?, ?, ?, ?, ?)"
 SELECT_AFTER = """
-SELECT id, type, data, at FROM event_log INDEXED BY event_log_prompt
+SELECT id, type, data, at, frame FROM event_log INDEXED BY event_log_prompt
 WHERE prompt_id = ? AND id > ? ORDER BY id LIMIT ?
 """
 SELECT_CLIENT = "SELECT tenant, client_id FROM jobs WHERE prompt_id = ?"
@@ -50,22 +51,31 @@ DELETE FROM event_log WHERE prompt_id IN (
 )
 """
 
+Row = tuple[str, str, str, bytes | None]
+
 
 def migrate(conn: sqlite3.Connection) -> None:
     for statement in EVENT_LOG_SCHEMA:
         conn.execute(statement)
 
 
-def encode(events: Sequence[NewPromptEvent]) -> list[tuple[str, str, str]]:
+def add_frames(conn: sqlite3.Connection) -> None:
+    """Version 10: binary frames are kept too, their bytes in a column of their own."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(event_log)")}
+    if "frame" not in columns:  # a fresh file has it from schema.sql already
+        conn.execute("ALTER TABLE event_log ADD COLUMN frame BLOB")
+
+
+def encode(events: Sequence[NewPromptEvent]) -> list[Row]:
     """Encode on the caller's thread: the writer stays busy only with SQL."""
-    return [(e.prompt_id, e.type, _dumps(e.data)) for e in events]
+    return [(e.prompt_id, e.type, _dumps(e.data), e.frame) for e in events]
 
 
 # -- writer thread ------------------------------------------------------------------
 
 
 def append(
-    conn: sqlite3.Connection, rows: list[tuple[str, str, str]], now: float
+    conn: sqlite3.Connection, rows: list[Row], now: float
 ) -> tuple[list[int], list[tuple[str, str | None, str | None]]]:
     """The ids of the rows appended, and (prompt_id, tenant, client_id) of each prompt
     appended to (tenant None: no such job), for the wake-ups."""
@@ -90,9 +100,19 @@ def prune(conn: sqlite3.Connection, before: float) -> int:
 
 
 def after(conn: sqlite3.Connection, prompt_id: str, after_id: int, limit: int) -> list[PromptEvent]:
-    rows = conn.execute(SELECT_AFTER, (prompt_id, after_id, limit)).fetchall()
-    return [_event(prompt_id, row) for row in rows]
+    """Up to `limit` events, stopping after the one whose frame brings the page's frame
+    bytes to PAGE_FRAME_BYTES (rows are fetched one by one: the rest are never read)."""
+    found: list[PromptEvent] = []
+    size = 0
+    with closing(conn.execute(SELECT_AFTER, (prompt_id, after_id, limit))) as rows:
+        for row in rows:
+            found.append(_event(prompt_id, row))
+            size += len(row[4]) if row[4] is not None else 0
+            if size >= PAGE_FRAME_BYTES:
+                break  # closing the cursor ends the read
+    return found
 
 
 def _event(prompt_id: str, row: Sequence[Any]) -> PromptEvent:
-    return PromptEvent(row[0], prompt_id, row[1], json.loads(row[2]), row[3])
+    frame = None if row[4] is None else bytes(row[4])
+    return PromptEvent(row[0], prompt_id, row[1], json.loads(row[2]), row[3], frame)

@@ -1,7 +1,7 @@
 """A client's frames cross gateways: its WebSocket on gateway A gets every frame of its
-prompts that gateway B runs (two in-process gateways on one PostgreSQL), the same and in
-the same order as a socket of the same client on B, with reconnect catch-up, and after
-A's listening connection was cut."""
+prompts that gateway B runs (two in-process gateways on one PostgreSQL), JSON and binary
+(previews, progress text), the same and in the same order as a socket of the same client
+on B, with reconnect catch-up, and after A's listening connection was cut."""
 
 from __future__ import annotations
 
@@ -13,9 +13,20 @@ from typing import Any
 import asyncpg
 import pytest
 
+from comfyfleet.protocol import frames
+from comfyfleet.server import log_frames
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.store.postgres import LISTENER_NAME
-from tests.integration.gateway.wire import Served, Socket, poll, serve, sleep_prompt
+from tests.integration.gateway.wire import (
+    Received,
+    Served,
+    Socket,
+    binary_prompt,
+    client_frames,
+    poll,
+    serve,
+    sleep_prompt,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,6 +106,84 @@ async def test_a_clients_prompts_run_elsewhere_reach_it_as_from_the_gateway_runn
         # B's), which A's own view would not count; at the last, A's blocker alone.
         assert status_before_done(on_a, ids[0]) >= 2
         assert status_before_done(on_a, ids[-1]) == 1
+
+
+async def test_previews_and_progress_text_cross_byte_for_byte_in_order(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    async with two_gateways(tmp_path, postgres_database) as (a, b):
+        # Code 1 previews (after their `progress`) and code 4 (with metadata, before it).
+        sockets = {
+            (server.url, metadata): await server.connect("client-v", preview_metadata=metadata)
+            for server in (a, b)
+            for metadata in (False, True)
+        }
+        ids = []
+        for n, server in enumerate([a, b]):  # one after the other: code 1 and 3 name no prompt
+            ids.append(await server.submit(binary_prompt(n), "client-v"))
+            for sock in sockets.values():
+                await sock.done(ids[-1])
+        for metadata in (False, True):
+            on_a, on_b = sockets[a.url, metadata], sockets[b.url, metadata]
+            relayed, running = client_frames(on_a), client_frames(on_b)
+            assert [f.describe() for f in relayed] == [f.describe() for f in running]
+            assert relayed == running  # every frame, its bytes and its place: none lost or twice
+            binary = [f.data for f in relayed if f.type == "binary"]
+            codes = [f.event_code for f in binary]
+            preview_code = frames.PREVIEW_IMAGE_WITH_METADATA if metadata else frames.PREVIEW_IMAGE
+            assert codes.count(preview_code) == 3 * len(ids), codes
+            assert codes.count(frames.TEXT) == len(ids), codes
+            assert all(f.payload for f in binary)
+            texts = [f.payload for f in binary if f.event_code == frames.TEXT]
+            assert texts[0] == b"width: 8, height: 8\n batch size: 3"
+            if not metadata:  # ComfyUI's order: a code 1 preview right after its `progress`
+                kinds = [f.describe() for f in relayed]
+                firsts = [i for i, kind in enumerate(kinds) if kind == "binary:1"]
+                assert all(kinds[i - 1] in ("progress", "binary:1") for i in firsts), kinds
+
+
+def is_subsequence(part: list[Any], whole: list[Any]) -> bool:
+    rest = iter(whole)
+    return all(any(item == other for other in rest) for item in part)
+
+
+def preview_steps(received: list[Received], metadata: bool) -> list[int]:
+    """The step of each preview, told by the `progress` frame it comes with (code 4 just
+    before it, code 1 just after it)."""
+    steps = []
+    for index, frame in enumerate(received):
+        if frame.describe() in ("binary:1", "binary:4"):
+            beside = received[index + 1] if metadata else received[index - 1]
+            assert beside.type == "progress", [f.describe() for f in received]
+            steps.append(int(beside.data["value"]))
+    return steps
+
+
+async def test_a_burst_of_previews_crosses_thinned_to_the_latest_with_nothing_moved(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    async with two_gateways(tmp_path, postgres_database) as (a, b):
+        sockets = {
+            (server.url, metadata): await server.connect("client-t", preview_metadata=metadata)
+            for server in (a, b)
+            for metadata in (False, True)
+        }
+        images = int(log_frames.PREVIEW_BURST) + 30  # sent at once: beyond the rate
+        prompt_id = await b.submit(binary_prompt(images=images), "client-t")
+        for sock in sockets.values():
+            await sock.done(prompt_id)
+        for metadata in (False, True):
+            relayed = client_frames(sockets[a.url, metadata])
+            running = client_frames(sockets[b.url, metadata])
+            assert [f for f in relayed if f.type != "binary"] == [
+                f for f in running if f.type != "binary"
+            ]
+            assert is_subsequence(relayed, running)  # nothing moved, nothing twice
+            assert preview_steps(running, metadata) == list(range(images))
+            kept = preview_steps(relayed, metadata)
+            assert int(log_frames.PREVIEW_BURST) <= len(kept) < images
+            assert kept == sorted(set(kept)) and kept[-1] == images - 1  # the node's last
+            assert sum(f.describe() == "binary:3" for f in relayed) == 1  # text: never left out
 
 
 async def test_a_client_reconnecting_to_another_gateway_is_brought_up_to_date(

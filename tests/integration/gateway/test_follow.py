@@ -4,17 +4,28 @@ real gateway (in this process, or a `comfyfleet serve` child killed with SIGKILL
 from __future__ import annotations
 
 import asyncio
+import base64
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from comfyfleet.protocol import frames
 from comfyfleet.server import follow
 from tests.integration.gateway.processes import submit
 from tests.integration.gateway.sse import SseEvent, SseReader, assert_strictly_increasing
 from tests.integration.gateway.test_auth import tenants
-from tests.integration.gateway.wire import Received, Served, Socket, poll, serve, sleep_prompt
+from tests.integration.gateway.wire import (
+    Received,
+    Served,
+    Socket,
+    binary_prompt,
+    client_frames,
+    poll,
+    serve,
+    sleep_prompt,
+)
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -150,6 +161,46 @@ async def test_the_owner_subscribing_to_its_prompt_gets_the_replay_then_each_fra
         followed = [(f.type, f.data) for f in owner.frames[acked + 1 :] if f.prompt_id == prompt_id]
         assert followed == logged
         assert direct == logged[: len(direct)]
+
+
+async def test_followers_get_previews_and_progress_text_once_in_the_owners_order(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        blocker = await served.connect()
+        first = await served.submit(sleep_prompt(0.5), blocker.client_id)
+        own = {m: await served.connect("owner", preview_metadata=m) for m in (False, True)}
+        prompt_id = await served.submit(binary_prompt(), "owner")  # queued behind `first`
+        # Sockets of the owner itself that subscribe: its frames come from the log alone.
+        subscribed = {m: await served.connect("owner", preview_metadata=m) for m in (False, True)}
+        for sock in subscribed.values():
+            await subscribe(sock, prompt_id)
+        await blocker.done(first)
+        for sock in [*own.values(), *subscribed.values()]:
+            await sock.done(prompt_id)
+        # And others following it once it is over: the replay.
+        late = {m: await served.connect(preview_metadata=m) for m in (False, True)}
+        for sock in late.values():
+            await subscribe(sock, prompt_id)
+            await sock.done(prompt_id)
+
+        for metadata in (False, True):
+            expected = client_frames(own[metadata])
+            codes = [f.data.event_code for f in expected if f.type == "binary"]
+            assert sorted(codes) == sorted([3] + [4 if metadata else 1] * 3), codes
+            assert client_frames(subscribed[metadata]) == expected  # each once
+            assert client_frames(late[metadata]) == expected
+        # SSE: the binary frames as `binary` events, code 4 for previews, base64.
+        logged = await sse(served, prompt_id)
+        assert_strictly_increasing(logged)
+        as_frames = [
+            Received("binary", frames.decode(base64.b64decode(e.data["frame"])))
+            if e.event == "binary"
+            else Received(e.event, e.data)
+            for e in logged
+        ]
+        assert as_frames == client_frames(own[True])
+        assert {e.data["event"] for e in logged if e.event == "binary"} == {3, 4}
 
 
 async def test_unsubscribe_stops_the_frames(tmp_path: Path) -> None:

@@ -361,3 +361,22 @@ def save_prompt(color: int, prefix: str) -> dict[str, Any]:
         },
         "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": prefix}},
     }
+
+
+def binary_prompt(color: int = 0, images: int = 3) -> dict[str, Any]:
+    """Binary frames among the JSON ones: EmptyImage(8x8, `images` of them) ->
+    GetImageSize (progress text) -> PreviewAny, and -> Sleep(0.2) -> SaveImageWebsocket
+    (a preview frame per image)."""
+    prompt = sleep_prompt(0.2, color)
+    prompt["1"]["inputs"]["batch_size"] = images
+    prompt["3"] = {"class_type": "SaveImageWebsocket", "inputs": {"images": ["2", 0]}}
+    prompt["4"] = {"class_type": "GetImageSize", "inputs": {"image": ["1", 0]}}
+    prompt["5"] = {"class_type": "PreviewAny", "inputs": {"source": ["4", 2]}}
+    return prompt
+
+
+def client_frames(sock: Socket) -> list[Received]:
+    """What a socket got besides the queue's `status` and the subscription acks: the
+    frames of its prompts, JSON and binary, in order."""
+    skipped = ("status", "feature_flags", "subscribed", "unsubscribed", "subscribe_error")
+    return [f for f in sock.frames if f.type not in skipped]

@@ -7,7 +7,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
+from comfyfleet.domain.prompt_events import (
+    PAGE_FRAME_BYTES,
+    EventsAppended,
+    NewPromptEvent,
+    PromptEvent,
+    more_after,
+)
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.event_wakeups import client_digest
 from tests.unit.store.stores import Clock
@@ -57,6 +63,45 @@ async def test_any_text_and_json_round_trip(store: JobStore) -> None:
         PromptEvent(appended.id, prompt_id, "ty\x00pe", data, appended.at)
     ]
     assert await store.prompt_events("p") == []  # a prefix is another prompt
+
+
+async def test_binary_frames_are_kept_byte_for_byte_among_the_json_frames(store: JobStore) -> None:
+    every_byte = bytes(range(256)) * 3
+    appended = await store.append_prompt_events(
+        [
+            event("p", 0),
+            NewPromptEvent("p", "preview_image", {"node_id": "3", "format": "PNG"}, every_byte),
+            NewPromptEvent("p", "progress_text", {"node_id": "3"}, "é\x00ok".encode()),
+            NewPromptEvent("p", "progress_text", {"node_id": "3"}, b""),  # empty, not JSON
+            event("p", 1),
+            done("p"),
+        ]
+    )
+    read = await store.prompt_events("p")
+    assert read == appended
+    assert [e.frame for e in read] == [None, every_byte, "é\x00ok".encode(), b"", None, None]
+    assert [e.done for e in read] == [False] * 5 + [True]
+    # Resuming between binary frames.
+    assert await store.prompt_events("p", after=appended[1].id, limit=2) == appended[2:4]
+
+
+async def test_a_page_ends_once_its_frames_reach_the_byte_budget(store: JobStore) -> None:
+    third = PAGE_FRAME_BYTES // 3 + 1
+    big = [NewPromptEvent("p", "preview_image", {"n": i}, bytes([i]) * third) for i in range(5)]
+    appended = await store.append_prompt_events([event("p", 0), *big, event("p", 1)])
+    page = await store.prompt_events("p")
+    # Three frames reach the budget: the page ends after the third, and says so.
+    assert page == appended[:4]
+    assert more_after(page, 500)
+    rest = await store.prompt_events("p", after=page[-1].id)
+    assert rest == appended[4:]
+    assert not more_after(rest, 500)
+    # A single frame over the budget still comes, alone.
+    (huge,) = await store.append_prompt_events(
+        [NewPromptEvent("q", "preview_image", {}, b"x" * (PAGE_FRAME_BYTES + 1))]
+    )
+    await store.append_prompt_events([event("q", 0)])
+    assert await store.prompt_events("q") == [huge]
 
 
 async def test_ids_are_never_reused_after_a_prune_or_a_reopen(

@@ -274,6 +274,7 @@ async def test_a_version_5_database_gains_backend_owners(
     await sql(postgres_url, schema, "DROP TABLE backend_owners, fleet_keys")
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
+    await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 5")
     again = PostgresStore(postgres_url, schema=schema, owner="a")
     await again.open()
@@ -295,6 +296,7 @@ async def test_a_version_6_database_gains_owners_and_keeps_one_live_job_per_requ
     for statement in [
         *UNDO_REMOTE_JOB_OWNERS,
         "DROP TABLE fleet_keys",
+        "ALTER TABLE event_log DROP COLUMN frame",
         "DELETE FROM comfyfleet_migrations WHERE version > 6",
         # What an older program could leave: two live jobs for one request.
         "INSERT INTO remote_jobs (id, request_hash, provider, kind, state, remote_id, resume, "
@@ -327,12 +329,33 @@ async def test_a_version_7_database_gains_fleet_keys(
     await store.submit(new_job("old"))
     await store.close()
     await sql(postgres_url, schema, "DROP TABLE fleet_keys")
+    await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 7")
     again = PostgresStore(postgres_url, schema=schema)
     await again.open()
     try:
         assert await again.get("old") is not None
         assert await again.fleet_key("peer", b"k" * 32) == b"k" * 32
+    finally:
+        await again.close()
+    applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION
+
+async def test_a_version_8_database_keeps_its_events_and_gains_binary_frames(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    (old,) = await store.append_prompt_events([NewPromptEvent("old", "progress", {"v": 1})])
+    await store.close()
+    await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 8")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        (frame,) = await again.append_prompt_events(
+            [NewPromptEvent("old", "progress_text", {"node_id": "1"}, b"hi")]
+        )
+        assert await again.prompt_events("old") == [old, frame]
+        assert frame.frame == b"hi" and old.frame is None
     finally:
         await again.close()
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")

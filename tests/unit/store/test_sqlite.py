@@ -499,3 +499,25 @@ async def test_version_10_file_gains_fleet_keys(tmp_path: Path) -> None:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_version_11_file_keeps_its_events_and_gains_binary_frames(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    (old,) = await store.append_prompt_events([NewPromptEvent("old", "progress", {"v": 1})])
+    await store.close()
+    as_older_schema(path, 11, "ALTER TABLE event_log DROP COLUMN frame")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        (frame,) = await store.append_prompt_events(
+            [NewPromptEvent("old", "progress_text", {"node_id": "1"}, b"hi")]
+        )
+        assert await store.prompt_events("old") == [old, frame]
+        assert frame.frame == b"hi" and old.frame is None
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
