@@ -155,7 +155,10 @@ class EventLog(JobObserver):
             self._open.add(job.prompt_id)
             logged: NewPromptEvent | None = NewPromptEvent(job.prompt_id, event.type, event.data)
         else:
-            logged = log_frames.to_log(job.prompt_id, event)
+            node = job.prompt.get(event.node_id) if event.node_id else None
+            kind = node.get("class_type") if isinstance(node, dict) else None
+            output = kind in log_frames.OUTPUT_FRAME_NODES
+            logged = log_frames.to_log(job.prompt_id, event, output=output)
         if logged is not None:
             self._append_all(self._thinning.add(logged))
 

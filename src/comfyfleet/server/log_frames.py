@@ -10,6 +10,8 @@ came with: client_events.ClientRouter), byte for byte what the running gateway s
 The log is thinned, never a socket. What is kept:
 
 - every progress text (one over MAX_FRAME bytes is cut to its first MAX_FRAME bytes);
+- every image an output node sends as a frame (SaveImageWebsocket: the image is the
+  output) of at most MAX_OUTPUT_FRAME bytes, never thinned (data `"output": true`);
 - a preview of at most MAX_FRAME bytes (a larger one is left out) while the prompt's
   logged previews stay within PREVIEW_RATE a second (bursts of PREVIEW_BURST);
 - beyond the rate, the latest: a preview without a token is held, and the frames after
@@ -27,6 +29,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.engine.events import PreviewImage, ProgressText
@@ -36,6 +39,10 @@ PREVIEW = "preview_image"
 TEXT = "progress_text"
 #: The largest frame the log keeps (a preview's image, a progress text).
 MAX_FRAME = 1 << 20
+#: The largest image an output node's frame may carry in the log (a 4K PNG fits).
+MAX_OUTPUT_FRAME = 1 << 25
+#: Nodes whose binary frames are their output, not a preview of progress.
+OUTPUT_FRAME_NODES = frozenset({"SaveImageWebsocket"})
 #: Previews a second the log keeps of one prompt, after a burst of PREVIEW_BURST.
 PREVIEW_RATE = 10.0
 PREVIEW_BURST = 10.0
@@ -43,13 +50,17 @@ PREVIEW_BURST = 10.0
 MAX_HELD = 200
 
 
-def to_log(prompt_id: str, event: PreviewImage | ProgressText) -> NewPromptEvent | None:
-    """The log's form of a binary frame of `prompt_id`; None for a preview over MAX_FRAME
-    bytes."""
+def to_log(
+    prompt_id: str, event: PreviewImage | ProgressText, *, output: bool = False
+) -> NewPromptEvent | None:
+    """The log's form of a binary frame of `prompt_id` (`output`: an output node's image);
+    None for an image over its cap."""
     if isinstance(event, PreviewImage):
-        if len(event.data) > MAX_FRAME:
+        if len(event.data) > (MAX_OUTPUT_FRAME if output else MAX_FRAME):
             return None
-        header = {"node_id": event.node_id, "format": event.format}
+        header: dict[str, Any] = {"node_id": event.node_id, "format": event.format}
+        if output:
+            header["output"] = True
         return NewPromptEvent(prompt_id, PREVIEW, header, event.data)
     text = event.text.encode()[:MAX_FRAME]
     return NewPromptEvent(prompt_id, TEXT, {"node_id": event.node_id}, text)
@@ -95,7 +106,7 @@ class PreviewThinning:
 
     def add(self, event: NewPromptEvent) -> list[NewPromptEvent]:
         state = self._prompts.get(event.prompt_id)
-        if event.type != PREVIEW or event.frame is None:
+        if event.type != PREVIEW or event.frame is None or event.data.get("output"):
             if state is None or not state.held:
                 return [event]
             if _continues(event, state.held[0]) and len(state.held) < MAX_HELD:

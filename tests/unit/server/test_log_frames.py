@@ -128,3 +128,19 @@ async def test_a_held_preview_is_kept_once_a_token_is_due() -> None:
             await asyncio.sleep(0.01)
     assert released == [preview(1), progress(1)]
     assert thinning.add(progress(2)) == [progress(2)]
+
+
+async def test_an_output_nodes_images_are_never_thinned_and_may_be_large() -> None:
+    """SaveImageWebsocket's frames are its output: a batch sent at once reaches a client
+    on another gateway whole, each image up to MAX_OUTPUT_FRAME bytes."""
+    big = PreviewImage("p", "9", "PNG", b"\x89PNG" + b"x" * (2 * MAX_FRAME))
+    assert to_log("p", big) is None  # as a preview it would be left out
+    outputs = [to_log("p", big, output=True) for _ in range(5)]
+    assert all(o is not None and o.data["output"] is True for o in outputs)
+    too_big = PreviewImage("p", "9", "PNG", b"x" * (log_frames.MAX_OUTPUT_FRAME + 1))
+    assert to_log("p", too_big, output=True) is None
+    released: list[NewPromptEvent] = []
+    thinning = PreviewThinning(released.extend, rate=1, burst=1, clock=Clock())
+    kept = [kept for o in outputs if o is not None for kept in thinning.add(o)]
+    assert kept == outputs  # all five at once, in order, beyond a rate of one
+    assert released == [] and thinning.end("p") == []

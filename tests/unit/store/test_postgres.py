@@ -341,6 +341,7 @@ async def test_a_version_7_database_gains_fleet_keys(
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
     assert applied == postgres_module.SCHEMA_VERSION
 
+
 async def test_a_version_8_database_keeps_its_events_and_gains_binary_frames(
     store: PostgresStore, postgres_url: str, schema: str
 ) -> None:
