@@ -16,8 +16,9 @@ Measured, with jobs of 2 s at 512x512 (0.25 MP at 1:1):
 - the first batch queued again after ComfyUI restarted (same user directory): the
   new jobs it sent (target 0: every result comes from the journal);
 - a mixed graph (8 submits, a collector, ComfyUI's own ImageSharpen on a result,
-  SaveImage) sent to a comfyfleet gateway with no local slots, run by the backend
-  with the pack: wall time, and the image in the gateway's history.
+  SaveImage) sent to a comfyfleet gateway (4 local slots, and the ComfyUI with the
+  pack as its backend): the lane it ran on (the backend: the gateway's engine has
+  no ImageSharpen), wall time, and the image in the gateway's history.
 
     .venv/bin/python bench/bench_pack.py [--latency 2] [--jobs 30]
 """
@@ -344,7 +345,7 @@ async def through_gateway(
         "--data-dir",
         str(data),
         "--local-slots",
-        "0",
+        "4",  # the gateway's own engine could run fan-out nodes, but not ImageSharpen
         "--backend",
         f"http://127.0.0.1:{comfy.port}",
     ]
@@ -363,9 +364,12 @@ async def through_gateway(
         entry = await gateway.history(prompt_id)
         images = entry["outputs"].get("save", {}).get("images", [])
         sent = state.stats()["jobs"] - before
+        async with session.get(f"{gateway.url}/api/jobs/{prompt_id}") as response:
+            lane = (await response.json()).get("lane") or ""
         print(
             f"  mixed graph through the gateway ({jobs} submits, collector, {LOCAL_NODE}, "
-            f"SaveImage): {ended} in {elapsed:.2f} s, jobs {sent}, saved images {len(images)}"
+            f"SaveImage): {ended} in {elapsed:.2f} s on lane {lane}, jobs {sent}, "
+            f"saved images {len(images)}"
         )
         await gateway.close()
         figure("mixed_via_gateway_wall", elapsed, "s")
