@@ -15,6 +15,8 @@ from typing import Any
 from comfyfleet.folders import Folders
 from comfyfleet.in_comfyui.boundary import Boundary
 
+INTERRUPTED, ENDED = "interrupted", "ended"
+
 
 @dataclass(frozen=True)
 class Executing:
@@ -32,6 +34,9 @@ class ComfyUI:
     #: The prompt ComfyUI's executor runs now (None between prompts).
     running_prompt: Callable[[], str | None]
     executing: Callable[[], Executing | None]
+    #: How a prompt ended, from ComfyUI's history: INTERRUPTED, ENDED, or None (not yet,
+    #: or no longer in the history).
+    ended: Callable[[str], str | None]
     #: (prompt id, node id, text) and (prompt id, node id, value, total) to the prompt's
     #: client; called on the prompt's own event loop.
     send_text: Callable[[str, str, str], None]
@@ -64,6 +69,16 @@ def from_running_comfyui(server: Any) -> ComfyUI:
             return None
         return Executing(str(found.prompt_id), str(found.node_id), found.list_index)
 
+    def message_types(entry: Any) -> list[str]:
+        messages = (entry.get("status") or {}).get("messages") or []
+        return [message[0] for message in messages]
+
+    def ended(prompt_id: str) -> str | None:
+        found = server.prompt_queue.get_history(prompt_id=prompt_id, map_function=message_types)
+        if prompt_id not in found:
+            return None
+        return INTERRUPTED if "execution_interrupted" in found[prompt_id] else ENDED
+
     def send_text(prompt_id: str, node_id: str, text: str) -> None:
         if running_prompt() == prompt_id:
             server.send_progress_text(text, node_id, server.client_id)
@@ -86,6 +101,7 @@ def from_running_comfyui(server: Any) -> ComfyUI:
         interrupted=management.processing_interrupted,
         running_prompt=running_prompt,
         executing=executing,
+        ended=ended,
         send_text=send_text,
         progress=progress,
         interrupt_error=management.InterruptProcessingException,

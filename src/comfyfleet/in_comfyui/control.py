@@ -2,9 +2,9 @@
 
 comfyfleet's nodes run on the fan-out loop's thread, ComfyUI's prompt on its own
 event loop: reports are posted to the prompt's loop, and the interrupt is read
-from ComfyUI's flag while this prompt is the one running. The flag is global and
-reset when the next prompt starts, so once seen it is latched here: jobs only
-this prompt waits for are cancelled even if the watch looks a moment later.
+from ComfyUI's flag while this prompt is the one running, and from its history
+once it has ended (the flag is global and reset when the next prompt starts, which
+may be before the watch looks). Once seen it is latched.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from comfyfleet.engine.context import Preview
-from comfyfleet.in_comfyui.comfyui import ComfyUI
+from comfyfleet.in_comfyui.comfyui import ENDED, INTERRUPTED, ComfyUI
 
 
 class PromptControl:
@@ -25,6 +25,7 @@ class PromptControl:
         self.loop = loop  # the prompt's own loop (ComfyUI runs one per prompt)
         self._comfy = comfy
         self._interrupted = threading.Event()
+        self._ended = False  # ended, and not interrupted: nothing more to look at
 
     @property
     def interrupted(self) -> bool:
@@ -33,9 +34,15 @@ class PromptControl:
         return self._interrupted.is_set()
 
     def interrupt_seen(self) -> bool:
-        """ComfyUI's flag is up while this prompt runs."""
+        """ComfyUI's flag is up while this prompt runs, or its history says interrupted."""
         comfy = self._comfy
-        return comfy.interrupted() and comfy.running_prompt() == self.prompt_id
+        if self._ended:
+            return False
+        if comfy.running_prompt() == self.prompt_id:
+            return comfy.interrupted()
+        outcome = comfy.ended(self.prompt_id)
+        self._ended = outcome == ENDED
+        return outcome == INTERRUPTED
 
     def latch(self) -> None:
         self._interrupted.set()

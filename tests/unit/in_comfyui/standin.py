@@ -16,7 +16,7 @@ import numpy as np
 
 from comfyfleet.folders import Folders
 from comfyfleet.in_comfyui.boundary import Boundary
-from comfyfleet.in_comfyui.comfyui import ComfyUI, Executing
+from comfyfleet.in_comfyui.comfyui import ENDED, INTERRUPTED, ComfyUI, Executing
 
 
 class Tensor:
@@ -65,12 +65,14 @@ class StandInComfyUI:
         self.prompt_id: str | None = None
         self.texts: list[tuple[str, str, str]] = []
         self.progress: list[tuple[str, str, float, float]] = []
+        self.history: dict[str, str] = {}  # prompt id -> how it ended
         self._executing: ContextVar[Executing | None] = ContextVar("executing", default=None)
         folders = Folders.under(root).ensure()
         self.comfy = ComfyUI(
             interrupted=self.interrupt.is_set,
             running_prompt=lambda: self.prompt_id,
             executing=self._executing.get,
+            ended=self.history.get,
             send_text=lambda *args: self.texts.append(args),
             progress=lambda *args: self.progress.append(args),
             interrupt_error=Interrupted,
@@ -96,9 +98,14 @@ class StandInComfyUI:
         def thread() -> Any:
             self.interrupt.clear()
             self.prompt_id = prompt_id
+            ended = ENDED
             try:
                 return asyncio.run(body(call))
+            except Interrupted:
+                ended = INTERRUPTED
+                raise
             finally:
                 self.prompt_id = None
+                self.history[prompt_id] = ended
 
         return await asyncio.to_thread(thread)

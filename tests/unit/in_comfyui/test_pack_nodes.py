@@ -131,6 +131,42 @@ async def test_comfyuis_interrupt_cancels_the_remote_jobs(pack: Pack, emulator: 
     assert emulator.stats()["downloads"] == 0
 
 
+async def test_an_interrupt_between_nodes_cancels_them_though_the_next_prompt_starts(
+    pack: Pack, emulator: Emulator
+) -> None:
+    emulator.settings.latency = 30.0
+
+    async def submits_then_a_comfyui_node(call: Call) -> Any:
+        settings = pack.classes["APISettings"]
+        (api,) = await call("api", settings, base_url=emulator.url, api_key="env:PACK_TEST_KEY")
+        for seed in range(20, 23):
+            await call(
+                f"s{seed}",
+                pack.classes[SUBMIT],
+                prompt="p",
+                resolution="0.0625 MP",
+                aspect_ratio="1:1",
+                grounding=False,
+                safety_tolerance=2,
+                seed=seed,
+                model="flux-2-pro",
+                api_config=api,
+            )
+        pack.standin.interrupt.set()  # POST /interrupt while ComfyUI's own node runs,
+        raise Interrupted()  # which ComfyUI stops at once
+
+    async def nothing(call: Call) -> None:
+        return None
+
+    with pytest.raises(Interrupted):
+        await pack.standin.run_prompt("p1", submits_then_a_comfyui_node)
+    await pack.standin.run_prompt("p2", nothing)  # resets ComfyUI's flag at its start
+    async with asyncio.timeout(10):
+        while emulator.stats()["cancelled"] < 3:
+            await asyncio.sleep(0.02)
+    assert emulator.stats()["jobs"] == 3 and emulator.stats()["downloads"] == 0
+
+
 async def test_the_classes_keep_inputs_outputs_and_checks(pack: Pack) -> None:
     settings = pack.classes["APISettings"]
     # ComfyUI reads VALIDATE_INPUTS's argument names to know which inputs it checks.
