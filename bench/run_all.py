@@ -51,6 +51,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_gateways.py", "Several gateways on PostgreSQL"),
     ("bench_managed.py", "Managed backends: start-up and scale-out"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
+    ("bench_pack.py", "Fan-out inside a real ComfyUI (the companion pack; needs COMFYUI_DIR)"),
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),
     ("bench_history.py", "History at 1,000,000 entries"),
     ("bench_dashboard.py", "Fleet dashboard at 100 prompts/s"),

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from comfyfleet import comfyui_pack
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "invert.json"
 
@@ -148,7 +150,7 @@ def test_install_comfyui_pack_copies_a_pack_that_loads_quietly(tmp_path: Path) -
         timeout=60,
     )
     assert loaded.returncode == 0, loaded.stderr
-    assert loaded.stdout.split() == ["{}", "1"]
+    assert loaded.stdout.split() == ["{}", str(comfyui_pack.VERSION)]
 
 
 def test_install_comfyui_pack_refuses_a_folder_that_is_not_comfyui(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """comfyfleet's companion pack for ComfyUI backends (a custom node pack).
 
 Installed into a ComfyUI's `custom_nodes/` (`comfyfleet install-comfyui-pack DIR`),
-it adds two routes a comfyfleet gateway uses, and nothing else changes:
+it adds two routes a comfyfleet gateway uses:
 
 - `GET /comfyfleet/pack`: `{"pack": "comfyfleet", "version": N}`, how a gateway
   knows the backend has it;
@@ -11,8 +11,11 @@ it adds two routes a comfyfleet gateway uses, and nothing else changes:
   /prompt` would: 200 `{"prompt_id", "outputs", "node_errors"}` (`outputs`: the
   output nodes that would run) or 400 `{"error", "node_errors"}`.
 
-It imports only ComfyUI's own modules and the standard library, loaded by ComfyUI
-itself; it does not import comfyfleet, which the backend's environment need not have.
+The routes import only ComfyUI's own modules and the standard library. When
+comfyfleet itself is installed in ComfyUI's environment (`pip install` of comfyfleet
+into ComfyUI's venv), the pack also adds comfyfleet's fan-out nodes (provider nodes,
+their Concurrent Submit twins, the collectors: see `comfyfleet.in_comfyui`); without
+it, the routes work alone.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import logging
 import uuid
 from typing import Any
 
-VERSION = 1
+VERSION = 2
 NODE_CLASS_MAPPINGS: dict[str, type] = {}
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}
 
@@ -77,6 +80,26 @@ def _register() -> None:
     routes.get("/comfyfleet/pack")(pack_info)
     routes.post("/comfyfleet/validate")(validate_only)
     log.info("comfyfleet pack %d: /comfyfleet/validate ready", VERSION)
+    _add_fanout_nodes(server)
+
+
+def _add_fanout_nodes(server: Any) -> None:
+    try:
+        in_comfyui = importlib.import_module("comfyfleet.in_comfyui")
+    except ImportError as exc:
+        log.info(
+            "comfyfleet pack: no fan-out nodes (%s); pip install comfyfleet into "
+            "this ComfyUI's environment to add them",
+            exc,
+        )
+        return
+    try:
+        classes, names = in_comfyui.install(server)
+    except Exception:  # the routes stay; the nodes are missing, and the log says why
+        log.exception("comfyfleet pack: the fan-out nodes could not be added")
+        return
+    NODE_CLASS_MAPPINGS.update(classes)
+    NODE_DISPLAY_NAME_MAPPINGS.update(names)
 
 
 # Inside ComfyUI this folder is a custom node package (`custom_nodes.<folder>`); as

@@ -1,0 +1,78 @@
+"""comfyfleet's fan-out nodes inside a real ComfyUI (loaded by the companion pack).
+
+The companion pack (`comfyfleet.comfyui_pack`, copied into ComfyUI's custom nodes)
+calls `install` when comfyfleet is importable in ComfyUI's environment (`pip
+install` of comfyfleet into ComfyUI's venv). It adds comfyfleet's provider nodes,
+their Concurrent Submit twins and the collectors, sharing comfyfleet's code: the
+same pools (one set for the whole ComfyUI process), failure modes, status report
+and redaction, with the journal in a SQLite file in ComfyUI's user directory, so
+neither a re-queue nor a restart of that ComfyUI pays for a job twice.
+
+Keys come from ComfyUI's environment (`env:NAME`) or a secrets file
+(`COMFYFLEET_SECRETS_FILE`, `secret:NAME`); a key typed into a workflow is swapped
+for a marker before ComfyUI queues (and stores) the prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.fanout import SecretVault
+from comfyfleet.in_comfyui.comfyui import ComfyUI, from_running_comfyui
+from comfyfleet.in_comfyui.host import FanoutHost
+from comfyfleet.in_comfyui.wrap import Bridge, exposed, wrap
+from comfyfleet.nodes import build_registry
+
+log = logging.getLogger(__name__)
+
+Mappings = tuple[dict[str, type], dict[str, str]]
+
+
+def install(server: Any) -> Mappings:
+    """Start the fan-out loop in this ComfyUI and return the node mappings to register;
+    typed keys are scrubbed from every prompt `server` (its PromptServer) receives."""
+    comfy = from_running_comfyui(server)
+    registry = build_registry()
+    mappings, bridge = node_mappings(comfy, registry)
+    server.add_on_prompt_handler(key_scrubber(bridge.service.vault, registry))
+    log.info("comfyfleet fan-out nodes: %d, journal %s", len(mappings[0]), bridge.host.journal_file)
+    return mappings
+
+
+def node_mappings(comfy: ComfyUI, registry: NodeRegistry) -> tuple[Mappings, Bridge]:
+    """The ComfyUI classes of comfyfleet's nodes, on a fan-out loop started for them."""
+    host = FanoutHost(comfy.user_dir)
+    bridge = Bridge(host, host.start(), comfy)
+    classes: dict[str, type] = {}
+    names: dict[str, str] = {}
+    for node in exposed(registry, comfy.own_nodes):
+        classes[node.name] = wrap(node, bridge)
+        names[node.name] = node.display_name or node.name
+    return (classes, names), bridge
+
+
+def key_scrubber(
+    vault: SecretVault, registry: NodeRegistry
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """An on-prompt handler: the request with every typed key replaced by its marker, in
+    the prompt and its extra data (the workflow saved into images), before ComfyUI
+    validates, queues or stores it."""
+
+    def scrub(body: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), dict):
+            return body  # ComfyUI refuses it itself
+        extra = body.get("extra_data")
+        prompt, scrubbed_extra = vault.scrub(
+            body["prompt"], extra if isinstance(extra, dict) else {}, registry
+        )
+        if prompt is body["prompt"]:
+            return body
+        changed = {**body, "prompt": prompt}
+        if isinstance(extra, dict):
+            changed["extra_data"] = scrubbed_extra
+        return changed
+
+    return scrub

@@ -1,0 +1,57 @@
+"""Values crossing between ComfyUI and comfyfleet's nodes: tensors in, tensors out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.in_comfyui.boundary import Boundary
+from tests.unit.in_comfyui.standin import Blocker, Tensor, Torch
+
+BOUNDARY = Boundary(Torch(), Blocker)
+
+
+def test_a_tensor_comes_in_as_a_contiguous_float32_array() -> None:
+    pixels = np.arange(2 * 3 * 4 * 3, dtype=np.float64).reshape(2, 3, 4, 3)[:, ::-1] / 100
+    array = BOUNDARY.to_array(Tensor(pixels))
+    assert isinstance(array, np.ndarray)
+    assert array.dtype == np.float32 and array.flags.c_contiguous
+    assert array.shape == (2, 3, 4, 3)
+    np.testing.assert_allclose(array, pixels.astype(np.float32))
+
+
+def test_lists_of_tensors_come_in_item_by_item_and_other_values_pass() -> None:
+    image = Tensor(np.zeros((1, 2, 2, 3), dtype=np.float32))
+    converted = BOUNDARY.to_array([image, "text", 3])
+    assert isinstance(converted, list) and isinstance(converted[0], np.ndarray)
+    assert converted[1:] == ["text", 3]
+    config = object()
+    assert BOUNDARY.to_array(config) is config
+
+
+def test_outputs_go_out_as_tensors_and_comfyuis_blocker() -> None:
+    image = np.ones((1, 2, 2, 3), dtype=np.float32)
+    task_like = object()
+    converted = BOUNDARY.result((image, ExecutionBlocker(None), task_like, "status"))
+    assert isinstance(converted, tuple) and len(converted) == 4
+    assert isinstance(converted[0], Tensor)
+    assert converted[0].array is image or np.shares_memory(converted[0].array, image)
+    assert isinstance(converted[1], Blocker) and converted[1].message is None
+    assert converted[2] is task_like and converted[3] == "status"
+
+
+def test_a_ui_result_keeps_its_ui_and_converts_its_outputs() -> None:
+    image = np.zeros((1, 1, 1, 3), dtype=np.float32)
+    converted = BOUNDARY.result({"ui": {"text": ["{}"]}, "result": (image, "{}")})
+    assert converted["ui"] == {"text": ["{}"]}
+    assert isinstance(converted["result"][0], Tensor) and converted["result"][1] == "{}"
+
+
+def test_list_outputs_and_non_image_arrays() -> None:
+    frames = [np.zeros((1, 1, 1, 3), dtype=np.float32)] * 2
+    converted = BOUNDARY.to_comfy(frames)
+    assert all(isinstance(item, Tensor) for item in converted)
+    counts = np.array([1, 2, 3])  # not an image or mask: left as it is
+    assert BOUNDARY.to_comfy(counts) is counts
+    blocker = Blocker("stop")
+    assert BOUNDARY.to_comfy(blocker) is blocker
