@@ -43,8 +43,8 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from comfyfleet.managed.pack import pack_paths
-from comfyfleet.providers.emulator import build_emulator_app, emulator_state
-from comfyfleet.providers.emulator_state import EmulatorSettings, EmulatorState
+from comfyfleet.testing.emulators.app import build_emulator_app, emulator_state
+from comfyfleet.testing.emulators.state import EmulatorSettings, EmulatorState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure

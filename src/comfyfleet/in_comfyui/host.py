@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from comfyfleet.fanout import FanoutService, FanoutSettings, SecretVault
 from comfyfleet.folders import resolve_inside
+from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.store.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class FanoutHost:
         secrets_file = self._env.get(SECRETS_FILE_VARIABLE) or None
         vault = SecretVault(Path(secrets_file) if secrets_file else None, env=self._env)
         settings = FanoutSettings.from_env(self._env)
-        service = FanoutService(store, vault, settings)
+        service = FanoutService(store, vault, settings, DRIVERS)
         self.store, self.service = store, service
         await service.resume()
         log.info("comfyfleet fan-out: journal %s", self.journal_file)

@@ -146,6 +146,12 @@ class Bridge:
             return outcome.result()
         except InterruptProcessingException:
             raise self.comfy.interrupt_error() from None
+        except Exception:
+            # The fan-out's own watch may see the interrupt first: its jobs end cancelled
+            # and the node fails with that; ComfyUI reports an interrupt, not an error.
+            if control.interrupted:
+                raise self.comfy.interrupt_error() from None
+            raise
 
 
 def wrap(node: NodeDef, bridge: Bridge) -> type:
