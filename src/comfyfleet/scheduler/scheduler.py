@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import logging
 import time
@@ -45,6 +46,19 @@ RECORD_RETRY_MAX = 2.0
 #: A reservation that has waited this many times as long as a slot's last run goes to
 #: that slot even if it has one of its own: no job waits long behind a long prompt.
 RESERVATION_PATIENCE = 1.5
+#: How deep into the queue a claim or reservation looks for a job its lane should take.
+CLAIM_DEPTH = 64
+#: The first page of candidates is small: the first job nearly always fits, and a page
+#: of thousands of prompts would be decoded for nothing.
+FIRST_PAGE = 4
+
+
+class Verdict(enum.Enum):
+    """What a lane makes of a candidate."""
+
+    TAKE = "take"
+    PASS = "pass"  # not for this lane
+    LEAVE = "leave"  # for another lane, free now, that starts it sooner or is warmer
 
 
 class QueueFull(Exception):
@@ -140,11 +154,9 @@ class Scheduler:
         self._running: dict[str, Running] = {}
         self.pending = 0
         self._lanes = {lane.name: _LaneSlots(lane) for lane in lanes}
-        # Read by `can_run` checks in the store's writer thread: replaced, never mutated.
-        self._lane_snapshot: tuple[_LaneSlots, ...] = tuple(self._lanes.values())
         # Lanes a re-queued job should leave to others while another lane can run it.
         self._avoid: dict[str, frozenset[str]] = {}
-        self._deferred = False
+        self._taking: set[str] = set()  # candidates a slot here is claiming or reserving
         self._wakes = 0  # counts `_wake` calls, so a slot notices one that came mid-claim
         self._submitting = 0  # submissions not yet counted in `pending`
         self._stopping = False
@@ -161,7 +173,6 @@ class Scheduler:
         if lane.name in self._lanes:
             raise ValueError(f"lane {lane.name} already exists")
         self._lanes[lane.name] = _LaneSlots(lane)
-        self._lane_snapshot = tuple(self._lanes.values())
 
     @property
     def lanes(self) -> list[Lane]:
@@ -266,7 +277,6 @@ class Scheduler:
         if lane.name in self._lanes:
             raise ValueError(f"lane {lane.name} already exists")
         entry = self._lanes[lane.name] = _LaneSlots(lane)
-        self._lane_snapshot = tuple(self._lanes.values())
         await self._start_lane(entry)
         self._wake()
 
@@ -278,7 +288,6 @@ class Scheduler:
         await self._wind_down(entry.tasks, timeout, lambda r: r.lane is entry.lane)
         await self._return_reservations(lambda r: r.owner is entry, settle=True)
         del self._lanes[name]
-        self._lane_snapshot = tuple(self._lanes.values())
         await entry.lane.close()
 
     async def stop(self, grace: float, before_requeue: Callable[[], None] | None = None) -> None:
@@ -423,7 +432,7 @@ class Scheduler:
         job = new.pending(0, 0.0)
         ready = [
             entry
-            for entry in self._lane_snapshot
+            for entry in self._lanes.values()
             if entry.parked and not entry.retiring and entry.lane.can_run(job)
         ]
         if not ready:
@@ -546,10 +555,12 @@ class Scheduler:
         # With nothing pending the claim would find nothing: park at once (a submit hands
         # its job over). After an idle second, claim anyway, should the count be off.
         if self.pending > 0 or slot.idled:
-            self._deferred = False
-            job = await self.store.claim(lane.name, lambda job: self._eligible(entry, job))
-            if self._deferred:
-                self._wake()  # a warmer free lane should take what this one left
+            job, left = await self._take_first(
+                lambda job: self._eligible(entry, job),
+                lambda job: self.store.claim_job(job, lane.name),
+            )
+            if left:
+                self._wake()  # a warmer (or sooner) free lane should take what this one left
         slot.idled = False
         if job is not None:
             # Not clamped: a claim can land before its submit's increment; they net out.
@@ -675,7 +686,7 @@ class Scheduler:
         if self.pending - len(self._reserved) <= 0:
             return
         held = Counter(r.owner.lane.name for r in self._reserved.values())
-        for entry in self._lane_snapshot:
+        for entry in self._lanes.values():
             for slot in entry.accepted:
                 self._reserve_soon(entry, slot, held[entry.lane.name])
 
@@ -697,19 +708,24 @@ class Scheduler:
 
     async def _reserve(self, entry: _LaneSlots) -> None:
         try:
-            job = await self.store.reserve(entry.lane.name, lambda j: self._reservable(entry, j))
+            job, _ = await self._take_first(
+                lambda j: self._reservable(entry, j),
+                lambda j: self.store.reserve_job(j, entry.lane.name),
+            )
         except StoreError as exc:
             log.info("could not reserve a job for %s: %s", entry.lane.name, exc)
             return
         if job is not None:
             self._reserved[job.prompt_id] = _Reservation(job, entry, time.monotonic())
 
-    def _reservable(self, entry: _LaneSlots, job: Job) -> bool:
-        """Runs in the store's writer thread, like `_eligible`: a job a free lane could
-        take now is left to it."""
+    def _reservable(self, entry: _LaneSlots, job: Job) -> Verdict:
+        """Whether a busy lane sets the job aside: one a free lane could take now is
+        left to it."""
         if not self._may_take(entry, job):
-            return False
-        return not any(o is not entry and o.free_for(job) for o in self._lane_snapshot)
+            return Verdict.PASS
+        if any(o is not entry and o.free_for(job) for o in self._lanes.values()):
+            return Verdict.PASS  # its slot takes it without a wake-up
+        return Verdict.TAKE
 
     def _make_way_for(self, job: Job) -> None:
         """A new job ahead of reserved ones in queue order: those whose lane could run it
@@ -768,19 +784,59 @@ class Scheduler:
         avoid = self._avoid.get(job.prompt_id)
         if not avoid or entry.lane.name not in avoid:
             return False
-        others = [o for o in self._lane_snapshot if o.lane.name not in avoid]
+        others = [o for o in self._lanes.values() if o.lane.name not in avoid]
         return any(not o.retiring and o.lane.can_run(job) for o in others)
 
-    def _eligible(self, entry: _LaneSlots, job: Job) -> bool:
-        """Whether this lane should take the job (runs in the store's writer thread)."""
+    async def _take_first(
+        self,
+        choose: Callable[[Job], Verdict],
+        take: Callable[[Job], Awaitable[Job | None]],
+    ) -> tuple[Job | None, bool]:
+        """The first candidate in queue order that `choose` takes, once `take` (a fenced
+        claim or reservation) got it, and whether `choose` left any to another lane.
+        A candidate lost to a race (another gateway, a cancel) is passed by; one that
+        another slot here is taking is left to it."""
+        left = False
+        after: Job | None = None
+        # Past the jobs other slots here are taking: those are likely first in line.
+        looked, limit = 0, FIRST_PAGE + len(self._taking)
+        while looked < CLAIM_DEPTH:
+            page = await self.store.candidates(limit, after)
+            for job in page:
+                if self._held_here(job.prompt_id):
+                    continue
+                verdict = choose(job)
+                left = left or verdict is Verdict.LEAVE
+                if verdict is not Verdict.TAKE:
+                    continue
+                self._taking.add(job.prompt_id)
+                try:
+                    taken = await take(job)
+                finally:
+                    self._taking.discard(job.prompt_id)
+                if taken is not None:
+                    return taken, left
+            looked += len(page)
+            if len(page) < limit:
+                break
+            after = page[-1]
+            limit = min(limit * 4, CLAIM_DEPTH - looked)
+        return None, left
+
+    def _held_here(self, prompt_id: str) -> bool:
+        """Being taken by a slot here, or taken a moment ago (a read may predate it)."""
+        return any(prompt_id in held for held in (self._taking, self._running, self._reserved))
+
+    def _eligible(self, entry: _LaneSlots, job: Job) -> Verdict:
+        """Whether this lane should take the job now."""
         if not self._may_take(entry, job):
-            return False
+            return Verdict.PASS
         avoid = self._avoid.get(job.prompt_id)
         # Affinity: leave the job to another lane that is free right now and warmer, but
         # not to one the job avoids (it would leave the job too, and no lane would take it).
         rivals = [
             other
-            for other in self._lane_snapshot
+            for other in self._lanes.values()
             if other is not entry
             and not (avoid and other.lane.name in avoid)
             and other.free_for(job)
@@ -788,15 +844,13 @@ class Scheduler:
         if not entry.would_queue:  # only lanes that would start it at once compete
             rivals = [other for other in rivals if not other.would_queue]
         elif any(not other.would_queue for other in rivals):
-            self._deferred = True  # a lane that starts it at once takes it
-            return False
+            return Verdict.LEAVE  # a lane that starts it at once takes it
         if not rivals:
-            return True  # the common case (one lane, or the others busy): no scoring
+            return Verdict.TAKE  # the common case (one lane, or the others busy): no scoring
         mine = entry.warmth.score(job.prompt)
         if any(other.warmth.score(job.prompt) > mine for other in rivals):
-            self._deferred = True  # wake the others once this claim returns
-            return False
-        return True
+            return Verdict.LEAVE  # the others are woken once this claim returns
+        return Verdict.TAKE
 
     async def _run(
         self,
