@@ -1,0 +1,57 @@
+"""What the parts of the scheduler share: its lanes and their slots, the attempts running
+here, the jobs set aside for busy lanes, the pending count, the lanes re-queued jobs
+avoid, and the wake-up of idle slots."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from comfyfleet.lanes.base import Lane
+from comfyfleet.scheduler.attempts import Running
+from comfyfleet.scheduler.observers import Observers
+from comfyfleet.scheduler.slots import LaneSlots, Reservation
+from comfyfleet.store.base import JobStore
+
+
+class SchedulerState:
+    def __init__(self, store: JobStore, observers: Observers, lanes: Sequence[Lane]) -> None:
+        self.store = store
+        self.observers = observers
+        self.lanes = {lane.name: LaneSlots(lane) for lane in lanes}
+        self.running: dict[str, Running] = {}
+        # Jobs set aside for busy remote lanes (still pending in the store), by id.
+        self.reserved: dict[str, Reservation] = {}
+        # Pending jobs in the store, as counted here (recounted now and then).
+        self.pending = 0
+        # Lanes a re-queued job should leave to others while another lane can run it.
+        self.avoid: dict[str, frozenset[str]] = {}
+        self.wakes = 0  # counts `wake` calls, so a slot notices one that came mid-claim
+        self.stopping = False
+        # Writes under way that must land before the store closes (ends being recorded,
+        # reservations given back).
+        self.settling: set[asyncio.Task[None]] = set()
+
+    def settle(self, task: asyncio.Task[None]) -> None:
+        """Keep `task` until it is done; `stop` waits for it."""
+        self.settling.add(task)
+        task.add_done_callback(self.settling.discard)
+
+    @property
+    def queue_remaining(self) -> int:
+        return max(0, self.pending) + len(self.running)
+
+    def queue_changed(self) -> None:
+        self.observers.queue_changed(self.queue_remaining)
+
+    def wake(self) -> None:
+        """Parked slots look at the queue again."""
+        self.wakes += 1
+        for entry in self.lanes.values():
+            while entry.parked:
+                parked = entry.parked.popleft()
+                if not parked.started.done():
+                    parked.started.set_result(None)
+
+    def avoid_lane(self, prompt_id: str, lane: str) -> None:
+        self.avoid[prompt_id] = self.avoid.get(prompt_id, frozenset()) | {lane}
