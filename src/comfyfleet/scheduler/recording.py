@@ -80,7 +80,7 @@ class Recorder:
         if await state.store.requeue(job.prompt_id, job.attempt, reason):
             state.pending += 1
             state.observers.job_requeued(job, reason)
-            state.wake()
+            state.work_arrived(job.dispatch_key())
 
     async def _retrying(self, what: str, prompt_id: str, write: Callable[[], Awaitable[T]]) -> T:
         """A job write, retried while the store refuses: the failed write was rolled back

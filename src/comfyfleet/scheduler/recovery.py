@@ -124,7 +124,7 @@ class Recovery:
         state = self._state
         if owner != state.store.owner and not state.stopping:
             state.pending += 1
-            state.wake()
+            state.work_arrived(None)
 
     def keep_lease(self) -> None:
         self._keeper = asyncio.create_task(self._keep_lease(), name="lease")
@@ -172,7 +172,7 @@ class Recovery:
                     log.info("re-queued %s: gateway %s is gone", job.prompt_id, job.owner)
                     state.pending += 1
                     state.observers.job_requeued(job, {"kind": "orphaned", "from": job.owner})
-                    state.wake()
+                    state.work_arrived(job.dispatch_key())
             elif (adopted := await store.adopt(job)) is not None:
                 log.info("following %s: gateway %s is gone", job.prompt_id, job.owner)
                 self._runner.follow(entry.lane, adopted)

@@ -162,4 +162,4 @@ class Reservations:
     async def _unreserve(self, ids: list[str]) -> None:
         if ids:
             await self._state.store.unreserve(ids)
-            self._state.wake()
+            self._state.work_arrived(None)

@@ -5,13 +5,16 @@ avoid, and the wake-up of idle slots."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
 from comfyfleet.scheduler.observers import Observers
 from comfyfleet.scheduler.slots import LaneSlots, Reservation
 from comfyfleet.store.base import JobStore
+
+#: A job's place in the queue (`Job.dispatch_key`).
+DispatchKey = tuple[int, float, int]
 
 
 class SchedulerState:
@@ -31,6 +34,8 @@ class SchedulerState:
         # Writes under way that must land before the store closes (ends being recorded,
         # reservations given back).
         self.settling: set[asyncio.Task[None]] = set()
+        # Told when a job becomes claimable (see `work_arrived`).
+        self.on_arrival: Callable[[DispatchKey | None], None] = lambda _key: None
 
     def settle(self, task: asyncio.Task[None]) -> None:
         """Keep `task` until it is done; `stop` waits for it."""
@@ -52,6 +57,12 @@ class SchedulerState:
                 parked = entry.parked.popleft()
                 if not parked.started.done():
                     parked.started.set_result(None)
+
+    def work_arrived(self, key: DispatchKey | None) -> None:
+        """A job became claimable (queued, re-queued, given back): `key` is its place in
+        the queue (None when not known here, e.g. another gateway's). Slots are woken."""
+        self.on_arrival(key)
+        self.wake()
 
     def avoid_lane(self, prompt_id: str, lane: str) -> None:
         self.avoid[prompt_id] = self.avoid.get(prompt_id, frozenset()) | {lane}

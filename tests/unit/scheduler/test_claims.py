@@ -22,21 +22,23 @@ from comfyfleet.server.hub import Hub
 from comfyfleet.store.sqlite import SQLiteStore
 
 
-def prompt(tag: int) -> dict[str, object]:
+def prompt(tag: int, seconds: float = 0.01) -> dict[str, object]:
     return {
         "1": {"class_type": "PrimitiveInt", "inputs": {"value": tag}},
-        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 0.01}},
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
     }
 
 
 @contextlib.asynccontextmanager
-async def gateway(path: Path, engine: Engine, name: str) -> AsyncIterator[Scheduler]:
+async def gateway(
+    path: Path, engine: Engine, name: str, slots: int = 4
+) -> AsyncIterator[Scheduler]:
     store = SQLiteStore(path, owner=name)
     await store.open()
     await store.join(GatewayRecord(name, name, "localhost", os.getpid(), "", 1.0), 10.0)
     hub = Hub()
-    lane = LocalLane(engine, 4, name=f"{name}-local")
+    lane = LocalLane(engine, slots, name=f"{name}-local")
     scheduler = Scheduler(store, [lane], ClientRouter(hub, StatusBroadcaster(hub)))
     await scheduler.start()
     try:
@@ -65,5 +67,27 @@ async def test_two_gateways_racing_for_candidates_run_every_job_once(tmp_path: P
         assert {attempt for attempt, _ in ran.values()} == {1}  # none claimed twice
         assert len(ran) == len(ids)
         assert {owner for _, owner in ran.values()} == {"a", "b"}  # both claimed some
+    finally:
+        engine.close()
+
+
+async def test_a_job_queued_ahead_of_the_kept_candidates_goes_first(tmp_path: Path) -> None:
+    """Slots keep the page of candidates they read for the next claims; a job queued ahead
+    of it (front) is still the next one started."""
+    engine = Engine(build_registry(testing=True), Folders.under(tmp_path / "data"))
+    try:
+        async with gateway(tmp_path / "jobs.db", engine, "a", slots=1) as scheduler:
+            store = scheduler.store
+            for number in range(6):
+                new = NewJob(f"p{number}", number, False, prompt(number, 0.1), {}, ["3"])
+                await scheduler.submit(new)
+            while (p1 := await store.get("p1")) is None or p1.status is not JobStatus.RUNNING:
+                await asyncio.sleep(0.01)  # read the queue (p1..p5), and took p1
+            await scheduler.submit(NewJob("front", 99, True, prompt(99, 0.0), {}, ["3"]))
+            while (p2 := await store.get("p2")) is None or p2.status is JobStatus.PENDING:
+                await asyncio.sleep(0.01)
+            front = await store.get("front")
+            assert front is not None and front.started_at is not None
+            assert p2.started_at is not None and front.started_at <= p2.started_at
     finally:
         engine.close()
