@@ -73,10 +73,28 @@ async def measure(store: JobStore, count: int, callers: int) -> dict[str, float]
     await store.open()
     claimed: list[Job] = []
 
+    # As a scheduler's slots do: each reads the first candidates past those the others
+    # are claiming, and claims one no other is claiming.
+    taking: set[str] = set()
+    taken_ids: set[str] = set()
+
     async def claim(_: int) -> None:
-        job = await store.claim("bench")
-        assert job is not None
-        claimed.append(job)
+        after: Job | None = None
+        while page := await store.candidates(4 + len(taking), after):
+            for job in page:
+                if job.prompt_id in taking or job.prompt_id in taken_ids:
+                    continue
+                taking.add(job.prompt_id)
+                try:
+                    taken = await store.claim_job(job, "bench")
+                finally:
+                    taking.discard(job.prompt_id)
+                assert taken is not None
+                taken_ids.add(taken.prompt_id)
+                claimed.append(taken)
+                return
+            after = page[-1]
+        raise AssertionError("no job to claim")
 
     async def finish(index: int) -> None:
         job = claimed[index]

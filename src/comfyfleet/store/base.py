@@ -18,6 +18,14 @@ from comfyfleet.domain.webhooks import (
 )
 from comfyfleet.store.commit_times import CommitTimes
 
+#: The most candidates one read returns.
+MAX_CANDIDATES = 256
+
+
+def clamp_candidates(limit: int) -> int:
+    """A page size for `candidates`, within 1..MAX_CANDIDATES."""
+    return max(1, min(limit, MAX_CANDIDATES))
+
 
 class StoreError(Exception):
     """The store failed (I/O, corruption, driver error); the cause is chained."""
@@ -291,23 +299,22 @@ class JobStore(
         """The first submit under `tenant`'s `key`, if recorded less than
         IDEMPOTENCY_WINDOW ago (by the store's clock); None once the key is free."""
 
-    async def claim(
-        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
-    ) -> Job | None:
-        """Atomically take the first pending job in order that `can_run` accepts
-        (looking at most `scan` jobs deep): running, attempt + 1, on `lane`.
+    async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
+        """Claimable jobs (pending, set aside for no lane) in dispatch order: at most
+        `limit` (clamped to 1..MAX_CANDIDATES), those past `after` (the last job of an
+        earlier page) when given. A read: nothing is taken, no lock is held. The caller
+        chooses among them and takes one with `claim_job` or `reserve_job`."""
 
-        `can_run` may be called on a store thread while the store holds its write
-        lock: it must be cheap, must not block or call the store, and must be
-        thread-safe."""
+    async def claim_job(self, job: Job, lane: str) -> Job | None:
+        """Start a candidate on `lane`: running, attempt + 1, this gateway's (`owner`).
+        Fenced: None, and nothing written, when the job is no longer claimable at
+        `job.attempt` (claimed, reserved, cancelled or re-queued meanwhile)."""
 
-    async def reserve(
-        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
-    ) -> Job | None:
-        """Like `claim`, but the job stays pending, set aside for `lane` (its `lane`
-        field names it) by this gateway (`owner`): listed and cancellable as pending,
-        skipped by claims and reservations. A busy lane takes its next job ahead of time
-        this way."""
+    async def reserve_job(self, job: Job, lane: str) -> Job | None:
+        """Set a candidate aside for `lane` by this gateway (`owner`), fenced as
+        `claim_job`: it stays pending, listed and cancellable, with `lane` naming the
+        lane, and claims and reservations skip it. A busy lane takes its next job
+        ahead of time this way."""
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
         """Start a job reserved for `job.lane` on `lane` (running, attempt + 1), or

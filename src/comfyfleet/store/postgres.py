@@ -8,16 +8,13 @@ asynchronous, and large results are decoded on a worker thread.
 The statements are the named blocks of postgres_queries.sql; the schema is the
 migrations of postgres_schema.sql, applied on `open` under an advisory lock.
 
-Claims and reservations read the claimable jobs in dispatch order (no lock), ask
-`can_run` about them in order on the event loop, and take the first it accepts with
-an UPDATE fenced on the job still being claimable. The claims of one process run one
-at a time, as SQLite's single writer runs them, so they never race each other for the
-same job. When the fenced UPDATE finds the job gone all the same (taken by another
-process, or cancelled), the next accepted candidate is tried, and when every accepted
-one was lost, the queue is read again: a claim returns None only when, at its last
-read, no claimable job within `scan` was accepted. No transaction is open while
-`can_run` runs and no row is locked for a job not taken, so no claim skips a job that
-another only looked at (as `FOR UPDATE SKIP LOCKED` over the candidates would).
+Claims and reservations are data, not callbacks: `candidates` reads the claimable jobs
+in dispatch order (no lock, no transaction left open), the caller chooses among them,
+and `claim_job` / `reserve_job` take the one chosen with an UPDATE fenced on the job
+still being claimable at the attempt it was read with. A caller that loses the race
+(another process took it, or it was cancelled) moves on to its next choice. No row is
+locked for a job not taken, so no claim skips a job that another only looked at (as
+`FOR UPDATE SKIP LOCKED` over the candidates would).
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -68,7 +65,12 @@ from comfyfleet.store import postgres_fleet_keys as fleet_keys
 from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store import postgres_journal as journal
 from comfyfleet.store import postgres_webhooks as webhooks
-from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
+from comfyfleet.store.base import (
+    DuplicateJob,
+    GatewayIdInUse,
+    StoreError,
+    clamp_candidates,
+)
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.postgres_listener import Listener
@@ -166,9 +168,6 @@ class PostgresStore:
         # process runs between reading the sequence and moving it).
         self._counter = asyncio.Lock()
         self._counter_floor = 0
-        # Claims and reservations of this process run one at a time, as SQLite's writer
-        # runs them: concurrent ones would only race for the same first candidate.
-        self._claiming = asyncio.Lock()
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._owner_db = to_db(self.owner)
         self._instance = uuid.uuid4().hex
@@ -306,63 +305,37 @@ class PostgresStore:
         now = self._clock()
         return await self._run(lambda db: idempotency.first(db, tenant, key, now))
 
-    async def claim(
-        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
-    ) -> Job | None:
-        """Take the first claimable job in dispatch order that `can_run` accepts (looking
-        `scan` jobs deep): running, attempt + 1, on `lane`.
+    async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
+        """Claimable jobs in dispatch order, `limit` at most, past `after` when given."""
+        limit = clamp_candidates(limit)
+        with self._wrapped():
+            if after is None:
+                rows = await self._db().fetch(Q["claimable"], limit)
+            else:
+                key = order_key(after.front, after.number)
+                query = Q["claimable_after"]
+                rows = await self._db().fetch(query, limit, after.front, key, after.seq)
+        return await _candidates(rows)
 
-        `can_run` runs on the event loop, with no transaction open and no row locked."""
+    async def claim_job(self, job: Job, lane: str) -> Job | None:
+        """Start a candidate on `lane`; None when it is no longer claimable so."""
         now = self._clock()
-        taken = await self._take(can_run, scan, "claim_job", to_db(lane), now, self._owner_db)
-        if taken is None:
-            return None
-        job, attempt = taken
-        return job.started(lane, attempt, now, self.owner)
+        attempt = await self._commit(
+            lambda db: db.fetchval(
+                Q["claim_job"], to_db(job.prompt_id), to_db(lane), now, self._owner_db, job.attempt
+            )
+        )
+        return None if attempt is None else job.started(lane, attempt, now, self.owner)
 
-    async def reserve(
-        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
-    ) -> Job | None:
-        """Set aside the first claimable job `can_run` accepts for `lane`: it stays
-        pending (listed, cancellable) but claims skip it. Returns it with `lane` set."""
-        taken = await self._take(can_run, scan, "reserve_job", to_db(lane), self._owner_db)
-        if taken is None:
-            return None
-        job, attempt = taken
-        return replace(job, lane=lane, attempt=attempt, owner=self.owner)
-
-    async def _take(
-        self, can_run: Callable[[Job], bool] | None, scan: int, update: str, *args: Any
-    ) -> tuple[Job, int] | None:
-        """The first claimable job `can_run` accepts, and its attempt once `update` (a
-        statement fenced on the job being claimable) changed it; see the module's doc."""
-        db = self._db()
-        depth = 1 if can_run is None else max(1, scan)
-        async with self._claiming:
-            return await self._take_first(db, can_run, depth, update, args)
-
-    async def _take_first(
-        self,
-        db: Any,
-        can_run: Callable[[Job], bool] | None,
-        depth: int,
-        update: str,
-        args: tuple[Any, ...],
-    ) -> tuple[Job, int] | None:
-        while True:
-            with self._wrapped():
-                rows = await db.fetch(Q["claimable"], depth)
-            raced = False
-            for job in await _candidates(rows):
-                if can_run is not None and not can_run(job):
-                    continue
-                with self._wrapped(), self.commit_times.timing():
-                    attempt = await db.fetchval(Q[update], to_db(job.prompt_id), *args)
-                if attempt is not None:
-                    return job, attempt
-                raced = True  # taken meanwhile: the next accepted one, or a fresh read
-            if not raced:
-                return None
+    async def reserve_job(self, job: Job, lane: str) -> Job | None:
+        """Set a candidate aside for `lane`: it stays pending (listed, cancellable) but
+        claims skip it. None when it is no longer claimable so."""
+        attempt = await self._commit(
+            lambda db: db.fetchval(
+                Q["reserve_job"], to_db(job.prompt_id), to_db(lane), self._owner_db, job.attempt
+            )
+        )
+        return None if attempt is None else replace(job, lane=lane, owner=self.owner)
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
         """Run a job reserved for `job.lane` (or, with `job.lane` None, a pending job set
@@ -995,11 +968,10 @@ def _gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
     )
 
 
-async def _candidates(rows: list[Any]) -> Iterable[Job]:
-    """Claim candidates, decoded one by one as they are looked at; a batch with much
-    text is decoded at once on a worker thread instead."""
+async def _candidates(rows: list[Any]) -> list[Job]:
+    """Claim candidates, decoded on the loop when small, else on a worker thread."""
     if _size(rows, JOB_JSON) <= DECODE_INLINE:
-        return map(_job, rows)
+        return [_job(row) for row in rows]
     return await asyncio.to_thread(lambda: [_job(row) for row in rows])
 
 

@@ -34,17 +34,25 @@ SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_i
 FROM jobs WHERE status = 'pending' AND lane IS NULL
 ORDER BY front DESC, order_key, seq LIMIT $1
 
+-- name: claimable_after
+-- The next page: past the job whose dispatch key is ($2, $3, $4), (front DESC, order_key, seq).
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
+FROM jobs WHERE status = 'pending' AND lane IS NULL
+  AND (front < $2 OR (front = $2 AND (order_key, seq) > ($3, $4)))
+ORDER BY front DESC, order_key, seq LIMIT $1
+
 -- name: claim_job
--- Fenced: only while the job is still pending and reserved for no lane.
+-- Fenced: only while the job is still claimable at the attempt its candidate had ($5).
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3,
                 owner = $4
-WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL
+WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL AND attempt = $5
 RETURNING attempt
 
 -- name: reserve_job
--- A reserved job stays pending, set aside for the lane named in `lane`.
+-- A reserved job stays pending, set aside for the lane named in `lane`; fenced as above.
 UPDATE jobs SET lane = $2, owner = $3
-WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL
+WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL AND attempt = $4
 RETURNING attempt
 
 -- name: start_reserved

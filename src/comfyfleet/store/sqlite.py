@@ -52,7 +52,7 @@ from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store import sqlite_webhooks as webhooks
-from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError
+from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError, clamp_candidates
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
@@ -140,8 +140,16 @@ CLAIM_JOB = """
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
 WHERE prompt_id = ? AND status = 'pending'
 """
-# A reserved job stays pending, set aside for the lane named in `lane` (see `reserve`).
-RESERVE_JOB = "UPDATE jobs SET lane = ?, owner = ? WHERE prompt_id = ? AND status = 'pending'"
+# Fenced: only while the job is still claimable at the attempt its candidate had.
+CLAIM_CANDIDATE = """
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
+WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
+"""
+# A reserved job stays pending, set aside for the lane named in `lane`; fenced as above.
+RESERVE_CANDIDATE = """
+UPDATE jobs SET lane = ?, owner = ?
+WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
+"""
 # `lane IS ?`: a job set aside for no lane (NULL) is started the same way.
 START_RESERVED = """
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
@@ -198,9 +206,15 @@ SELECT_PENDING = f"""
 SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending'
 ORDER BY front DESC, order_key, seq LIMIT ?
 """
-# What a claim may take: pending and not reserved.
+# What a claim may take: pending and not reserved; a later page starts past the last
+# job of the one before, by dispatch key (front DESC, order_key, seq).
 SELECT_CLAIMABLE = f"""
 SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
+ORDER BY front DESC, order_key, seq LIMIT ?
+"""
+SELECT_CLAIMABLE_AFTER = f"""
+SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
+  AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
 ORDER BY front DESC, order_key, seq LIMIT ?
 """
 SELECT_RUNNING = f"""
@@ -389,33 +403,26 @@ class SQLiteStore:
         op = functools.partial(idempotency.first, tenant=tenant, key=key, now=self._clock())
         return await self._read(op)
 
-    async def claim(
-        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
-    ) -> Job | None:
-        """Take the first pending job in dispatch order that `can_run` accepts.
+    async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
+        """Claimable jobs in dispatch order, `limit` at most, past `after` when given."""
+        op = functools.partial(_candidates, limit=clamp_candidates(limit), after=after)
+        return await self._read(op)
 
-        `can_run` runs on the writer thread inside the write transaction: it must
-        be cheap, must not block or touch the store, and must be thread-safe.
-        """
-        op = functools.partial(
-            _claim,
-            lane=lane,
-            can_run=can_run,
-            scan=max(1, scan),
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
+    async def claim_job(self, job: Job, lane: str) -> Job | None:
+        """Start a candidate on `lane`; None when it is no longer claimable so."""
+        now = self._clock()
+        params = (lane, now, self.owner, job.prompt_id, job.attempt)
+        if not await self._write(lambda conn: conn.execute(CLAIM_CANDIDATE, params).rowcount):
+            return None
+        return job.started(lane, job.attempt + 1, now, self.owner)
 
-    async def reserve(
-        self, lane: str, can_run: Callable[[Job], bool] | None = None, scan: int = 64
-    ) -> Job | None:
-        """Set aside the first claimable job `can_run` accepts for `lane`: it stays
-        pending (listed, cancellable) but claims skip it. Returns it with `lane` set."""
-        op = functools.partial(
-            _reserve, lane=lane, can_run=can_run, scan=max(1, scan), owner=self.owner
-        )
-        return await self._write(op)
+    async def reserve_job(self, job: Job, lane: str) -> Job | None:
+        """Set a candidate aside for `lane`: it stays pending (listed, cancellable) but
+        claims skip it. None when it is no longer claimable so."""
+        params = (lane, self.owner, job.prompt_id, job.attempt)
+        if not await self._write(lambda conn: conn.execute(RESERVE_CANDIDATE, params).rowcount):
+            return None
+        return replace(job, lane=lane, owner=self.owner)
 
     async def start_reserved(self, job: Job, lane: str) -> Job | None:
         """Run a job reserved for `job.lane` (or, with `job.lane` None, a pending job set
@@ -987,48 +994,18 @@ def _insert_job(
     return seq
 
 
-def _first_claimable(
-    conn: sqlite3.Connection, can_run: Callable[[Job], bool] | None, scan: int
-) -> Job | None:
-    cursor = conn.execute(SELECT_CLAIMABLE, (1 if can_run is None else scan,))
-    try:
-        return next((job for job in map(_job, cursor) if can_run is None or can_run(job)), None)
-    finally:
-        cursor.close()  # done reading before an UPDATE touches the rows it scans
-
-
-def _reserve(
-    conn: sqlite3.Connection,
-    lane: str,
-    can_run: Callable[[Job], bool] | None,
-    scan: int,
-    owner: str,
-) -> Job | None:
-    chosen = _first_claimable(conn, can_run, scan)
-    if chosen is None:
-        return None
-    conn.execute(RESERVE_JOB, (lane, owner, chosen.prompt_id))
-    return replace(chosen, lane=lane, owner=owner)
+def _candidates(conn: sqlite3.Connection, limit: int, after: Job | None) -> list[Job]:
+    if after is None:
+        rows = conn.execute(SELECT_CLAIMABLE, (limit,))
+    else:
+        front, key, seq = int(after.front), order_key(after.front, after.number), after.seq
+        rows = conn.execute(SELECT_CLAIMABLE_AFTER, (front, front, key, key, seq, limit))
+    return [_job(row) for row in rows]
 
 
 def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float, owner: str) -> bool:
     params = (lane, now, owner, job.prompt_id, job.lane)
     return conn.execute(START_RESERVED, params).rowcount == 1
-
-
-def _claim(
-    conn: sqlite3.Connection,
-    lane: str,
-    can_run: Callable[[Job], bool] | None,
-    scan: int,
-    now: float,
-    owner: str,
-) -> Job | None:
-    chosen = _first_claimable(conn, can_run, scan)
-    if chosen is None:
-        return None
-    conn.execute(CLAIM_JOB, (lane, now, owner, chosen.prompt_id))
-    return chosen.started(lane, chosen.attempt + 1, now, owner)
 
 
 def _finish(

@@ -13,6 +13,7 @@ from comfyfleet.folders import Folders
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.nodes import build_registry
+from comfyfleet.scheduler.choosing import Verdict, eligible
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub
@@ -80,16 +81,18 @@ async def test_a_cold_lane_leaves_the_job_to_a_free_warm_one_but_never_waits(
         ClientRouter(hub, StatusBroadcaster(hub)),
     )
     try:
-        warm, cold = scheduler._lanes["warm"], scheduler._lanes["cold"]
+        state = scheduler.state
+        warm, cold = state.lanes["warm"], state.lanes["cold"]
         warm.warmth = Warmth.of(prompt("x.safetensors", 0))
         job = _job("x.safetensors")
-        assert scheduler._eligible(warm, job)
-        assert not scheduler._eligible(cold, job)  # the warm lane is free: leave it there
+        assert eligible(state, warm, job) is Verdict.TAKE
+        # The warm lane is free: leave it there (and wake it).
+        assert eligible(state, cold, job) is Verdict.LEAVE
         warm.busy = 1
-        assert scheduler._eligible(cold, job)  # the warm lane is busy: do not wait for it
+        assert eligible(state, cold, job) is Verdict.TAKE  # the warm lane is busy: no wait
         warm.busy = 0
         other = _job("y.safetensors")
-        assert scheduler._eligible(cold, other)  # nobody is warmer for y
+        assert eligible(state, cold, other) is Verdict.TAKE  # nobody is warmer for y
     finally:
         engine.close()
 

@@ -15,6 +15,7 @@ from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.hub import Hub
 from comfyfleet.store.sqlite import SQLiteStore
+from tests.unit.store.stores import claim_next
 
 PROMPT = {
     "1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}},
@@ -29,7 +30,7 @@ async def test_jobs_given_back_before_a_restart_still_leave_that_lane(tmp_path: 
     ids = [f"p{i}" for i in range(4)]
     for number, prompt_id in enumerate(ids):
         await store.submit(NewJob(prompt_id, number, False, PROMPT, {}, ["3"]))
-        job = await store.claim("a", lambda j, p=prompt_id: j.prompt_id == p)
+        job = await claim_next(store, "a", only=prompt_id)
         assert job is not None
         reason = {"kind": "lane", "lane": "a", "error": "backend lost"}
         assert await store.requeue(job.prompt_id, job.attempt, reason)

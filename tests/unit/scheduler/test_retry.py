@@ -15,6 +15,7 @@ from comfyfleet.lanes.local import LocalLane
 from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.store.sqlite import SQLiteStore
+from tests.unit.store.stores import claim_next
 
 PROMPT = {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 1}}}
 
@@ -28,7 +29,7 @@ def lane(tmp_path: Path) -> Iterator[LocalLane]:
 
 async def attempt(store: SQLiteStore, kind: str | None) -> Job:
     """Claim the job; with `kind`, put it back as that kind of requeue."""
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     if kind is not None:
         assert await store.requeue(job.prompt_id, job.attempt, {"kind": kind, "lane": "b"})

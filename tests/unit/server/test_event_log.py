@@ -17,6 +17,7 @@ from comfyfleet.protocol import events
 from comfyfleet.server import event_log as event_log_module
 from comfyfleet.server.event_log import EventLog
 from comfyfleet.store.sqlite import SQLiteStore
+from tests.unit.store.stores import claim_next
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,7 +39,7 @@ async def log(store: SQLiteStore) -> AsyncIterator[EventLog]:
 
 async def running_job(store: SQLiteStore, prompt_id: str) -> Job:
     await store.submit(NewJob(prompt_id, 1, False, {}, {}, []))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     return job
 

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from comfyfleet.store.base import JobStore
+from comfyfleet.domain.jobs import Job
+from comfyfleet.store.base import MAX_CANDIDATES, JobStore
 from comfyfleet.store.postgres import PostgresStore
 from comfyfleet.store.sqlite import SQLiteStore
 from tests.postgres import schema_for
@@ -76,3 +77,20 @@ def kill_while_submitting(child_code: str, args: list[str], wanted: int) -> list
         child.stdout.close()
     assert child.returncode == -signal.SIGKILL
     return committed
+
+
+async def claim_next(store: JobStore, lane: str, only: str | None = None) -> Job | None:
+    """Claim the first claimable job on `lane` (the job `only`, when named), as a slot
+    does: `candidates`, then the fenced `claim_job`."""
+    for job in await store.candidates(MAX_CANDIDATES):
+        if only in (None, job.prompt_id) and (taken := await store.claim_job(job, lane)):
+            return taken
+    return None
+
+
+async def reserve_next(store: JobStore, lane: str) -> Job | None:
+    """Set the first claimable job aside for `lane`: `candidates`, then `reserve_job`."""
+    for job in await store.candidates(MAX_CANDIDATES):
+        if (taken := await store.reserve_job(job, lane)) is not None:
+            return taken
+    return None

@@ -7,13 +7,14 @@ import pytest
 
 from comfyfleet.store.base import DuplicateJob, JobStore
 from comfyfleet.store.commit_times import BOUNDS, CommitTimes
+from tests.unit.store.stores import claim_next
 from tests.unit.store.test_store_contract import new_job, result
 
 
 async def test_each_committed_write_counts_once(store: JobStore) -> None:
     before = store.commit_times.tally()
     await store.submit(new_job("a"))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     assert await store.finish(job.prompt_id, job.attempt, result())
     after = store.commit_times.tally()

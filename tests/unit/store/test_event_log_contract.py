@@ -16,7 +16,7 @@ from comfyfleet.domain.prompt_events import (
 )
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.event_wakeups import client_digest
-from tests.unit.store.stores import Clock
+from tests.unit.store.stores import Clock, claim_next
 from tests.unit.store.test_store_contract import new_job, result
 
 
@@ -145,8 +145,8 @@ async def test_prune_keeps_the_events_of_pending_and_running_jobs(
     for prompt_id in ("running", "finished", "pending"):
         await store.submit(new_job(prompt_id))
         await store.append_prompt_events([event(prompt_id, 0)])
-    running = await store.claim("lane")
-    finished = await store.claim("lane")
+    running = await claim_next(store, "lane")
+    finished = await claim_next(store, "lane")
     assert running is not None and finished is not None
     assert (running.prompt_id, finished.prompt_id) == ("running", "finished")
     assert await store.finish(finished.prompt_id, finished.attempt, result())

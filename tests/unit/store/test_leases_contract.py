@@ -13,7 +13,7 @@ import pytest
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.store.base import GatewayIdInUse, JobStore
-from tests.unit.store.stores import Clock, StoreFactory
+from tests.unit.store.stores import Clock, StoreFactory, claim_next, reserve_next
 from tests.unit.store.test_store_contract import new_job, result
 
 LEASE = 10.0
@@ -40,7 +40,7 @@ async def pair(
 
 async def claimed(store: JobStore, prompt_id: str, lane: str = "local") -> Job:
     await store.submit(new_job(prompt_id))
-    job = await store.claim(lane)
+    job = await claim_next(store, lane)
     assert job is not None and job.prompt_id == prompt_id
     return job
 
@@ -52,7 +52,7 @@ async def test_every_way_of_starting_records_the_owner(pair: tuple[JobStore, Job
     handed = await b.submit(new_job("handed"), claim_for="local")
     assert handed.owner == "b" and (await a.get("handed")).owner == "b"  # type: ignore[union-attr]
     await a.submit(new_job("reserved"))
-    reserved = await a.reserve("backend:x")
+    reserved = await reserve_next(a, "backend:x")
     assert reserved is not None and reserved.owner == "a"
     assert (await b.get("reserved")).owner == "a"  # type: ignore[union-attr]
     started = await b.start_reserved(reserved, "backend:x")
@@ -144,7 +144,7 @@ async def test_a_gone_gateways_reservations_are_orphans_to_give_back(
 ) -> None:
     a, b = pair
     await a.submit(new_job("set aside"))
-    assert await a.reserve("backend:x") is not None
+    assert await reserve_next(a, "backend:x") is not None
     assert await b.orphaned() == []
     clock.advance(LEASE + 1)
     assert await b.heartbeat(LEASE)
@@ -152,7 +152,7 @@ async def test_a_gone_gateways_reservations_are_orphans_to_give_back(
     assert (orphan.status, orphan.lane, orphan.owner) == (JobStatus.PENDING, "backend:x", "a")
     await b.unreserve([orphan.prompt_id])
     assert await b.orphaned() == []
-    job = await b.claim("local")
+    job = await claim_next(b, "local")
     assert job is not None and job.prompt_id == "set aside"
 
 
@@ -182,7 +182,7 @@ async def test_work_wakes_the_watchers(pair: tuple[JobStore, JobStore]) -> None:
     await asyncio.wait_for(arrived.wait(), 5)
     assert woken[0] == "a"
     arrived.clear()
-    job = await a.claim("local")
+    job = await claim_next(a, "local")
     assert job is not None
     assert await a.requeue(job.prompt_id, job.attempt)  # claimable again
     await asyncio.wait_for(arrived.wait(), 5)

@@ -20,8 +20,8 @@ from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.event_wakeups import client_digest
 from comfyfleet.store.postgres import PostgresStore
-from tests.postgres import killed_sessions_settled, run_sync, schema_for
-from tests.unit.store.stores import Clock, kill_while_submitting
+from tests.postgres import killed_sessions_settled, schema_for
+from tests.unit.store.stores import Clock, claim_next, kill_while_submitting
 
 
 def new_job(prompt_id: str, number: float = 1) -> NewJob:
@@ -65,65 +65,27 @@ async def test_a_fresh_schema_is_at_the_newest_version(
     assert version == postgres_module.SCHEMA_VERSION
 
 
-async def test_a_claim_holds_no_lock_while_can_run_decides(
+async def test_candidates_lock_nothing_and_a_lost_one_is_refused(
     store: PostgresStore, postgres_url: str, schema: str
 ) -> None:
-    """Another process claims the job `can_run` is being asked about: it is not kept
-    waiting, and this claim takes the next job it accepts instead."""
+    """While this process chooses among candidates, another claims the first one: it is
+    not kept waiting, this claim of it is refused, and the next candidate is taken."""
     for i in range(3):
         await store.submit(new_job(f"p{i}", i))
-
-    async def claim_elsewhere() -> Job | None:
-        other = PostgresStore(postgres_url, schema=schema)
-        await other.open()
-        try:
-            return await asyncio.wait_for(other.claim("elsewhere"), 10)
-        finally:
-            await other.close()
-
-    elsewhere: list[Job | None] = []
-
-    def can_run(job: Job) -> bool:
-        if not elsewhere:  # on the first question: the other process takes that job
-            elsewhere.append(run_sync(claim_elsewhere()))
-        return True
-
-    here = await store.claim("here", can_run)
-    assert [job.prompt_id if job else None for job in elsewhere] == ["p0"]
+    candidates = await store.candidates(3)
+    other = PostgresStore(postgres_url, schema=schema)
+    await other.open()
+    try:
+        elsewhere = await asyncio.wait_for(claim_next(other, "elsewhere"), 10)
+    finally:
+        await other.close()
+    assert elsewhere is not None and elsewhere.prompt_id == "p0"
+    assert await store.claim_job(candidates[0], "here") is None
+    here = await store.claim_job(candidates[1], "here")
     assert here is not None and (here.prompt_id, here.lane, here.attempt) == ("p1", "here", 1)
     running, pending = await store.queue()
     assert {(job.prompt_id, job.lane) for job in running} == {("p0", "elsewhere"), ("p1", "here")}
     assert [job.prompt_id for job in pending] == ["p2"]
-
-
-async def test_a_lost_race_reads_the_queue_again(
-    store: PostgresStore, postgres_url: str, schema: str
-) -> None:
-    """Every job the first read offered is taken meanwhile: the claim reads again and
-    takes one past them, rather than report an empty queue."""
-    for i in range(3):
-        await store.submit(new_job(f"p{i}", i))
-
-    async def take_two() -> None:
-        other = PostgresStore(postgres_url, schema=schema)
-        await other.open()
-        try:
-            await other.claim("elsewhere")
-            await other.claim("elsewhere")
-        finally:
-            await other.close()
-
-    asked: list[str] = []
-
-    def can_run(job: Job) -> bool:
-        if not asked:
-            run_sync(take_two())
-        asked.append(job.prompt_id)
-        return True
-
-    here = await store.claim("here", can_run, scan=2)
-    assert here is not None and here.prompt_id == "p2"
-    assert asked == ["p0", "p1", "p2"]
 
 
 async def test_two_stores_on_one_database_claim_each_job_once(
@@ -137,7 +99,7 @@ async def test_two_stores_on_one_database_claim_each_job_once(
     claimed: list[Job] = []
 
     async def claimer(each: PostgresStore, lane: str) -> None:
-        while (job := await each.claim(lane, lambda job: True)) is not None:
+        while (job := await claim_next(each, lane)) is not None:
             claimed.append(job)
 
     try:

@@ -22,7 +22,7 @@ from comfyfleet.store import sqlite as sqlite_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.sqlite import SELECT_PENDING, SQLiteStore
 from tests.helpers import as_older_schema
-from tests.unit.store.stores import Clock, kill_while_submitting
+from tests.unit.store.stores import Clock, claim_next, kill_while_submitting
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ async def test_reopen_keeps_everything(tmp_path: Path) -> None:
     await first.open()
     await first.submit(new_job("done", 1))
     await first.submit(new_job("waiting", 2))
-    job = await first.claim("lane")
+    job = await claim_next(first, "lane")
     assert job is not None
     files = [OutputFile("x.png", "", "output")]
     outcome = JobResult(JobStatus.SUCCESS, {"1": {"a": [1.5]}}, {}, [["m", {"k": 1}]], None, files)
@@ -130,20 +130,17 @@ async def test_a_failing_write_fails_alone_in_its_batch(store: SQLiteStore) -> N
     assert (await store.counts())[JobStatus.PENDING] == 11
 
 
-async def test_can_run_errors_reach_the_caller_only(store: SQLiteStore) -> None:
+async def test_candidates_are_read_while_the_writer_is_busy(store: SQLiteStore) -> None:
+    """Choosing a job waits on no write: only the fenced claim of the one chosen does."""
     await store.submit(new_job("p1"))
-
-    def broken(job: object) -> bool:
-        raise RuntimeError("predicate failed")
-
-    stall = await stall_writer(store, 0.1)
-    bad = asyncio.ensure_future(store.claim("lane", broken))
-    good = asyncio.ensure_future(store.submit(new_job("p2")))
+    stall = await stall_writer(store, 1.0)
+    candidates = await asyncio.wait_for(store.candidates(4), 0.5)
+    assert [job.prompt_id for job in candidates] == ["p1"]
+    claim = asyncio.ensure_future(store.claim_job(candidates[0], "lane"))
+    await asyncio.sleep(0.05)
+    assert not claim.done()  # behind the stalled write
     await stall
-    with pytest.raises(RuntimeError, match="predicate failed"):
-        await bad
-    assert (await good).prompt_id == "p2"
-    assert (await store.counts())[JobStatus.PENDING] == 2
+    assert (await claim) is not None
 
 
 async def test_driver_errors_become_store_errors(tmp_path: Path) -> None:
@@ -316,7 +313,7 @@ async def test_version_4_file_gains_owners_and_its_running_jobs_are_orphans(
     store = SQLiteStore(path)
     await store.open()
     await store.submit(new_job("was running"))
-    assert await store.claim("local") is not None
+    assert await claim_next(store, "local") is not None
     await store.close()
     as_older_schema(path, 4, "DROP TABLE gateways", "ALTER TABLE jobs DROP COLUMN owner")
 
@@ -325,7 +322,7 @@ async def test_version_4_file_gains_owners_and_its_running_jobs_are_orphans(
     try:
         assert [job.prompt_id for job in await store.orphaned()] == ["was running"]
         assert await store.requeue_lane("local") == ["was running"]
-        job = await store.claim("local")
+        job = await claim_next(store, "local")
         assert job is not None and job.owner == "g1"
         assert (await store.get("was running")).owner == "g1"  # type: ignore[union-attr]
     finally:
@@ -390,7 +387,7 @@ async def test_keyed_submits_forget_expired_keys(tmp_path: Path) -> None:
 
 async def run_to_end(store: SQLiteStore, prompt_id: str) -> None:
     """Claim `prompt_id` (it must be next in line) and finish it with one output file."""
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None and job.prompt_id == prompt_id
     files = [OutputFile(f"{prompt_id}.png", "", "output")]
     result = JobResult(JobStatus.SUCCESS, {"1": {}}, {}, [], None, files)

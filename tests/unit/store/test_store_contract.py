@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
-from comfyfleet.store.base import JobStore, StoreError
+from comfyfleet.store.base import MAX_CANDIDATES, JobStore, StoreError
 from tests.helpers import load_scenario
-from tests.unit.store.stores import Clock
+from tests.unit.store.stores import Clock, claim_next, reserve_next
 
 
 def new_job(prompt_id: str, number: float = 1, *, front: bool = False, **kw: Any) -> NewJob:
@@ -39,7 +39,7 @@ def result(
 
 async def run_one(store: JobStore, job_result: JobResult | None = None) -> Job:
     """Claim the next job and finish it."""
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     assert await store.finish(job.prompt_id, job.attempt, job_result or result())
     return job
@@ -128,16 +128,16 @@ async def test_dispatch_order_front_fifo_then_number_then_seq(store: JobStore) -
         await store.submit(new_job(name, number, front=front))
     _, pending = await store.queue()
     assert [job.prompt_id for job in pending] == ["B", "C", "E", "A", "D", "F", "G"]
-    claimed = [await store.claim("lane") for _ in QUEUE_SCENARIO]
+    claimed = [await claim_next(store, "lane") for _ in QUEUE_SCENARIO]
     assert [job.prompt_id for job in claimed if job] == ["B", "C", "E", "A", "D", "F", "G"]
-    assert await store.claim("lane") is None
+    assert await claim_next(store, "lane") is None
 
 
 async def test_equal_numbers_run_in_submission_order(store: JobStore) -> None:
     for name in ("x", "y", "z"):
         await store.submit(new_job(name, 5.0))
     await store.submit(new_job("early", 1.0))
-    order = [(await store.claim("lane")) for _ in range(4)]
+    order = [(await claim_next(store, "lane")) for _ in range(4)]
     assert [job.prompt_id for job in order if job] == ["early", "x", "y", "z"]
 
 
@@ -155,7 +155,7 @@ async def test_agrees_with_comfyui_queue_numbers() -> None:
 async def test_claim_sets_running_attempt_lane(store: JobStore, clock: Clock) -> None:
     await store.submit(new_job("p1"))
     clock.advance(5)
-    job = await store.claim("local/0")
+    job = await claim_next(store, "local/0")
     assert_started(job, "local/0", clock.now)
     assert await store.get("p1") == job
 
@@ -164,35 +164,83 @@ async def test_submit_claimed_for_a_lane_is_running_at_once(store: JobStore, clo
     job = await store.submit(new_job("p1"), claim_for="local")
     assert_started(job, "local", clock.now)
     assert await store.get("p1") == job
-    assert await store.claim("other") is None  # nobody else can take it
+    assert await claim_next(store, "other") is None  # nobody else can take it
     assert await store.finish("p1", 1, result())
     assert (await store.get("p1")).status == JobStatus.SUCCESS  # type: ignore[union-attr]
 
 
-async def test_claim_skips_jobs_can_run_refuses(store: JobStore) -> None:
-    for i in range(5):
-        await store.submit(new_job(f"p{i}", i))
-    job = await store.claim("lane", lambda job: job.prompt_id in ("p2", "p4"))
-    assert job is not None and job.prompt_id == "p2"
-    seen: list[str] = []
-
-    def refuse_all(job: Job) -> bool:
-        seen.append(job.prompt_id)
-        assert job.status is JobStatus.PENDING
-        return False
-
-    assert await store.claim("lane", refuse_all) is None
-    assert seen == ["p0", "p1", "p3", "p4"]
+async def test_candidates_are_claimable_jobs_in_dispatch_order_paged(store: JobStore) -> None:
+    for name, number, front in QUEUE_SCENARIO:
+        await store.submit(new_job(name, number, front=front))
+    await reserve_next(store, "busy")  # B: set aside, no longer a candidate
+    order = ["C", "E", "A", "D", "F", "G"]
+    assert [job.prompt_id for job in await store.candidates(100)] == order
+    first = await store.candidates(2)
+    assert [job.prompt_id for job in first] == ["C", "E"]
+    assert all(job.status is JobStatus.PENDING and job.lane is None for job in first)
+    second = await store.candidates(3, after=first[-1])
+    assert [job.prompt_id for job in second] == ["A", "D", "F"]
+    assert [job.prompt_id for job in await store.candidates(3, after=second[-1])] == ["G"]
+    assert await store.candidates(3, after=(await store.candidates(100))[-1]) == []
+    # Reading takes nothing.
     _, pending = await store.queue()
-    assert [job.prompt_id for job in pending] == ["p0", "p1", "p3", "p4"]
+    assert [job.prompt_id for job in pending] == ["B", *order]
 
 
-async def test_claim_looks_only_scan_deep(store: JobStore) -> None:
-    for i in range(10):
+async def test_a_later_page_starts_past_a_cursor_taken_meanwhile(store: JobStore) -> None:
+    for i in range(4):
         await store.submit(new_job(f"p{i}", i))
-    assert await store.claim("lane", lambda job: job.prompt_id == "p9", scan=5) is None
-    job = await store.claim("lane", lambda job: job.prompt_id == "p9", scan=10)
-    assert job is not None and job.prompt_id == "p9"
+    [first] = await store.candidates(1)
+    assert await store.claim_job(first, "elsewhere") is not None
+    after = await store.candidates(2, after=first)
+    assert [job.prompt_id for job in after] == ["p1", "p2"]
+
+
+async def test_candidate_pages_are_capped(store: JobStore) -> None:
+    for i in range(MAX_CANDIDATES + 3):
+        await store.submit(new_job(f"p{i}", i))
+    assert len(await store.candidates(10**9)) == MAX_CANDIDATES
+    assert [job.prompt_id for job in await store.candidates(0)] == ["p0"]
+
+
+async def test_claim_job_takes_the_named_candidate(store: JobStore, clock: Clock) -> None:
+    for i in range(3):
+        await store.submit(new_job(f"p{i}", i))
+    candidates = await store.candidates(3)
+    clock.advance(2)
+    job = await store.claim_job(candidates[1], "lane")
+    assert_started(job, "lane", clock.now)
+    assert await store.get("p1") == job
+    assert [c.prompt_id for c in await store.candidates(3)] == ["p0", "p2"]
+
+
+async def test_claim_job_is_refused_once_the_candidate_moved(store: JobStore) -> None:
+    for i in range(4):
+        await store.submit(new_job(f"p{i}", i))
+    p0, p1, p2, p3 = await store.candidates(4)
+    assert await store.claim_job(p0, "a") is not None
+    assert await store.claim_job(p0, "b") is None  # claimed already
+    assert await store.reserve_job(p0, "b") is None
+    assert await store.reserve_job(p1, "a") is not None
+    assert await store.claim_job(p1, "b") is None  # set aside for another lane
+    assert await store.cancel(["p2"], pending_only=True) == ["p2"]
+    assert await store.claim_job(p2, "b") is None  # cancelled
+    # Claimed and given back meanwhile: pending again, but at another attempt.
+    taken = await store.claim_job(p3, "a")
+    assert taken is not None and await store.requeue("p3", taken.attempt)
+    assert await store.claim_job(p3, "b") is None
+    assert await store.reserve_job(p3, "b") is None
+    [fresh] = await store.candidates(4)
+    again = await store.claim_job(fresh, "b")
+    assert again is not None and (again.prompt_id, again.attempt, again.lane) == ("p3", 2, "b")
+    assert (await store.get("p3")) == again
+
+
+async def test_claim_job_is_taken_once_by_many_claimers(store: JobStore) -> None:
+    await store.submit(new_job("p1"))
+    [job] = await store.candidates(1)
+    taken = await asyncio.gather(*(store.claim_job(job, f"lane-{i}") for i in range(8)))
+    assert len([t for t in taken if t is not None]) == 1
 
 
 # -- reservations ----------------------------------------------------------------------
@@ -201,7 +249,8 @@ async def test_claim_looks_only_scan_deep(store: JobStore) -> None:
 async def test_reserve_sets_a_job_aside_still_pending(store: JobStore) -> None:
     for i in range(3):
         await store.submit(new_job(f"p{i}", i))
-    reserved = await store.reserve("busy", lambda job: job.prompt_id != "p0")
+    _, p1, _ = await store.candidates(3)
+    reserved = await store.reserve_job(p1, "busy")
     assert reserved is not None
     assert (reserved.prompt_id, reserved.status, reserved.lane, reserved.attempt) == (
         "p1",
@@ -214,16 +263,17 @@ async def test_reserve_sets_a_job_aside_still_pending(store: JobStore) -> None:
     assert [job.prompt_id for job in pending] == ["p0", "p1", "p2"]
     assert (await store.counts())[JobStatus.PENDING] == 3
     # Claims and other reservations pass it by.
-    second = await store.reserve("other")
+    assert await store.reserve_job(p1, "other") is None
+    second = await reserve_next(store, "other")
     assert second is not None and second.prompt_id == "p0"
-    claimed = await store.claim("free")
+    claimed = await claim_next(store, "free")
     assert claimed is not None and claimed.prompt_id == "p2"
-    assert await store.claim("free") is None
+    assert await claim_next(store, "free") is None
 
 
 async def test_start_reserved_runs_it_on_any_lane_once(store: JobStore, clock: Clock) -> None:
     await store.submit(new_job("p1"))
-    reserved = await store.reserve("a")
+    reserved = await reserve_next(store, "a")
     assert reserved is not None
     clock.advance(3)
     started = await store.start_reserved(reserved, "b")  # another lane took it over
@@ -236,12 +286,12 @@ async def test_start_reserved_runs_it_on_any_lane_once(store: JobStore, clock: C
 async def test_start_reserved_refused_once_given_back_or_cancelled(store: JobStore) -> None:
     for i in range(2):
         await store.submit(new_job(f"p{i}", i))
-    first = await store.reserve("a")
-    second = await store.reserve("a")
+    first = await reserve_next(store, "a")
+    second = await reserve_next(store, "a")
     assert first is not None and second is not None
     await store.unreserve([first.prompt_id, "missing"])
     assert await store.start_reserved(first, "a") is None  # given back: a claim may take it
-    claimed = await store.claim("b")
+    claimed = await claim_next(store, "b")
     assert claimed is not None and claimed.prompt_id == first.prompt_id
     assert await store.cancel([second.prompt_id], pending_only=True) == [second.prompt_id]
     assert await store.start_reserved(second, "a") is None
@@ -250,10 +300,10 @@ async def test_start_reserved_refused_once_given_back_or_cancelled(store: JobSto
 
 async def test_start_reserved_is_fenced_by_the_reserving_lane(store: JobStore) -> None:
     await store.submit(new_job("p1"))
-    reserved = await store.reserve("a")
+    reserved = await reserve_next(store, "a")
     assert reserved is not None
     await store.unreserve(["p1"])
-    again = await store.reserve("b")
+    again = await reserve_next(store, "b")
     assert again is not None
     assert await store.start_reserved(reserved, "a") is None  # a's reservation is gone
     started = await store.start_reserved(again, "b")
@@ -264,14 +314,14 @@ async def test_reservations_survive_reopen(
     store: JobStore, reopen: Callable[[JobStore], Any]
 ) -> None:
     await store.submit(new_job("p1"))
-    await store.reserve("a")
+    await reserve_next(store, "a")
     store = await reopen(store)
     try:
         _, pending = await store.queue()
         assert [(job.prompt_id, job.lane) for job in pending] == [("p1", "a")]
-        assert await store.claim("b") is None
+        assert await claim_next(store, "b") is None
         await store.unreserve(["p1"])
-        claimed = await store.claim("b")
+        claimed = await claim_next(store, "b")
         assert claimed is not None and claimed.prompt_id == "p1"
     finally:
         await store.close()
@@ -279,12 +329,12 @@ async def test_reservations_survive_reopen(
 
 async def test_requeued_job_is_claimable_again(store: JobStore) -> None:
     await store.submit(new_job("p1"))
-    reserved = await store.reserve("a")
+    reserved = await reserve_next(store, "a")
     assert reserved is not None
     started = await store.start_reserved(reserved, "a")
     assert started is not None
     assert await store.requeue("p1", started.attempt)
-    claimed = await store.claim("b")  # requeue clears the lane: no stale reservation
+    claimed = await claim_next(store, "b")  # requeue clears the lane: no stale reservation
     assert claimed is not None and claimed.attempt == 2
 
 
@@ -293,7 +343,7 @@ async def test_requeued_job_is_claimable_again(store: JobStore) -> None:
 
 async def test_stale_attempts_change_nothing(store: JobStore) -> None:
     await store.submit(new_job("p1"))
-    first = await store.claim("lane-a")
+    first = await claim_next(store, "lane-a")
     assert first is not None and first.attempt == 1
     assert not await store.requeue("p1", 2)
     assert await store.requeue("p1", 1)
@@ -302,7 +352,7 @@ async def test_stale_attempts_change_nothing(store: JobStore) -> None:
     assert (requeued.status, requeued.lane, requeued.attempt) == (JobStatus.PENDING, None, 1)
     assert not await store.requeue("p1", 1)  # not running any more
 
-    second = await store.claim("lane-b")
+    second = await claim_next(store, "lane-b")
     assert second is not None and second.attempt == 2 and second.lane == "lane-b"
     assert not await store.finish("p1", 1, result())
     assert not await store.requeue("p1", 1)
@@ -327,7 +377,7 @@ async def test_finish_unknown_or_pending_job_is_refused(store: JobStore) -> None
 async def test_requeued_job_keeps_its_place(store: JobStore) -> None:
     for i in range(3):
         await store.submit(new_job(f"p{i}", i))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None and job.prompt_id == "p0"
     await store.requeue("p0", 1)
     _, pending = await store.queue()
@@ -338,7 +388,7 @@ async def test_requeue_lane_by_prefix(store: JobStore) -> None:
     for i in range(4):
         await store.submit(new_job(f"p{i}", i))
     for lane in ("local/0", "remote/x", "local/1"):
-        await store.claim(lane)
+        await claim_next(store, lane)
     assert await store.requeue_lane("local/") == ["p0", "p2"]
     running, pending = await store.queue()
     assert [job.prompt_id for job in running] == ["p1"]
@@ -351,7 +401,7 @@ async def test_requeue_lane_by_prefix(store: JobStore) -> None:
 
 async def test_finish_writes_history_events_and_files(store: JobStore, clock: Clock) -> None:
     await store.submit(new_job("p1", 3, extra_data={"client_id": "c"}, client_id="c"))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     clock.advance(2)
     files = [OutputFile("a.png", "", "output"), OutputFile("b.png", "sub", "temp")]
@@ -380,7 +430,7 @@ async def test_finish_writes_history_events_and_files(store: JobStore, clock: Cl
 @pytest.mark.parametrize("status", [JobStatus.ERROR, JobStatus.INTERRUPTED])
 async def test_failed_attempts_are_history_with_error(store: JobStore, status: JobStatus) -> None:
     await store.submit(new_job("p1"))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     error = {"prompt_id": "p1", "node_id": "2", "exception_message": "boom", "traceback": []}
     assert await store.finish("p1", job.attempt, result(status, error=error))
@@ -393,7 +443,7 @@ async def test_failed_attempts_are_history_with_error(store: JobStore, status: J
 
 async def test_finish_cancelled_leaves_no_history(store: JobStore) -> None:
     await store.submit(new_job("p1"))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     assert await store.finish("p1", job.attempt, result(JobStatus.CANCELLED))
     assert await store.history_entry("p1") is None
@@ -407,7 +457,7 @@ async def test_finish_cancelled_leaves_no_history(store: JobStore) -> None:
 async def test_cancel_pending_only(store: JobStore, clock: Clock) -> None:
     for i in range(3):
         await store.submit(new_job(f"p{i}", i))
-    await store.claim("lane")  # p0 runs
+    await claim_next(store, "lane")  # p0 runs
     clock.advance(1)
     changed = await store.cancel(["p2", "p0", "missing", "p1", "p2"], pending_only=True)
     assert changed == ["p2", "p1"]
@@ -423,7 +473,7 @@ async def test_cancel_pending_only(store: JobStore, clock: Clock) -> None:
 async def test_cancel_running_too(store: JobStore) -> None:
     for i in range(3):
         await store.submit(new_job(f"p{i}", i))
-    running = await store.claim("lane")
+    running = await claim_next(store, "lane")
     assert running is not None
     await run_one(store)  # p1 finishes
     assert await store.cancel(["p0", "p1", "p2"], pending_only=False) == ["p0", "p2"]
@@ -435,7 +485,7 @@ async def test_cancel_running_too(store: JobStore) -> None:
 async def test_cancel_all_pending(store: JobStore) -> None:
     for i in range(4):
         await store.submit(new_job(f"p{i}", 10 - i))
-    await store.claim("lane")  # p3 (lowest number) runs
+    await claim_next(store, "lane")  # p3 (lowest number) runs
     assert await store.cancel_all_pending() == ["p0", "p1", "p2"]
     running, pending = await store.queue()
     assert [job.prompt_id for job in running] == ["p3"] and pending == []
@@ -451,10 +501,10 @@ async def test_queue_running_by_start_then_pending(store: JobStore, clock: Clock
     claimed = []
     for lane in ("a", "b", "c"):
         clock.advance(1)
-        claimed.append(await store.claim(lane))
+        claimed.append(await claim_next(store, lane))
     await store.requeue("p0", 1)
     clock.advance(1)
-    await store.claim("d")  # p0 again, started last
+    await claim_next(store, "d")  # p0 again, started last
     running, pending = await store.queue()
     assert [(job.prompt_id, job.lane) for job in running] == [("p1", "b"), ("p2", "c"), ("p0", "d")]
     assert [job.prompt_id for job in pending] == ["p3", "p4"]
@@ -468,7 +518,7 @@ async def test_counts(store: JobStore) -> None:
         await store.submit(new_job(f"p{i}", i))
     await run_one(store)
     await run_one(store, result(JobStatus.ERROR))
-    await store.claim("lane")
+    await claim_next(store, "lane")
     await store.cancel(["p5"], pending_only=True)
     counts = await store.counts()
     assert counts[JobStatus.SUCCESS] == 1 and counts[JobStatus.ERROR] == 1
@@ -574,7 +624,7 @@ async def test_history_paging(store: JobStore) -> None:
 async def test_history_is_in_completion_order(store: JobStore) -> None:
     for i in range(3):
         await store.submit(new_job(f"p{i}", i))
-    jobs = [await store.claim("lane") for _ in range(3)]
+    jobs = [await claim_next(store, "lane") for _ in range(3)]
     for job in reversed(jobs):
         assert job is not None
         await store.finish(job.prompt_id, job.attempt, result())
@@ -702,7 +752,7 @@ async def test_concurrent_submits_and_claims_each_job_once(store: JobStore) -> N
 
     async def claimer(lane: str) -> None:
         while True:
-            job = await store.claim(lane)
+            job = await claim_next(store, lane)
             if job is not None:
                 claimed.append(job)
             elif submitted.is_set():
@@ -723,7 +773,7 @@ async def test_concurrent_submits_and_claims_each_job_once(store: JobStore) -> N
 async def test_concurrent_finishes_and_reads(store: JobStore) -> None:
     for i in range(50):
         await store.submit(new_job(f"p{i}", i))
-    jobs = [job for job in [await store.claim("lane") for _ in range(50)] if job]
+    jobs = [job for job in [await claim_next(store, "lane") for _ in range(50)] if job]
 
     async def finish(job: Job) -> bool:
         return await store.finish(job.prompt_id, job.attempt, result(files=_files(job.prompt_id)))
@@ -737,13 +787,13 @@ async def test_concurrent_finishes_and_reads(store: JobStore) -> None:
 
 async def test_requeue_reasons_are_kept_per_attempt(store: JobStore) -> None:
     await store.submit(new_job("a"))
-    first = await store.claim("backend:x")
+    first = await claim_next(store, "backend:x")
     assert first is not None
     assert await store.requeue("a", first.attempt, {"lane": "backend:x", "error": "lost"})
-    second = await store.claim("backend:y")
+    second = await claim_next(store, "backend:y")
     assert second is not None and second.attempt == 2
     assert await store.requeue("a", second.attempt)  # no reason: nothing noted
-    third = await store.claim("backend:z")
+    third = await claim_next(store, "backend:z")
     assert third is not None
     assert not await store.requeue("a", 1, {"late": True})  # stale: refused, not noted
     assert await store.attempt_notes("a") == [(1, {"lane": "backend:x", "error": "lost"})]
@@ -755,7 +805,7 @@ async def test_the_reasons_of_many_jobs_come_in_one_read(store: JobStore) -> Non
         await store.submit(new_job(prompt_id))
     # b is given back twice, a once, c never.
     for prompt_id, lane in [("a", "backend:x"), ("b", "backend:x"), ("b", "backend:y")]:
-        job = await store.claim(lane, lambda j, p=prompt_id: j.prompt_id == p)
+        job = await claim_next(store, lane, only=prompt_id)
         assert job is not None
         assert await store.requeue(prompt_id, job.attempt, {"lane": lane})
     unknown = [f"unknown-{i}" for i in range(1200)]  # more ids than one query binds
@@ -793,7 +843,7 @@ async def test_text_keeps_every_character(store: JobStore) -> None:
     assert await store.get(prompt_id) == submitted
     assert await store.get("ida") is None and await store.get(f"id{ODD}x") is None
     assert await store.owned([prompt_id, "other"], ODD) == [prompt_id]
-    job = await store.claim(lane)
+    job = await claim_next(store, lane)
     assert job is not None and job.lane == lane and await store.get(prompt_id) == job
     files = [OutputFile(f"f{ODD}.png", ODD, "output")]
     messages = [[f"kind{ODD}", {"text": ODD}]]
@@ -810,7 +860,7 @@ async def test_text_keeps_every_character(store: JobStore) -> None:
 async def test_lane_prefixes_match_whole_characters(store: JobStore) -> None:
     for i, lane in enumerate(["x\x01a", "x\x00b", "x\x01", "y"]):
         await store.submit(new_job(f"p{i}", i))
-        await store.claim(lane)
+        await claim_next(store, lane)
     assert await store.requeue_lane("x\x01") == ["p0", "p2"]
     assert await store.requeue_lane("x") == ["p1"]
 
@@ -824,7 +874,7 @@ async def test_large_prompts_round_trip(store: JobStore) -> None:
     submitted = [await store.submit(job) for job in big]
     _, pending = await store.queue()
     assert pending == submitted
-    job = await store.claim("lane", lambda job: job.prompt_id == "p1")
+    job = await claim_next(store, "lane", only="p1")
     assert job is not None and job.prompt == big[1].prompt
     messages = [["executed", {"output": {"text": ["y" * 200_000]}}]]
     assert await store.finish("p1", job.attempt, result(messages=messages))

@@ -7,6 +7,7 @@ import pytest
 from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore
 from comfyfleet.tenants import check_tenant_name
+from tests.unit.store.stores import claim_next
 
 
 def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJob:
@@ -16,7 +17,7 @@ def new_job(prompt_id: str, tenant: str = "default", number: float = 1) -> NewJo
 
 async def run_to_end(store: JobStore, prompt_id: str) -> None:
     """Claim `prompt_id` (it must be next in line) and finish it with one output file."""
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None and job.prompt_id == prompt_id
     files = [OutputFile(f"{prompt_id}.png", "", "output")]
     result = JobResult(JobStatus.SUCCESS, {"1": {}}, {}, [], None, files)
@@ -36,7 +37,7 @@ async def test_jobs_keep_their_tenant(store: JobStore) -> None:
 async def test_queue_jobs_and_counts_scoped_to_a_tenant(store: JobStore) -> None:
     for prompt_id, tenant in [("a1", "alice"), ("b1", "bob"), ("a2", "alice"), ("b2", "bob")]:
         await store.submit(new_job(prompt_id, tenant))
-    running = await store.claim("lane")
+    running = await claim_next(store, "lane")
     assert running is not None and running.prompt_id == "a1"
 
     assert [[j.prompt_id for j in part] for part in await store.queue(tenant="alice")] == [

@@ -15,7 +15,7 @@ from comfyfleet.domain.webhooks import (
     WebhookTarget,
 )
 from comfyfleet.store.base import JobStore
-from tests.unit.store.stores import Clock
+from tests.unit.store.stores import Clock, claim_next
 from tests.unit.store.test_store_contract import new_job, result
 
 HOOK = "https://hooks.example.com/in"
@@ -26,7 +26,7 @@ def hooked(prompt_id: str, number: float = 1, **extra: Any) -> Any:
 
 
 async def end(store: JobStore, status: JobStatus = JobStatus.SUCCESS) -> str:
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     assert await store.finish(job.prompt_id, job.attempt, result(status))
     return job.prompt_id
@@ -78,7 +78,7 @@ async def test_cancelling_running_and_clearing_the_queue_record_deliveries(
 ) -> None:
     await store.submit(hooked("running", 1))
     await store.submit(hooked("queued", 2))
-    assert await store.claim("lane") is not None
+    assert await claim_next(store, "lane") is not None
     assert await store.cancel(["running"], pending_only=False) == ["running"]
     assert await store.cancel_all_pending() == ["queued"]
     found = await all_deliveries(store)
@@ -90,7 +90,7 @@ async def test_cancelling_running_and_clearing_the_queue_record_deliveries(
 
 async def test_a_stale_finish_records_no_delivery(store: JobStore) -> None:
     await store.submit(hooked("p1"))
-    job = await store.claim("lane")
+    job = await claim_next(store, "lane")
     assert job is not None
     assert await store.finish("p1", job.attempt, result())
     assert not await store.finish("p1", job.attempt, result(JobStatus.ERROR))

@@ -1,0 +1,153 @@
+"""Admission: what enters the queue and what leaves it before running. `submit` refuses
+work beyond the pending limit (QueueFull), hands a job straight to a parked slot when
+nothing else waits (one commit: queued as claimed), and otherwise queues it and wakes
+the slots; cancels take pending jobs out and interrupt running ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from comfyfleet.domain.jobs import Job, NewJob
+from comfyfleet.scheduler.attempts import AttemptState
+from comfyfleet.scheduler.recording import Recorder
+from comfyfleet.scheduler.reservations import Reservations
+from comfyfleet.scheduler.runner import Runner
+from comfyfleet.scheduler.slots import LaneSlots, Parked
+from comfyfleet.scheduler.state import SchedulerState
+from comfyfleet.scheduler.streams import PromptStreams
+
+
+class QueueFull(Exception):
+    """Admission refused: too many pending jobs."""
+
+    def __init__(self, pending: int, retry_after: float) -> None:
+        super().__init__(f"{pending} prompts are pending; try again later")
+        self.pending = pending
+        self.retry_after = retry_after
+
+
+class Admission:
+    def __init__(
+        self,
+        state: SchedulerState,
+        streams: PromptStreams,
+        runner: Runner,
+        recorder: Recorder,
+        reservations: Reservations,
+        max_pending: int,
+    ) -> None:
+        self._state = state
+        self._streams = streams
+        self._runner = runner
+        self._recorder = recorder
+        self._reservations = reservations
+        self.max_pending = max_pending
+        self._submitting = 0  # submissions not yet counted in `pending`
+
+    async def submit(self, new: NewJob) -> Job:
+        state = self._state
+        if state.stopping:
+            raise QueueFull(state.pending, retry_after=5.0)
+        if state.pending >= self.max_pending:
+            raise QueueFull(state.pending, retry_after=1.0)
+        slot = self._idle_slot_for(new)
+        if slot is not None:
+            return await self._hand_off(new, *slot)
+        self._submitting += 1
+        try:
+            job = await state.store.submit(new)
+        finally:
+            self._submitting -= 1
+        state.pending += 1
+        state.observers.job_submitted(job)
+        state.queue_changed()
+        state.work_arrived(job.dispatch_key())
+        self._reservations.make_way_for(job)
+        self._reservations.reserve_ahead()
+        return job
+
+    def _idle_slot_for(self, new: NewJob) -> tuple[LaneSlots, Parked] | None:
+        """A parked slot to give a new job straight to, when nothing else is queued or
+        being queued: the job would be the next one claimed anyway. The warmest wins."""
+        if self._state.pending > 0 or self._submitting:
+            return None
+        job = new.pending(0, 0.0)
+        ready = [
+            entry
+            for entry in self._state.lanes.values()
+            if entry.parked and not entry.retiring and entry.lane.can_run(job)
+        ]
+        if not ready:
+            return None
+        # One that starts it at once, then the warmest.
+        entry = max(ready, key=lambda e: (not e.would_queue, e.warmth.score(new.prompt)))
+        return entry, entry.parked.popleft()
+
+    async def _hand_off(self, new: NewJob, entry: LaneSlots, parked: Parked) -> Job:
+        """Queue the job as claimed by `entry`'s lane in one transaction (one commit fewer
+        than queue-then-claim), start it on the parked slot's behalf and give it the run."""
+        state = self._state
+        try:
+            job = await state.store.submit(new, claim_for=entry.lane.name)
+        except BaseException:
+            if not parked.started.done():
+                parked.started.set_result(None)  # the slot looks at the queue again
+            raise
+        state.observers.job_submitted(job)
+        if parked.started.done():  # the slot was stopped meanwhile: the job goes to the queue
+            await self._recorder.give_back(job, None)
+        else:
+            # Started here, not by the slot once it wakes: in a burst of submits every
+            # hop through the event loop waits behind all the other requests.
+            parked.started.set_result(self._runner.start(entry.lane, job, parked.slot))
+            # It holds a job now, though its task has not woken yet: a lane retiring
+            # meanwhile must wait for it, not cancel it as idle.
+            entry.idle.discard(parked.task)
+            # ComfyUI sends two `status` frames as a prompt starts at once: queued, then
+            # taken by its worker; `start` sent the second.
+            state.queue_changed()
+        return job
+
+    def interrupt(self, prompt_id: str | None = None) -> list[str]:
+        """Interrupt one running job, or every running job when no id is given."""
+        running = self._state.running
+        targets = [prompt_id] if prompt_id is not None else list(running)
+        hit = [t for t in targets if t in running]
+        for target in hit:
+            running[target].handle.interrupt()
+        return hit
+
+    async def delete_pending(self, prompt_ids: Sequence[str]) -> list[str]:
+        # A reserved job started a moment ago is pending in the store until its start is
+        # recorded: it is running, and only `cancel` stops it.
+        prompt_ids = [p for p in prompt_ids if p not in self._state.running]
+        self._reservations.drop(prompt_ids)
+        removed = await self._state.store.cancel(prompt_ids, pending_only=True)
+        self._forget_pending(removed)
+        return removed
+
+    async def clear_pending(self) -> list[str]:
+        self._reservations.drop_all()
+        removed = await self._state.store.cancel_all_pending()
+        self._forget_pending(removed)
+        return removed
+
+    async def cancel(self, prompt_ids: Sequence[str]) -> list[str]:
+        """Cancel pending or running jobs; a running one is interrupted and ends cancelled."""
+        running = self._state.running
+        cancelled = await self.delete_pending([p for p in prompt_ids if p not in running])
+        for prompt_id in prompt_ids:
+            entry = running.get(prompt_id)
+            if entry is not None:
+                entry.to(AttemptState.CANCELLING)
+                entry.handle.interrupt()
+                cancelled.append(prompt_id)
+        return cancelled
+
+    def _forget_pending(self, removed: list[str]) -> None:
+        for prompt_id in removed:
+            self._streams.forget(prompt_id)
+            self._state.avoid.pop(prompt_id, None)
+        if removed:
+            self._state.pending -= len(removed)
+            self._state.queue_changed()

@@ -1,0 +1,88 @@
+"""Taking a job from the store: read candidates (claimable jobs in queue order, a small
+page at a time), choose on the event loop, take the one chosen with a fenced write.
+
+Slots here choose concurrently: a candidate another slot is taking is left to it, and
+one lost to a race (another gateway took it, or it was cancelled) is passed by."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from comfyfleet.domain.jobs import Job
+from comfyfleet.scheduler.choosing import Verdict
+from comfyfleet.scheduler.state import DispatchKey, SchedulerState
+
+#: How deep into the queue a claim or reservation looks for a job its lane should take.
+CLAIM_DEPTH = 64
+#: Candidates read at once. A page is kept and shared by the slots here until used up
+#: or until a job arrives ahead of its end, so most claims read nothing; it stays small
+#: so that with thousands pending few prompts are decoded for nothing.
+PAGE = 16
+
+
+class Candidates:
+    def __init__(self, state: SchedulerState) -> None:
+        self._state = state
+        self._taking: set[str] = set()  # being claimed or reserved by a slot here
+        # The queue's front as last read, less the jobs taken or lost since.
+        self._page: list[Job] = []
+        self._arrivals = 0  # jobs that became claimable: a read they overlap is not kept
+        state.on_arrival = self._arrived
+
+    async def take_first(
+        self,
+        choose: Callable[[Job], Verdict],
+        take: Callable[[Job], Awaitable[Job | None]],
+    ) -> tuple[Job | None, bool]:
+        """The first candidate in queue order that `choose` takes, once `take` (a fenced
+        claim or reservation) got it, and whether `choose` left any to another lane."""
+        left = False
+        kept = bool(self._page)
+        page = list(self._page) if kept else await self._read_front()
+        looked = 0
+        while page:
+            for job in page:
+                if self._held_here(job.prompt_id):
+                    continue
+                verdict = choose(job)
+                left = left or verdict is Verdict.LEAVE
+                if verdict is Verdict.TAKE and (taken := await self._take(job, take)):
+                    return taken, left
+            looked += len(page)
+            if looked >= CLAIM_DEPTH or (not kept and len(page) < PAGE):
+                break  # deep enough, or a read came up short: that was the whole queue
+            kept = False
+            page = await self._state.store.candidates(PAGE, page[-1])
+        return None, left
+
+    async def _read_front(self) -> list[Job]:
+        """The queue's first page, kept for the next claims unless a job arrived while it
+        was read (it may or may not be in it)."""
+        arrivals = self._arrivals
+        page = await self._state.store.candidates(PAGE)
+        if arrivals == self._arrivals:
+            self._page = list(page)
+        return page
+
+    async def _take(self, job: Job, take: Callable[[Job], Awaitable[Job | None]]) -> Job | None:
+        self._taking.add(job.prompt_id)
+        try:
+            taken = await take(job)
+        finally:
+            self._taking.discard(job.prompt_id)
+        # Taken here, or gone (taken elsewhere, cancelled, moved): no longer a candidate.
+        # (A write that failed leaves it: it is still pending.)
+        self._page = [j for j in self._page if j.prompt_id != job.prompt_id]
+        return taken
+
+    def _arrived(self, key: DispatchKey | None) -> None:
+        """A job became claimable: the kept page no longer shows the queue's front if the
+        job goes before its end (unknown place: assume it does)."""
+        self._arrivals += 1
+        if self._page and (key is None or key < self._page[-1].dispatch_key()):
+            self._page = []
+
+    def _held_here(self, prompt_id: str) -> bool:
+        """Being taken by a slot here, or taken a moment ago (a read may predate it)."""
+        state = self._state
+        return any(prompt_id in held for held in (self._taking, state.running, state.reserved))

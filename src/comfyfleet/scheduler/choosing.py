@@ -1,0 +1,67 @@
+"""Which lane should take a pending job: capabilities, the lanes a re-queued job avoids,
+and affinity (a warmer lane, or one that starts the job at once, goes first).
+
+Pure functions of the scheduler's state, asked on the event loop for each candidate."""
+
+from __future__ import annotations
+
+import enum
+
+from comfyfleet.domain.jobs import Job
+from comfyfleet.scheduler.slots import LaneSlots
+from comfyfleet.scheduler.state import SchedulerState
+
+
+class Verdict(enum.Enum):
+    """What a lane makes of a candidate."""
+
+    TAKE = "take"
+    PASS = "pass"  # not for this lane
+    LEAVE = "leave"  # for another lane, free now, that starts it sooner or is warmer
+
+
+def may_take(state: SchedulerState, entry: LaneSlots, job: Job) -> bool:
+    return not entry.retiring and entry.lane.can_run(job) and not avoided(state, entry, job)
+
+
+def avoided(state: SchedulerState, entry: LaneSlots, job: Job) -> bool:
+    """A re-queued job leaves the lanes it failed on to any other lane that can run it."""
+    avoid = state.avoid.get(job.prompt_id)
+    if not avoid or entry.lane.name not in avoid:
+        return False
+    others = [o for o in state.lanes.values() if o.lane.name not in avoid]
+    return any(not o.retiring and o.lane.can_run(job) for o in others)
+
+
+def eligible(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
+    """Whether this lane should take the job now."""
+    if not may_take(state, entry, job):
+        return Verdict.PASS
+    avoid = state.avoid.get(job.prompt_id)
+    # Affinity: leave the job to another lane that is free right now and warmer, but
+    # not to one the job avoids (it would leave the job too, and no lane would take it).
+    rivals = [
+        other
+        for other in state.lanes.values()
+        if other is not entry and not (avoid and other.lane.name in avoid) and other.free_for(job)
+    ]
+    if not entry.would_queue:  # only lanes that would start it at once compete
+        rivals = [other for other in rivals if not other.would_queue]
+    elif any(not other.would_queue for other in rivals):
+        return Verdict.LEAVE  # a lane that starts it at once takes it
+    if not rivals:
+        return Verdict.TAKE  # the common case (one lane, or the others busy): no scoring
+    mine = entry.warmth.score(job.prompt)
+    if any(other.warmth.score(job.prompt) > mine for other in rivals):
+        return Verdict.LEAVE  # the others are woken once this claim returns
+    return Verdict.TAKE
+
+
+def reservable(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
+    """Whether a busy lane sets the job aside: one a free lane could take now is left
+    to it."""
+    if not may_take(state, entry, job):
+        return Verdict.PASS
+    if any(o is not entry and o.free_for(job) for o in state.lanes.values()):
+        return Verdict.PASS  # its slot takes it without a wake-up
+    return Verdict.TAKE

@@ -1,0 +1,180 @@
+"""Recovery: what a gateway finds when it starts (its own jobs from before a restart,
+and those of gateways that are gone), the prompts a backend still holds for it, and
+the lease that keeps its jobs its own while it lives; once another gateway's lease has
+run out, its jobs are taken over here (re-queued, or adopted and followed)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from comfyfleet.domain.jobs import Job, JobStatus
+from comfyfleet.lanes.base import Lane
+from comfyfleet.scheduler.reservations import Reservations
+from comfyfleet.scheduler.runner import Runner
+from comfyfleet.scheduler.state import SchedulerState
+from comfyfleet.store.base import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Recovery:
+    def __init__(
+        self,
+        state: SchedulerState,
+        runner: Runner,
+        reservations: Reservations,
+        lease: float,
+    ) -> None:
+        self._state = state
+        self._runner = runner
+        self._reservations = reservations
+        self.lease = lease  # this gateway's lease on its jobs (`store.join` made it)
+        self._keeper: asyncio.Task[None] | None = None
+
+    async def recover(self) -> None:
+        """Before the slots start: follow or re-queue what was running here (or for a
+        gateway that is gone), and recount the pending jobs."""
+        state, store = self._state, self._state.store
+        running, pending = await store.queue()
+        # Of what the store holds, this gateway's own (from before a restart) and orphans:
+        # never another live gateway's.
+        orphans = {job.prompt_id for job in await store.orphaned()}
+
+        def ours(job: Job) -> bool:
+            return job.owner == store.owner or job.prompt_id in orphans
+
+        running = [job for job in running if ours(job)]
+        running += await self._recover_reserved([j for j in pending if j.lane and ours(j)])
+        await self._recall_avoided([job for job in pending if job.attempt > 0])
+        for entry in state.lanes.values():
+            await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
+        state.pending = (await store.counts()).get(JobStatus.PENDING, 0)
+
+    async def _recover(self, lane: Lane, jobs: list[Job]) -> None:
+        """Jobs recorded as running on `lane` when the gateway stopped."""
+        store = self._state.store
+        if lane.in_process:
+            requeued = await store.requeue_lane(lane.name)
+            if requeued:
+                log.info("re-queued %d jobs that were running on %s", len(requeued), lane.name)
+            return
+        for job in jobs:
+            # Another gateway's (it died): this one's now, the old owner fenced out.
+            adopted = job if job.owner == store.owner else await store.adopt(job)
+            if adopted is not None:
+                self._runner.follow(lane, adopted)
+
+    async def _recall_avoided(self, requeued: list[Job]) -> None:
+        """Re-queued jobs keep leaving the lanes they were given back from (failed there,
+        or taken back from there) across a restart: the reasons are in the store."""
+        notes_of = await self._state.store.attempt_notes_of([job.prompt_id for job in requeued])
+        for prompt_id, notes in notes_of.items():
+            lanes = frozenset(note["lane"] for _, note in notes if note.get("lane"))
+            if lanes:
+                self._state.avoid[prompt_id] = lanes
+
+    async def _recover_reserved(self, jobs: list[Job]) -> list[Job]:
+        """Jobs reserved when the gateway stopped: one may have been submitted to its
+        lane's backend before its start was recorded, so each is treated as running
+        there (and asked after); those of lanes that are gone go back to the queue."""
+        store = self._state.store
+        running, back = [], []
+        for job in jobs:
+            entry = self._state.lanes.get(job.lane or "")
+            started = None
+            if entry is not None and not entry.lane.in_process:
+                started = await store.start_reserved(job, entry.lane.name)
+            if started is not None:
+                running.append(started)
+            else:
+                back.append(job.prompt_id)
+        await store.unreserve(back)
+        return running
+
+    async def adopt(self, lane: Lane, found: Sequence[str]) -> set[str]:
+        """Of the prompts `lane`'s backend holds for this gateway, those to stay there:
+        the jobs running there (or set aside for it), and re-queued jobs no other lane
+        has taken since, started on `lane` now and followed there (not run twice)."""
+        state = self._state
+        keep: set[str] = set()
+        for prompt_id in found:
+            running = state.running.get(prompt_id)
+            job = running.job if running is not None else await state.store.get(prompt_id)
+            if job is None or job.lane not in (None, lane.name):
+                continue
+            if job.status == JobStatus.RUNNING:
+                keep.add(prompt_id)
+            elif job.status == JobStatus.PENDING and prompt_id not in state.running:
+                started = await state.store.start_reserved(job, lane.name)
+                if started is not None:
+                    keep.add(prompt_id)
+                    state.reserved.pop(prompt_id, None)
+                    state.avoid.pop(prompt_id, None)
+                    state.pending -= 1
+                    self._runner.follow(lane, started)
+        return keep
+
+    # -- several gateways ---------------------------------------------------------
+
+    def work_elsewhere(self, owner: str) -> None:
+        """Another gateway queued (or gave back) a job: idle slots here look too. It is
+        counted until the next recount, whoever claims it."""
+        state = self._state
+        if owner != state.store.owner and not state.stopping:
+            state.pending += 1
+            state.work_arrived(None)
+
+    def keep_lease(self) -> None:
+        self._keeper = asyncio.create_task(self._keep_lease(), name="lease")
+
+    async def stop_keeping(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+
+    async def _keep_lease(self) -> None:
+        """Renew this gateway's lease; take over what gateways whose lease ran out left."""
+        state, store = self._state, self._state.store
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await store.heartbeat(self.lease):
+                    log.error(
+                        "gateway id %s is now another process's: give each gateway an id "
+                        "of its own (--gateway-id)",
+                        store.owner,
+                    )
+                live = await store.gateways()
+                await self.take_over_orphans()
+                if len(live) > 1 or state.running_elsewhere:  # the others' jobs count too
+                    before = state.queue_remaining
+                    if await state.recount() != before:
+                        state.queue_changed()
+            except StoreError as exc:
+                log.warning("could not renew the lease of gateway %s: %s", store.owner, exc)
+
+    async def take_over_orphans(self) -> None:
+        """Jobs of gateways that are gone: a run on a lane of this gateway's kind is
+        re-queued (in-process) or adopted and followed (a backend's), a reservation
+        given back. A lane this gateway does not have is left to one that has it."""
+        state, store = self._state, self._state.store
+        for job in await store.orphaned():
+            if job.owner == store.owner or job.prompt_id in state.running:
+                continue
+            if job.status == JobStatus.PENDING:
+                await self._reservations.unreserve([job.prompt_id])
+                continue
+            entry = state.lanes.get(job.lane or "")
+            if entry is None or entry.retiring:
+                continue
+            if entry.lane.in_process:
+                if await store.requeue_orphaned(job):
+                    log.info("re-queued %s: gateway %s is gone", job.prompt_id, job.owner)
+                    state.pending += 1
+                    state.observers.job_requeued(job, {"kind": "orphaned", "from": job.owner})
+                    state.work_arrived(job.dispatch_key())
+            elif (adopted := await store.adopt(job)) is not None:
+                log.info("following %s: gateway %s is gone", job.prompt_id, job.owner)
+                self._runner.follow(entry.lane, adopted)

@@ -1,0 +1,165 @@
+"""Reservations: a slot of a remote lane, once its backend has queued its prompt, sets
+its next job aside in the store (still pending, reserved for that lane), so that job is
+submitted the moment the backend reports the prompt's end.
+
+Reservations never hold a job back: a slot that frees up with none of its own takes
+another lane's, one that has waited long goes to any free slot, and a job submitted
+ahead of a reserved one in queue order sends the reservation back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from comfyfleet.domain.jobs import Job
+from comfyfleet.lanes.base import LaneRun
+from comfyfleet.scheduler.candidates import Candidates
+from comfyfleet.scheduler.choosing import may_take, reservable
+from comfyfleet.scheduler.slots import LaneSlots, Reservation, Slot
+from comfyfleet.scheduler.state import SchedulerState
+from comfyfleet.store.base import StoreError
+
+log = logging.getLogger(__name__)
+
+#: A reservation that has waited this many times as long as a slot's last run goes to
+#: that slot even if it has one of its own: no job waits long behind a long prompt.
+RESERVATION_PATIENCE = 1.5
+
+
+class Reservations:
+    def __init__(self, state: SchedulerState, candidates: Candidates) -> None:
+        self._state = state
+        self._candidates = candidates
+        self._reserving: set[asyncio.Task[None]] = set()  # reservations being made
+
+    def reserved_for(self, lane: str) -> list[str]:
+        """Prompt ids set aside for a lane, in queue order."""
+        held = self._state.reserved.values()
+        mine = [r.job for r in held if r.owner.lane.name == lane]
+        return [job.prompt_id for job in sorted(mine, key=Job.dispatch_key)]
+
+    def pick(self, entry: LaneSlots, slot: Slot) -> Reservation | None:
+        """The reservation a free slot starts next, taken out of the pool: its lane's
+        earliest, unless another lane's (which this one can run) is due first, because
+        this lane has none or because it has waited long."""
+        mine = others = None
+        for reservation in self._state.reserved.values():
+            if not may_take(self._state, entry, reservation.job):
+                continue
+            key = reservation.job.dispatch_key()
+            if reservation.owner is entry:
+                if mine is None or key < mine.job.dispatch_key():
+                    mine = reservation
+            elif others is None or key < others.job.dispatch_key():
+                others = reservation
+        chosen = mine
+        if others is not None and (
+            mine is None
+            or (
+                others.job.dispatch_key() < mine.job.dispatch_key()
+                and time.monotonic() - others.since > RESERVATION_PATIENCE * slot.last_run
+            )
+        ):
+            chosen = others
+        if chosen is not None:
+            del self._state.reserved[chosen.job.prompt_id]
+        return chosen
+
+    def put_back(self, reservation: Reservation) -> None:
+        """A reservation picked but not started: it is still set aside in the store."""
+        self._state.reserved[reservation.job.prompt_id] = reservation
+
+    def accepted(self, entry: LaneSlots, slot: Slot, handle: LaneRun) -> None:
+        """A backend queued the slot's prompt: the slot may set its next job aside."""
+        if not handle.released.is_set():
+            entry.accepted.add(slot)
+            self.reserve_ahead()
+
+    def reserve_ahead(self) -> None:
+        """A backend queued a slot's prompt, work arrived, or a reservation went
+        elsewhere: busy slots whose backend has their prompt set their next job aside."""
+        state = self._state
+        if state.pending - len(state.reserved) <= 0:
+            return
+        held = Counter(r.owner.lane.name for r in state.reserved.values())
+        for entry in state.lanes.values():
+            for slot in entry.accepted:
+                self._reserve_soon(entry, slot, held[entry.lane.name])
+
+    def make_way_for(self, job: Job) -> None:
+        """A new job ahead of reserved ones in queue order: those whose lane could run it
+        go back to the queue, so it starts first."""
+        key = job.dispatch_key()
+        behind = [
+            r
+            for r in self._state.reserved.values()
+            if key < r.job.dispatch_key() and r.owner.lane.can_run(job)
+        ]
+        if behind:
+            self._state.settle(asyncio.create_task(self._unreserve(self._set_free(behind))))
+
+    async def give_back(
+        self, which: Callable[[Reservation], bool], *, settle: bool = False
+    ) -> None:
+        """Reservations `which` accepts go back to the queue; with `settle`, reservations
+        being made are waited for first (and count too)."""
+        if settle and self._reserving:
+            await asyncio.wait(list(self._reserving))
+        held = [r for r in self._state.reserved.values() if which(r)]
+        await self._unreserve(self._set_free(held))
+
+    async def unreserve(self, prompt_ids: list[str]) -> None:
+        """Give jobs set aside by a gateway that is gone back to the queue."""
+        await self._unreserve(prompt_ids)
+
+    def drop(self, prompt_ids: Sequence[str]) -> None:
+        """Forget the reservations of jobs being cancelled."""
+        for prompt_id in prompt_ids:
+            self._state.reserved.pop(prompt_id, None)
+
+    def drop_all(self) -> None:
+        self._state.reserved.clear()
+
+    def _reserve_soon(self, entry: LaneSlots, slot: Slot, held: int) -> None:
+        """Set the slot's next job aside (it holds `held` already), if there is one no
+        free slot is about to take."""
+        state = self._state
+        if state.stopping or entry.retiring:
+            return
+        if slot.reserving is not None and not slot.reserving.done():
+            return
+        if state.pending - len(state.reserved) <= 0 or entry.busy < entry.lane.slots:
+            return
+        if held >= entry.lane.slots:
+            return
+        task = asyncio.create_task(self._reserve(entry), name=f"reserve-{entry.lane.name}")
+        slot.reserving = task
+        self._reserving.add(task)
+        task.add_done_callback(self._reserving.discard)
+
+    async def _reserve(self, entry: LaneSlots) -> None:
+        lane = entry.lane.name
+        try:
+            job, _ = await self._candidates.take_first(
+                lambda j: reservable(self._state, entry, j),
+                lambda j: self._state.store.reserve_job(j, lane),
+            )
+        except StoreError as exc:
+            log.info("could not reserve a job for %s: %s", lane, exc)
+            return
+        if job is not None:
+            self._state.reserved[job.prompt_id] = Reservation(job, entry, time.monotonic())
+
+    def _set_free(self, reservations: list[Reservation]) -> list[str]:
+        """Out of the pool at once (no slot takes them now); `_unreserve` tells the store."""
+        reserved = self._state.reserved
+        return [r.job.prompt_id for r in reservations if reserved.pop(r.job.prompt_id, None)]
+
+    async def _unreserve(self, ids: list[str]) -> None:
+        if ids:
+            await self._state.store.unreserve(ids)
+            self._state.work_arrived(None)
