@@ -11,6 +11,8 @@ import asyncio
 import time
 from typing import Any
 
+from PIL import Image
+
 from comfyfleet.engine.context import ProgressBar
 
 ANY = "*"
@@ -91,19 +93,26 @@ class Progress:
                     {"default": 0.0, "min": 0.0, "max": 60.0, "step": 0.01},
                 ),
             },
+            "optional": {"previews": ("BOOLEAN", {"default": False})},
         }
 
     RETURN_TYPES = (ANY,)
     FUNCTION = "run"
     CATEGORY = TESTING
-    DESCRIPTION = "Passes value through after reporting `steps` progress steps (blocking)."
+    DESCRIPTION = (
+        "Passes value through after reporting `steps` progress steps (blocking); with "
+        "`previews`, each step carries a tiny preview image, as a sampler's do."
+    )
 
-    def run(self, value: Any, steps: int, seconds_per_step: float) -> tuple[Any]:
+    def run(
+        self, value: Any, steps: int, seconds_per_step: float, previews: bool = False
+    ) -> tuple[Any]:
         bar = ProgressBar(steps)
-        for _ in range(steps):
+        for step in range(1, steps + 1):
             if seconds_per_step > 0:
                 time.sleep(seconds_per_step)
-            bar.update(1)
+            image = Image.new("RGB", (8, 8), (step % 256, 0, 0)) if previews else None
+            bar.update_absolute(step, steps, None if image is None else ("JPEG", image, None))
         return (value,)
 
 

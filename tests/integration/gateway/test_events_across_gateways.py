@@ -24,6 +24,7 @@ from tests.integration.gateway.wire import (
     binary_prompt,
     client_frames,
     poll,
+    preview_prompt,
     serve,
     sleep_prompt,
 )
@@ -147,6 +148,18 @@ def is_subsequence(part: list[Any], whole: list[Any]) -> bool:
     return all(any(item == other for other in rest) for item in part)
 
 
+def of_prompt(received: list[Received], prompt_id: str) -> list[Received]:
+    """The frames of one prompt: JSON ones name it; a binary one belongs to the prompt of
+    the JSON frame nearest before it."""
+    mine, current = [], None
+    for frame in received:
+        if frame.type != "binary":
+            current = frame.data.get("prompt_id") if isinstance(frame.data, dict) else None
+        if current == prompt_id:
+            mine.append(frame)
+    return mine
+
+
 def preview_steps(received: list[Received], metadata: bool) -> list[int]:
     """The step of each preview, told by the `progress` frame it comes with (code 4 just
     before it, code 1 just after it)."""
@@ -169,9 +182,13 @@ async def test_a_burst_of_previews_crosses_thinned_to_the_latest_with_nothing_mo
             for metadata in (False, True)
         }
         images = int(log_frames.PREVIEW_BURST) + 30  # sent at once: beyond the rate
-        prompt_id = await b.submit(binary_prompt(images=images), "client-t")
+        prompt_id = await b.submit(preview_prompt(images), "client-t")
         for sock in sockets.values():
             await sock.done(prompt_id)
+        # SaveImageWebsocket's images are its output: every one crosses, however fast.
+        saved_id = await b.submit(binary_prompt(images=images), "client-t")
+        for sock in sockets.values():
+            await sock.done(saved_id)
         for metadata in (False, True):
             relayed = client_frames(sockets[a.url, metadata])
             running = client_frames(sockets[b.url, metadata])
@@ -179,11 +196,16 @@ async def test_a_burst_of_previews_crosses_thinned_to_the_latest_with_nothing_mo
                 f for f in running if f.type != "binary"
             ]
             assert is_subsequence(relayed, running)  # nothing moved, nothing twice
-            assert preview_steps(running, metadata) == list(range(images))
-            kept = preview_steps(relayed, metadata)
+            mine = of_prompt(relayed, prompt_id)
+            assert preview_steps(of_prompt(running, prompt_id), metadata) == list(
+                range(1, images + 1)
+            )
+            kept = preview_steps(mine, metadata)
             assert int(log_frames.PREVIEW_BURST) <= len(kept) < images
-            assert kept == sorted(set(kept)) and kept[-1] == images - 1  # the node's last
-            assert sum(f.describe() == "binary:3" for f in relayed) == 1  # text: never left out
+            assert kept == sorted(set(kept)) and kept[-1] == images  # the node's last
+            assert sum(f.describe() == "binary:3" for f in mine) == 1  # text: never left out
+            saved = preview_steps(of_prompt(relayed, saved_id), metadata)
+            assert saved == list(range(images))
 
 
 async def test_a_client_reconnecting_to_another_gateway_is_brought_up_to_date(

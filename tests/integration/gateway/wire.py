@@ -375,6 +375,29 @@ def binary_prompt(color: int = 0, images: int = 3) -> dict[str, Any]:
     return prompt
 
 
+def preview_prompt(steps: int) -> dict[str, Any]:
+    """A sampler's kind of previews: EmptyImage -> Progress(`steps`, a preview with each
+    step) -> PreviewAny, and -> GetImageSize (progress text) -> PreviewAny."""
+    return {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+        },
+        "2": {
+            "class_type": "Progress",
+            "inputs": {
+                "value": ["1", 0],
+                "steps": steps,
+                "seconds_per_step": 0.0,
+                "previews": True,
+            },
+        },
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+        "4": {"class_type": "GetImageSize", "inputs": {"image": ["1", 0]}},
+        "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 2]}},
+    }
+
+
 def client_frames(sock: Socket) -> list[Received]:
     """What a socket got besides the queue's `status` and the subscription acks: the
     frames of its prompts, JSON and binary, in order."""
