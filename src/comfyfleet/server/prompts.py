@@ -17,7 +17,7 @@ from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_link
-from comfyfleet.scheduler.scheduler import QueueFull
+from comfyfleet.scheduler.admission import QueueFull
 from comfyfleet.server.auth import scope, tenant_name, visible
 from comfyfleet.server.client_json import read_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
