@@ -164,6 +164,11 @@ class ComfyUILane:
             and self.capabilities.can_run(job.prompt)
         )
 
+    def connect_as(self, client_id: str) -> None:
+        """Connect (from the next connection on) with `client_id`: the fleet's one id for
+        this backend, so prompts another gateway queued there send their frames here."""
+        self.client.client_id = client_id
+
     @property
     def spec(self) -> BackendSpec:
         return self.client.spec

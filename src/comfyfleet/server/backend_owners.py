@@ -71,7 +71,7 @@ class BackendOwnership:
             held = await self._claim()
             for name in held:
                 lane = self.fleet.backends[name]
-                lane.client.client_id = held[name]
+                lane.connect_as(held[name])
                 self.owned.add(name)
         return self.owned | (self.pinned & set(self.fleet.backends))
 
@@ -169,7 +169,7 @@ class BackendOwnership:
 
     async def _take(self, lane: ComfyUILane, client_id: str) -> None:
         await lane.stop_observing()
-        lane.client.client_id = client_id  # the fleet's, whoever connected before
+        lane.connect_as(client_id)  # the fleet's, whoever connected before
         await self.scheduler.add_lane(lane)
         self.owned.add(lane.spec.name)
         log.info("backend %s: this gateway dispatches to it now", lane.spec.name)
