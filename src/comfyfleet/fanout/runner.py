@@ -284,7 +284,7 @@ def _prepare_memory(job: Job) -> None:
     if job.task.kind != "image" or size is None:
         return
     width, height = size
-    if 0 < width * height <= MAX_PREPARED_PIXELS:
+    if width > 0 and height > 0 and width * height <= MAX_PREPARED_PIXELS:
         job.memory = asyncio.ensure_future(asyncio.to_thread(imaging.mapped_image, height, width))
 
 
