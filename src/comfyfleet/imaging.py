@@ -233,6 +233,34 @@ def decode(data: bytes) -> tuple[ImageArray, MaskArray]:
         return frames_from_pil(picture)
 
 
+def mapped_image(height: int, width: int) -> ImageArray:
+    """A zeroed 1-frame RGB IMAGE whose memory is already written once.
+
+    A fresh array's pages cost a fault each on first write (about as much as decoding
+    the picture); made while a remote job runs, they are paid off the path that waits.
+    """
+    out = np.empty((1, height, width, 3), dtype=np.float32)
+    out.fill(0.0)
+    return out
+
+
+def decode_into(data: bytes, out: ImageArray) -> bool:
+    """Decode a single-frame RGB picture straight into `out` ([1, H, W, 3]), with the
+    same values `decode` gives; False, `out` untouched, when the picture is anything
+    else (another size, alpha or palette, frames, an EXIF turn): use `decode` then."""
+    with Image.open(io.BytesIO(data)) as picture:
+        if (
+            picture.mode != "RGB"
+            or out.shape != (1, picture.height, picture.width, 3)
+            or getattr(picture, "n_frames", 1) != 1
+            or picture.getexif().get(_ORIENTATION, 1) != 1
+        ):
+            return False
+        picture.load()
+        np.divide(np.asarray(picture), np.float32(255.0), out=out[0])
+    return True
+
+
 def frame_png(images: NDArray[Any], index: int = 0) -> bytes:
     """One frame of an IMAGE batch as PNG bytes (what an API receives as an input image)."""
     return encode_png(to_pil(np.asarray(images)[index]), compress_level=1)

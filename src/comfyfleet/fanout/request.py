@@ -70,6 +70,9 @@ class RemoteRequest:
     skip_error: bool = False
     seed: int | None = None
     node_class: str = ""
+    #: (width, height) of the image asked for, when the request says; not part of the
+    #: hash (the body is). Lets the image's memory be made ready while the job runs.
+    result_size: tuple[int, int] | None = None
 
     @functools.cached_property
     def request_hash(self) -> str:

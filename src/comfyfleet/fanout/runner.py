@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 CANCEL_GRACE = 30.0
 #: What a failed job's node gets when its `skip_error` is on.
 SKIP_ERROR_SIZE = 512
+#: The largest image whose memory is made ready while its job runs (larger: made on arrival).
+MAX_PREPARED_PIXELS = 4096 * 4096
 
 #: Following a live job of the journal (see follow.Follower.follow).
 Follow = Callable[[Task, RemoteJob, RemoteRequest | None], Awaitable[None]]
@@ -63,6 +65,8 @@ class Job:
     record: RemoteJob | None = None
     #: The journal write of the provider's id: it runs while the job is polled.
     journaling: asyncio.Future[bool] | None = None
+    #: Memory for the image, made ready (in a worker thread) while the job runs.
+    memory: asyncio.Future[imaging.ImageArray] | None = None
 
     @property
     def fresh(self) -> bool:
@@ -128,6 +132,8 @@ class JobRunner:
             await self._ended(job, RemoteJobState.FAILED, exc)
         finally:
             place.leave()
+            if job.memory is not None:
+                job.memory.cancel()  # not made yet: nobody will use it
 
     async def _execute(self, job: Job) -> bytes:
         key = self.vault.resolve(job.api.key_ref)
@@ -157,6 +163,7 @@ class JobRunner:
             if submitted.data is not None:
                 return submitted.data
             resume.update(submitted.resume)
+            _prepare_memory(job)
         remote_id = job.task.info.remote_id
         if remote_id is None:
             raise ProviderError(job.driver.name, "the provider gave no job id", retryable=False)
@@ -236,7 +243,7 @@ class JobRunner:
         )
 
     async def _succeeded(self, job: Job, data: bytes) -> None:
-        value = await asyncio.to_thread(result_value, job.task.kind, data)
+        value = await asyncio.to_thread(result_value, job.task.kind, data, _ready_memory(job))
         await self._journaled(job)
         if job.task.info.journal_id is not None:
             await self.journal.finish_remote_job(
@@ -269,6 +276,24 @@ class JobRunner:
         else:
             task.settle(TaskState.FAILED, None, exc)
         self._on_unusable(task)
+
+
+def _prepare_memory(job: Job) -> None:
+    """Start making the image's memory ready, now that the job runs for a while."""
+    size = job.request.result_size if job.request is not None else None
+    if job.task.kind != "image" or size is None:
+        return
+    width, height = size
+    if width > 0 and height > 0 and width * height <= MAX_PREPARED_PIXELS:
+        job.memory = asyncio.ensure_future(asyncio.to_thread(imaging.mapped_image, height, width))
+
+
+def _ready_memory(job: Job) -> imaging.ImageArray | None:
+    """The image's memory if it was made in time (never waited for)."""
+    memory = job.memory
+    if memory is None or not memory.done() or memory.cancelled() or memory.exception():
+        return None
+    return memory.result()
 
 
 def describe(task: Task, exc: BaseException, redact: Callable[[str], str]) -> None:

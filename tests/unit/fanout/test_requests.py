@@ -125,3 +125,13 @@ def test_a_request_never_shows_more_than_its_hash() -> None:
     assert repr(request) == f"RemoteRequest(bfl/flux-2-pro, {request.request_hash[:12]})"
     typed = ApiConfig("https://api.example/v1?key=QUERYSECRET", "env:K")
     assert "QUERYSECRET" not in repr(typed)
+
+
+def test_a_flux_request_names_the_size_it_asks_for_outside_its_hash() -> None:
+    node = BFLFluxImage()
+    request = node.remote_request(**flux_inputs(resolution="0.25 MP", aspect_ratio="1:1"))
+    assert request.result_size == (512, 512)
+    assert (request.body["width"], request.body["height"]) == request.result_size
+    # A model that takes an aspect ratio leaves the size to the provider.
+    kontext = node.remote_request(**flux_inputs(model="flux-kontext-pro"))
+    assert kontext.result_size is None

@@ -174,7 +174,8 @@ class BFLClient:
 
         Polls keep a fixed beat from the first one (every `poll_interval`), not an
         interval after each answer: the time answers take would otherwise add up,
-        and a job would be seen done later and later the longer it runs.
+        and a job would be seen done later and later the longer it runs. While the
+        job's progress says it is far from done, beats are skipped (see `next_beat`).
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -187,13 +188,13 @@ class BFLClient:
             if status == "Ready":
                 return answer
             _raise_if_over(task, status, answer)
-            await notify(on_progress, task, status, _progress(answer.get("progress")))
+            progress = _progress(answer.get("progress"))
+            await notify(on_progress, task, status, progress)
             now = loop.time()
             if now >= give_up:
                 message = f"no result after {self.deadline:.0f}s (last status {status!r})"
                 raise ProviderError(PROVIDER, message, task_id=task.id, retryable=False)
-            # The next beat after now: a slow answer skips beats rather than bunching up.
-            beat = max(beat + 1, math.floor((now - started) / self.poll_interval) + 1)
+            beat = next_beat(beat, now - started, self.poll_interval, progress)
             await asyncio.sleep(started + beat * self.poll_interval - now)
 
     async def _poll_once(self, task: SubmittedTask, url: str) -> dict[str, Any]:
@@ -260,6 +261,27 @@ class BFLClient:
             self.redactor.url(self.base_url),
         )
         return self._result_url(task.id)
+
+
+#: The longest run of beats skipped on the word of the job's progress: a job whose
+#: progress misleads (slow at first, then fast) is seen done at most this much late.
+SKIP_AT_MOST = 1.0
+
+
+def next_beat(beat: int, elapsed: float, interval: float, progress: float | None) -> int:
+    """The beat to poll at next, counted from the first poll `elapsed` seconds ago.
+
+    The next beat after now (a slow answer skips beats rather than bunching up),
+    or later while the job's progress says it is far from done: no poll before
+    half the time it has left by its pace so far (at most SKIP_AT_MOST seconds on),
+    so the poll that sees it done still lands on the first beat after it ends,
+    and a job polled 20 times does with a handful of polls.
+    """
+    upcoming = max(beat + 1, math.floor(elapsed / interval) + 1)
+    if progress is None or not 0.0 < progress < 1.0:
+        return upcoming
+    left = elapsed * (1.0 - progress) / progress
+    return max(upcoming, math.floor((elapsed + min(left / 2, SKIP_AT_MOST)) / interval))
 
 
 def _raise_if_over(task: SubmittedTask, status: str, answer: dict[str, Any]) -> None:

@@ -139,14 +139,17 @@ class BFLFluxImage:
         """The job these inputs ask for (how the Concurrent Submit twin sends it too)."""
         name = inputs["model"]
         api: ApiConfig = inputs["api_config"]
+        body = flux_body(inputs, MODELS[name])
+        size = (body["width"], body["height"]) if "width" in body else None
         return RemoteRequest(
             provider="bfl",
             operation=name,
             api=api,
-            body=flux_body(inputs, MODELS[name]),
+            body=body,
             skip_error=bool(inputs.get("skip_error", False)),
             seed=int(inputs["seed"]),
             node_class="BFLFluxImage",
+            result_size=size,
         )
 
     async def generate(self, **inputs: Any) -> tuple[imaging.ImageArray]:
