@@ -9,6 +9,7 @@ write.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: A gateway id: what `--gateway-id` accepts and what the data dir's file may hold.
@@ -31,6 +32,22 @@ class GatewayRecord:
     seen_at: float = 0.0  # its last heartbeat
     lease_until: float = 0.0
     running: int = 0  # jobs it runs now (filled in by `gateways()`)
+
+
+def next_look(me: str, live: Sequence[GatewayRecord], lease: float, now: float) -> float:
+    """Seconds until this gateway looks again for what gone gateways left: its renewal
+    beat (a third of its lease), or just after the soonest of the others' leases runs
+    out, so a gateway that died is taken over at its lease's end, not up to a beat later."""
+    beat = lease / 3
+    ends = [g.lease_until - now for g in live if g.id != me]
+    soonest = min(ends, default=beat) + LOOK_AFTER_EXPIRY
+    return max(MIN_LOOK, min(beat, soonest))
+
+
+#: How long after another gateway's lease ends it is looked at (clocks and commits).
+LOOK_AFTER_EXPIRY = 0.1
+#: The shortest wait between looks (a lease in the past does not make a busy loop).
+MIN_LOOK = 0.05
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,11 @@ class ComfyUILane:
             and self.capabilities.can_run(job.prompt)
         )
 
+    @property
+    def client_id(self) -> str:
+        """The id it connects with (the backend sends its prompts' frames to it)."""
+        return self.client.client_id
+
     def connect_as(self, client_id: str) -> None:
         """Connect (from the next connection on) with `client_id`: the fleet's one id for
         this backend, so prompts another gateway queued there send their frames here."""

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
+from comfyfleet.domain.gateways import next_look
 from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.reservations import Reservations
@@ -137,8 +139,10 @@ class Recovery:
     async def _keep_lease(self) -> None:
         """Renew this gateway's lease; take over what gateways whose lease ran out left."""
         state, store = self._state, self._state.store
+        wait = self.lease / 3
         while True:
-            await asyncio.sleep(self.lease / 3)
+            await asyncio.sleep(wait)
+            wait = self.lease / 3
             try:
                 if not await store.heartbeat(self.lease):
                     log.error(
@@ -147,6 +151,7 @@ class Recovery:
                         store.owner,
                     )
                 live = await store.gateways()
+                wait = next_look(store.owner, live, self.lease, time.time())
                 await self.take_over_orphans()
                 if len(live) > 1 or state.running_elsewhere:  # the others' jobs count too
                     before = state.queue_remaining

@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Collection
 
+from comfyfleet.domain.gateways import next_look
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
 from comfyfleet.scheduler.scheduler import Scheduler
@@ -106,10 +108,15 @@ class BackendOwnership:
                 await lane.stop_observing()
 
     async def _run(self) -> None:
+        wait = self.lease / 3
         while True:
-            await asyncio.sleep(self.lease / 3)
+            await asyncio.sleep(wait)
+            wait = self.lease / 3
             try:
                 await self.tick()
+                live = await self.store.gateways()
+                # A dead owner's backends are free once its lease ends: look just then.
+                wait = next_look(self.store.owner, live, self.lease, time.time())
             except StoreError as exc:
                 log.warning("could not renew backend ownership: %s", exc)
 
@@ -132,7 +139,7 @@ class BackendOwnership:
     async def _claim(self) -> dict[str, str]:
         """Claim within the fair share; every shared backend owned here -> its client id."""
         offered = {
-            name: self.fleet.backends[name].client.client_id
+            name: self.fleet.backends[name].client_id
             for name in self.shared()
             if name not in self._leaving
         }
