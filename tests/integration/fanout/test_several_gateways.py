@@ -94,6 +94,23 @@ async def test_one_prompt_on_two_gateways_at_once_sends_each_job_once(
     assert (stats["jobs"], stats["duplicates"], stats["cancels"]) == (JOBS, 0, 0)
 
 
+async def owner_then_waiter(
+    session: aiohttp.ClientSession,
+    servers: tuple[ServerProcess, ServerProcess],
+    prompt: dict[str, Any],
+    emulator: Emulator,
+    database: str,
+) -> tuple[str, str]:
+    """The same prompt on the owner (which sends every job), then on the other gateway,
+    until the other waits on the owner's jobs; the two prompt ids."""
+    owner, other = servers
+    first = (await post(session, owner, {"prompt": prompt}))["prompt_id"]
+    await until(lambda: emulator.stats()["jobs"] == JOBS, "every job sent")
+    second = (await post(session, other, {"prompt": prompt}))["prompt_id"]
+    await waiting_on(database, JOBS)  # the other waits on the owner's jobs
+    return first, second
+
+
 async def test_the_owner_killed_mid_job_its_jobs_are_polled_by_the_other_not_resent(
     tmp_path: Path,
     postgres_database: str,
@@ -107,10 +124,9 @@ async def test_the_owner_killed_mid_job_its_jobs_are_polled_by_the_other_not_res
         aiohttp.ClientSession() as session,
         two_gateways(tmp_path, postgres_database) as (owner, other),
     ):
-        first = (await post(session, owner, {"prompt": graph.prompt}))["prompt_id"]
-        await until(lambda: slow_emulator.stats()["jobs"] == JOBS, "every job sent")
-        second = (await post(session, other, {"prompt": graph.prompt}))["prompt_id"]
-        await waiting_on(postgres_database, JOBS)  # the other waits on the owner's jobs
+        first, second = await owner_then_waiter(
+            session, (owner, other), graph.prompt, slow_emulator, postgres_database
+        )
         await asyncio.to_thread(owner.kill)
         # The other's own prompt, and the killed gateway's (re-queued there once its
         # lease has run out), both finish on the other, from the jobs already paid for.
@@ -136,10 +152,9 @@ async def test_an_interrupted_owner_hands_jobs_the_other_waits_on_over(
         aiohttp.ClientSession() as session,
         two_gateways(tmp_path, postgres_database) as (owner, other),
     ):
-        first = (await post(session, owner, {"prompt": graph.prompt}))["prompt_id"]
-        await until(lambda: slow_emulator.stats()["jobs"] == JOBS, "every job sent")
-        second = (await post(session, other, {"prompt": graph.prompt}))["prompt_id"]
-        await waiting_on(postgres_database, JOBS)  # the other waits on the owner's jobs
+        first, second = await owner_then_waiter(
+            session, (owner, other), graph.prompt, slow_emulator, postgres_database
+        )
         async with session.post(f"{owner.url}/interrupt", json={"prompt_id": first}) as answer:
             assert answer.status == 200
         entry = await history(session, owner, first, timeout=20)
