@@ -124,11 +124,14 @@ def submit(url: str, prompt: dict[str, Any]) -> str:
 
 
 def wait_done(url: str, ids: list[str], timeout: float) -> None:
-    """Until none of this server's prompts is pending or running (its queue is empty)."""
+    """Until none of this server's prompts is pending or running (its queue is empty).
+
+    It asks `/prompt` (a count), not `/queue`: a gateway answers `/queue` with every
+    pending prompt, and asking for that 20 times a second would load the process
+    whose hand-overs are being measured."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        queue = call(url + "/queue")
-        if not queue["queue_running"] and not queue["queue_pending"]:
+        if call(url + "/prompt")["exec_info"]["queue_remaining"] == 0:
             history = call(url + "/history")
             if all(i in history for i in ids):
                 return
