@@ -41,6 +41,9 @@ CANCEL_GRACE = 30.0
 SKIP_ERROR_SIZE = 512
 #: The largest image whose memory is made ready while its job runs (larger: made on arrival).
 MAX_PREPARED_PIXELS = 4096 * 4096
+#: How long after its job is accepted an image's memory is made: not during the burst of
+#: job-creating requests a batch starts with, whose last request it would delay.
+PREPARE_AFTER = 0.25
 
 #: Following a live job of the journal (see follow.Follower.follow).
 Follow = Callable[[Task, RemoteJob, RemoteRequest | None], Awaitable[None]]
@@ -285,7 +288,12 @@ def _prepare_memory(job: Job) -> None:
         return
     width, height = size
     if width > 0 and height > 0 and width * height <= MAX_PREPARED_PIXELS:
-        job.memory = asyncio.ensure_future(asyncio.to_thread(imaging.mapped_image, height, width))
+        job.memory = asyncio.ensure_future(_memory_later(height, width))
+
+
+async def _memory_later(height: int, width: int) -> imaging.ImageArray:
+    await asyncio.sleep(PREPARE_AFTER)
+    return await asyncio.to_thread(imaging.mapped_image, height, width)
 
 
 def _ready_memory(job: Job) -> imaging.ImageArray | None:

@@ -365,6 +365,7 @@ class FanoutService:
         for runner in list(self._runners):
             runner.cancel()
         await asyncio.gather(*self._runners, return_exceptions=True)
+        await self.sessions.close()
 
     # -- per-provider state -----------------------------------------------------------
 
