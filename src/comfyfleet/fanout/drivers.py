@@ -12,6 +12,7 @@ asks the provider to stop it. Retries live in the clients.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +42,9 @@ class Connection:
     """What one job needs to talk to its provider.
 
     `cooldown` is the endpoint and key's shared pause: it gates job creation only.
+    `finished_there` is called once the provider says the job is done, before its
+    result is downloaded: the job no longer counts against the provider's limit on
+    jobs at once, so its pool slot can start the next job during the download.
     """
 
     session: aiohttp.ClientSession
@@ -49,6 +53,7 @@ class Connection:
     redactor: Redactor
     cooldown: Cooldown
     tries: Tries = field(default_factory=Tries)
+    finished_there: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,9 @@ class JobRunner:
                 task.start()  # a wait for the endpoint's own limit still counts as queued
                 if job.fresh:
                     await throttle.pace()
-                data = await self._execute(job)
+                data = await self._execute(job, place)
             # The remote job is over: its slot starts the next job while this result is
-            # decoded (in a worker thread) and journaled.
+            # decoded (in a worker thread) and journaled (if it did not at the download).
             place.leave()
             await self._succeeded(job, data)
         except LiveElsewhere as elsewhere:
@@ -138,7 +138,7 @@ class JobRunner:
             if job.memory is not None:
                 job.memory.cancel()  # not made yet: nobody will use it
 
-    async def _execute(self, job: Job) -> bytes:
+    async def _execute(self, job: Job, place: Place) -> bytes:
         key = self.vault.resolve(job.api.key_ref)
         if job.fresh:
             await self._record(job)
@@ -149,6 +149,7 @@ class JobRunner:
                 key,
                 self.vault.redactor(),
                 self._cooldown_for(job.driver.name, job.api),
+                finished_there=place.leave,
             )
             try:
                 return await self._exchange(job, conn)

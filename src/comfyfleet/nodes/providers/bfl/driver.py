@@ -38,6 +38,7 @@ class BFLDriver:
         client = self._client(conn)
         task = _task(remote_id, resume)
         answer = await client.poll(task)
+        conn.finished_there()
         sample = (answer.get("result") or {}).get("sample")
         if not isinstance(sample, str) or not sample:
             raise JobFailed(self.name, "job is Ready but has no sample URL", task_id=remote_id)

@@ -39,6 +39,7 @@ class OpenAIVideosDriver:
     async def result(self, conn: Connection, remote_id: str, resume: dict[str, Any]) -> bytes:
         client = self._client(conn)
         await client.wait(remote_id)
+        conn.finished_there()
         return await client.download(remote_id)
 
     async def cancel(self, conn: Connection, remote_id: str, resume: dict[str, Any]) -> bool:

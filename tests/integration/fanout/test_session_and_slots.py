@@ -1,5 +1,7 @@
-"""The fan-out service's HTTP session outlives a batch: the next prompt's jobs go over
-the connections the last one opened, until the session has been idle a while."""
+"""What a job holds, and for how long: the service's HTTP session outlives a batch (the
+next prompt's jobs go over the connections the last one opened, until it has been idle
+a while), and a pool slot is held until the provider says the job is done, not through
+the download of its result."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from comfyfleet.fanout import FanoutSettings, PoolSize
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.testing.emulators.app import build_emulator_app, emulator_state
 from comfyfleet.testing.emulators.state import EmulatorSettings
@@ -80,3 +83,40 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     while not condition():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def slow_downloads() -> AsyncIterator[Emulator]:
+    """An emulator whose result files take DOWNLOAD seconds to start coming back."""
+
+    @web.middleware
+    async def slow(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/_emulator/files/"):
+            await asyncio.sleep(DOWNLOAD)
+        return await handler(request)
+
+    dials = EmulatorSettings(latency=JOB, jitter=0.0, keys=[KEY], seed=1)
+    app = build_emulator_app(dials)
+    app.middlewares.append(slow)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield Emulator(server, dials, emulator_state(app))
+    await server.close()
+
+
+JOB, DOWNLOAD = 0.3, 0.6
+
+
+async def test_a_slot_starts_its_next_job_while_the_last_result_downloads(
+    make_rig: MakeRig, slow_downloads: Emulator
+) -> None:
+    # One running slot: the provider runs one job at a time for this key. A job the
+    # provider has finished no longer counts, so the second is created during the
+    # first one's download, not after it.
+    rig = await make_rig(FanoutSettings(image=PoolSize(1, 4)))
+    result = await run(rig, batch(slow_downloads.url, "slots", jobs=2))
+    assert result.status == "success", result.error
+    created = sorted(task.ready_at - task.duration for task in slow_downloads.state.tasks.values())
+    assert len(created) == 2
+    gap = created[1] - created[0]
+    assert JOB <= gap < JOB + DOWNLOAD - 0.1, gap
