@@ -443,6 +443,10 @@ class JobStore(
         files of everything deleted, oldest first (the caller deletes them from
         disk), each with its job's tenant. Pending and running jobs are never pruned."""
 
+    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
+        """Those of `files` that a job in the store still lists among its output files
+        (same tenant, type, subfolder and name): the others' history entries are gone."""
+
     # -- fleet -----------------------------------------------------------------------
 
     async def backends(self) -> list[dict[str, Any]]:

@@ -743,6 +743,17 @@ class PostgresStore:
         cutoff = -math.inf if max_age_seconds is None else self._clock() - max_age_seconds
         return await self._write(lambda conn: _prune(conn, max_entries, cutoff))
 
+    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
+        """Those of `files` a job still lists (see JobStore)."""
+        if not files:
+            return set()
+        columns = [
+            to_db_all(getattr(f, field) for f in files)
+            for field in ("filename", "subfolder", "type", "tenant")
+        ]
+        rows = await self._run(lambda db: db.fetch(Q["listed_outputs"], *columns))
+        return {OutputFile(*(from_db(value) for value in row)) for row in rows}
+
     # -- fleet ------------------------------------------------------------------------
 
     async def backends(self) -> list[dict[str, Any]]:

@@ -239,6 +239,13 @@ SELECT o.prompt_id, o.filename, o.subfolder, o.type, j.tenant
 FROM outputs o JOIN jobs j ON j.prompt_id = o.prompt_id
 WHERE o.prompt_id = ANY($1::text[]) ORDER BY o.pos
 
+-- name: listed_outputs
+-- Which of these files (four arrays: filename, subfolder, type, tenant) a job still lists.
+SELECT DISTINCT o.filename, o.subfolder, o.type, j.tenant
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS w (filename, subfolder, type, tenant)
+JOIN outputs o ON o.filename = w.filename AND o.subfolder = w.subfolder AND o.type = w.type
+JOIN jobs j ON j.prompt_id = o.prompt_id AND j.tenant = w.tenant
+
 -- name: max_counted_number
 -- Integer-valued numbers came from the counter (front jobs store it negated); explicit
 -- numbers are floats and do not move the counter, as in ComfyUI.

@@ -881,6 +881,10 @@ class SQLiteStore:
         op = functools.partial(_prune, max_entries=max_entries, cutoff=cutoff, number=self._number)
         return await self._write(op)
 
+    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
+        """Those of `files` a job still lists (see JobStore)."""
+        return await self._read(functools.partial(_listed_outputs, files=list(files)))
+
 
 # -- encoding -----------------------------------------------------------------------
 
@@ -1229,6 +1233,25 @@ def _messages_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list
     found: dict[str, list[list[Any]]] = {}
     for prompt_id, kind, data in _rows_for(conn, EVENTS_OF, ids):
         found.setdefault(prompt_id, []).append([kind, _loads(data)])
+    return found
+
+
+#: Files looked up in one statement (four variables each).
+LISTED_BATCH = 200
+
+
+def _listed_outputs(conn: sqlite3.Connection, files: list[OutputFile]) -> set[OutputFile]:
+    found: set[OutputFile] = set()
+    for start in range(0, len(files), LISTED_BATCH):
+        batch = files[start : start + LISTED_BATCH]
+        rows = ", ".join(["(?, ?, ?, ?)"] * len(batch))
+        sql = (
+            "SELECT DISTINCT o.filename, o.subfolder, o.type, j.tenant FROM outputs o "
+            "JOIN jobs j ON j.prompt_id = o.prompt_id "
+            f"WHERE (o.filename, o.subfolder, o.type, j.tenant) IN (VALUES {rows})"
+        )
+        params = [v for f in batch for v in (f.filename, f.subfolder, f.type, f.tenant)]
+        found.update(OutputFile(*row) for row in conn.execute(sql, params))
     return found
 
 
