@@ -30,10 +30,12 @@ def free_port() -> int:
 
 
 async def start_in_process(data_dir: Path, **settings: Any) -> tuple[TestServer, Gateway]:
-    """A gateway served by aiohttp on 127.0.0.1 (real HTTP and WebSocket)."""
+    """A gateway served by aiohttp on 127.0.0.1 (real HTTP and WebSocket), at the port
+    its config names: the URL its peers on a shared store reach it at."""
+    settings.setdefault("port", free_port())
     config = ServerConfig(data_dir=data_dir, testing_nodes=True, **settings)
     gateway = Gateway.create(config)
-    server = TestServer(build_app(gateway), host="127.0.0.1", port=free_port())
+    server = TestServer(build_app(gateway), host="127.0.0.1", port=config.port)
     await server.start_server()
     return server, gateway
 

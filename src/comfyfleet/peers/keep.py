@@ -3,7 +3,8 @@
 The place is resolved and checked to lie in its folder before anything is written; the
 bytes are counted against a cap while they arrive; and linking never replaces an entry:
 a name another file took meanwhile keeps that file (unless it holds the same bytes, the
-fetched copy is dropped).
+fetched copy is dropped). A copy linked in its place is recorded as fetched (see
+copies.py), so retention can remove it, and only it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import stat
 from collections.abc import AsyncIterator
 
 from comfyfleet.folders import Folders, plain_name, plain_subfolder
+from comfyfleet.peers.copies import record_path
 
 _BINARY = getattr(os, "O_BINARY", 0)
 #: Bytes gathered on the event loop before one write in a worker thread.
@@ -39,6 +41,7 @@ class _Staged:
             folders.resolve_inside(kind, os.path.join(subfolder, name), follow_last=False)
         )
         self.path = os.path.join(os.path.dirname(self.place), f".peer-{secrets.token_hex(8)}.part")
+        self.record = record_path(folders, kind, subfolder, name)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o666)
         self._file = os.fdopen(fd, "wb")
         self._sha = hashlib.sha256()
@@ -51,9 +54,18 @@ class _Staged:
         """Link the staged file at its place; True when the place now holds these bytes."""
         self._file.close()
         try:
-            os.link(self.path, self.place)
-        except FileExistsError:
-            return _holds(self.place, self._sha.digest())
+            # The record is made first and set in place once the copy is: a copy is
+            # never left unknown, and a record from before is replaced.
+            records = os.path.dirname(self.record)
+            os.makedirs(records, exist_ok=True)
+            noted = os.path.join(records, os.path.basename(self.path))
+            os.link(self.path, noted)
+            try:
+                os.link(self.path, self.place)
+            except FileExistsError:
+                os.unlink(noted)
+                return _holds(self.place, self._sha.digest())
+            os.replace(noted, self.record)
         finally:
             self.discard()
         return True

@@ -1,5 +1,6 @@
 """Admission: what enters the queue and what leaves it before running. `submit` refuses
-work beyond the pending limit (QueueFull), hands a job straight to a parked slot when
+work beyond the pending limit (QueueFull; counted by the store when other gateways
+share it, so the limit holds for all of them together), hands a job straight to a parked slot when
 nothing else waits (one commit: queued as claimed), and otherwise queues it and wakes
 the slots; cancels take pending jobs out and interrupt running ones."""
 
@@ -15,6 +16,7 @@ from comfyfleet.scheduler.runner import Runner
 from comfyfleet.scheduler.slots import LaneSlots, Parked
 from comfyfleet.scheduler.state import SchedulerState
 from comfyfleet.scheduler.streams import PromptStreams
+from comfyfleet.store.base import PendingLimitReached
 
 
 class QueueFull(Exception):
@@ -48,14 +50,19 @@ class Admission:
         state = self._state
         if state.stopping:
             raise QueueFull(state.pending, retry_after=5.0)
-        if state.pending >= self.max_pending:
+        # The count here is the whole queue's when no other gateway shares the store;
+        # otherwise it misses their submits since the last recount, and the store counts.
+        shared = state.store.shared
+        if not shared and state.pending >= self.max_pending:
             raise QueueFull(state.pending, retry_after=1.0)
         slot = self._idle_slot_for(new)
         if slot is not None:
             return await self._hand_off(new, *slot)
         self._submitting += 1
         try:
-            job = await state.store.submit(new)
+            job = await state.store.submit(new, max_pending=self.max_pending if shared else None)
+        except PendingLimitReached as full:
+            raise QueueFull(full.limit, retry_after=1.0) from None
         finally:
             self._submitting -= 1
         state.pending += 1

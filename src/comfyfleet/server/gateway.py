@@ -24,6 +24,7 @@ from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
 from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.peers import PeerFiles, PeerKey
+from comfyfleet.peers.copies import prune_copies
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.backend_owners import BackendOwnership
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
@@ -286,7 +287,12 @@ class Gateway:
                     removed += 1
             return removed
 
-        return await asyncio.to_thread(remove)
+        removed = await asyncio.to_thread(remove)
+        # Copies of other gateways' files fetched here: their history may have gone there.
+        fetched = await prune_copies(
+            self.store, self.tenants, self.config.history_max_age, time.time()
+        )
+        return removed + fetched
 
     async def _retention(self) -> None:
         while True:

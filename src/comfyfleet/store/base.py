@@ -35,6 +35,15 @@ class DuplicateJob(StoreError):
     """A job with this prompt_id already exists."""
 
 
+class PendingLimitReached(Exception):
+    """`submit` with a pending limit: that many jobs are pending already, nothing was
+    queued (the store works; the queue is full)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"{limit} prompts are pending; try again later")
+        self.limit = limit
+
+
 class GatewayIdInUse(StoreError):
     """Another live process holds this gateway id (`holder`)."""
 
@@ -276,6 +285,9 @@ class JobStore(
 ):
     #: How long its writes take until committed (read by metrics).
     commit_times: CommitTimes
+    #: Whether other gateways queue jobs in it too (PostgreSQL): a pending count kept in
+    #: memory misses their submits, so admission asks `submit` to count (`max_pending`).
+    shared: bool
 
     async def open(self) -> None:
         """Create or migrate the schema; ready for use afterwards."""
@@ -285,11 +297,18 @@ class JobStore(
 
     # -- queue -------------------------------------------------------------
 
-    async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
+    async def submit(
+        self, job: NewJob, claim_for: str | None = None, *, max_pending: int | None = None
+    ) -> Job:
         """Durably queue a job as pending; raises StoreError if the id exists.
 
         With `claim_for`, that lane takes the job in the same transaction (running,
         attempt 1): a hand-off to an idle slot while nothing else is pending.
+
+        With `max_pending`, a pending job is queued only while fewer than that many
+        jobs are pending in the store, whoever queued them: PendingLimitReached, and
+        nothing written, otherwise. Every process sharing the store is counted, and two
+        submits at once never both take the last place.
 
         With `job.idempotency`, its key is recorded for the job's tenant in the same
         transaction; when the tenant used the key less than IDEMPOTENCY_WINDOW ago,
@@ -423,6 +442,10 @@ class JobStore(
         before the cutoff or before the newest entry dropped. Returns the output
         files of everything deleted, oldest first (the caller deletes them from
         disk), each with its job's tenant. Pending and running jobs are never pruned."""
+
+    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
+        """Those of `files` that a job in the store still lists among its output files
+        (same tenant, type, subfolder and name): the others' history entries are gone."""
 
     # -- fleet -----------------------------------------------------------------------
 

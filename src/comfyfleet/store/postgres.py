@@ -68,6 +68,7 @@ from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
     GatewayIdInUse,
+    PendingLimitReached,
     StoreError,
     clamp_candidates,
 )
@@ -141,6 +142,9 @@ class PostgresStore:
     connections held open. `clock` gives the timestamps the store records.
     """
 
+    #: Several gateways queue jobs in one database.
+    shared = True
+
     def __init__(
         self,
         url: str,
@@ -168,6 +172,7 @@ class PostgresStore:
         # process runs between reading the sequence and moving it).
         self._counter = asyncio.Lock()
         self._counter_floor = 0
+        self._admit_margin = 0  # read on `open` (see `submit`)
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._owner_db = to_db(self.owner)
         self._instance = uuid.uuid4().hex
@@ -204,10 +209,13 @@ class PostgresStore:
                 async with pool.acquire() as conn, conn.transaction():
                     await _prepare(conn, self._schema, self._clock())
                     counted = await conn.fetchval(Q["max_counted_number"])
+                    connections = int(await conn.fetchval("SHOW max_connections"))
         except BaseException:
             await pool.close()
             raise
         self._pool = pool
+        # No more submits can be under way at once than the server takes connections.
+        self._admit_margin = connections
         self._counter_floor = 0
         if counted is not None:  # resume past every counter value stored
             self._raise_counter(int(counted) + 1)
@@ -268,37 +276,68 @@ class PostgresStore:
 
     # -- queue --------------------------------------------------------------------
 
-    async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
+    async def submit(
+        self, job: NewJob, claim_for: str | None = None, *, max_pending: int | None = None
+    ) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is."""
+        that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is,
+        PendingLimitReached when `max_pending` jobs are pending."""
         now = self._clock()
+        limit = None if claim_for is not None else max_pending
+        admit: tuple[int | None, int | None] = (limit, None)
+        if limit is not None and limit > self._admit_margin:
+            # Far from the limit (more places left than transactions can be open at
+            # once), submits share the admission lock, side by side; near it (refused
+            # so), the submit is tried again under the exclusive lock.
+            admit = (limit, self._admit_margin)
+        inserted = await self._insert(job, claim_for, now, admit)
+        if inserted is None and admit[1] is not None:
+            inserted = await self._insert(job, claim_for, now, (limit, None))
+        if inserted is None:
+            raise PendingLimitReached(limit or 0)
+        queued = job.pending(inserted, now)
+        if claim_for is None:
+            return queued
+        return queued.started(claim_for, 1, now, self.owner)
+
+    async def _insert(
+        self,
+        job: NewJob,
+        claim_for: str | None,
+        now: float,
+        admit: tuple[int | None, int | None],
+    ) -> int | None:
+        """The insert of `submit`: the job's seq, None when the pending limit refused it.
+        `admit` is (the limit or None, the shared lock's margin or None: the exclusive)."""
         # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it, for
         # every gateway: the insert moves the sequence.
         ahead = None
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             ahead = abs(job.number) + 1 if abs(job.number) < COUNTER_MAX else None
-        params = (*_job_params(job, now, claim_for), self._owner_db, ahead)
+        params = (*_job_params(job, now, claim_for), self._owner_db, ahead, *admit)
         keyed = job.idempotency
 
-        async def insert(db: Any) -> int | IdempotentRequest:
+        async def insert(db: Any) -> int | IdempotentRequest | None:
             if keyed is not None:
                 taken = await idempotency.claim(db, job.tenant, keyed, job.prompt_id, now)
                 if taken is not None:
                     return taken
             try:
-                seq: int = await db.fetchval(Q["insert_job"], *params)
+                seq: int | None = await db.fetchval(Q["insert_job"], *params)
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
+            if seq is None and keyed is not None:  # refused: the key is not taken either
+                raise _Refused
             return seq
 
         # A keyed job and its key commit together; a plain one is one statement.
-        inserted = await (self._commit(insert) if keyed is None else self._write(insert))
+        try:
+            inserted = await (self._commit(insert) if keyed is None else self._write(insert))
+        except _Refused:
+            return None
         if isinstance(inserted, IdempotentRequest):
             raise IdempotencyKeyTaken(inserted)
-        queued = job.pending(inserted, now)
-        if claim_for is None:
-            return queued
-        return queued.started(claim_for, 1, now, self.owner)
+        return inserted
 
     async def idempotent_request(self, tenant: str, key: str) -> IdempotentRequest | None:
         """The first submit under `tenant`'s `key`, if it was less than a window ago."""
@@ -704,6 +743,17 @@ class PostgresStore:
         cutoff = -math.inf if max_age_seconds is None else self._clock() - max_age_seconds
         return await self._write(lambda conn: _prune(conn, max_entries, cutoff))
 
+    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
+        """Those of `files` a job still lists (see JobStore)."""
+        if not files:
+            return set()
+        columns = [
+            to_db_all(getattr(f, field) for f in files)
+            for field in ("filename", "subfolder", "type", "tenant")
+        ]
+        rows = await self._run(lambda db: db.fetch(Q["listed_outputs"], *columns))
+        return {OutputFile(*(from_db(value) for value in row)) for row in rows}
+
     # -- fleet ------------------------------------------------------------------------
 
     async def backends(self) -> list[dict[str, Any]]:
@@ -893,6 +943,10 @@ async def _prepare(conn: Any, schema: str | None, now: float) -> None:
 
 
 # -- encoding -----------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """The pending limit refused a keyed submit: its transaction is rolled back."""
 
 
 def _job_params(job: NewJob, now: float, claim_for: str | None) -> tuple[Any, ...]:

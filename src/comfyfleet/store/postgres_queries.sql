@@ -9,21 +9,29 @@
 -- Pending, or (with a lane) already claimed by it: status, attempt, lane, started_at given.
 -- $16 is the gateway: the owner of a claimed job, and the wake-up's payload of a
 -- pending one (the notification goes out on commit). A counter value from elsewhere
--- ($17, an integer number) moves the counter past it, in the same statement.
-WITH job AS (
+-- ($17, an integer number) moves the counter past it, in the same statement. With a
+-- pending limit ($18), the job goes in only while fewer are pending: $19 is the margin
+-- of the shared admission lock, NULL for the exclusive one (see migration_10). No row
+-- is inserted (seq NULL) when it is refused.
+WITH admitted AS (
+    SELECT CASE WHEN $18::bigint IS NULL THEN true
+                WHEN $19::bigint IS NULL THEN comfyfleet_admit_near($18::bigint)
+                ELSE comfyfleet_admit_far($18::bigint, $19::bigint) END AS ok
+), job AS (
     INSERT INTO jobs (prompt_id, number_json, order_key, front, status, client_id, prompt,
                       extra_data, outputs, node_errors, attempt, lane, created_at, started_at,
                       tenant, owner)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-            CASE WHEN $5 = 'running' THEN $16 END)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+           CASE WHEN $5 = 'running' THEN $16 END
+    FROM admitted WHERE ok
     RETURNING seq
 ), counter AS (
     SELECT setval('job_number', $17::bigint, false)
-    WHERE $17::bigint IS NOT NULL
+    WHERE $17::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM job)
       AND $17::bigint > (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
                          FROM job_number)
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work', $16) WHERE $5 = 'pending'
+    SELECT pg_notify('comfyfleet_work', $16) WHERE $5 = 'pending' AND EXISTS (SELECT 1 FROM job)
 )
 SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake)
 
@@ -230,6 +238,13 @@ WHERE e.prompt_id = ANY($1::text[]) ORDER BY e.prompt_id, e.seq
 SELECT o.prompt_id, o.filename, o.subfolder, o.type, j.tenant
 FROM outputs o JOIN jobs j ON j.prompt_id = o.prompt_id
 WHERE o.prompt_id = ANY($1::text[]) ORDER BY o.pos
+
+-- name: listed_outputs
+-- Which of these files (four arrays: filename, subfolder, type, tenant) a job still lists.
+SELECT DISTINCT o.filename, o.subfolder, o.type, j.tenant
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS w (filename, subfolder, type, tenant)
+JOIN outputs o ON o.filename = w.filename AND o.subfolder = w.subfolder AND o.type = w.type
+JOIN jobs j ON j.prompt_id = o.prompt_id AND j.tenant = w.tenant
 
 -- name: max_counted_number
 -- Integer-valued numbers came from the counter (front jobs store it negated); explicit

@@ -250,3 +250,23 @@ CREATE TABLE fleet_keys (
 -- their own, NULL for a JSON frame.
 ALTER TABLE event_log ADD COLUMN frame bytea;
 
+
+-- name: migration_10
+-- Admission against the pending limit, for every gateway of the database at once (see
+-- `submit` in postgres.py). Far from the limit a submit holds the admission lock shared
+-- (submits run side by side); near it, exclusively (one at a time, counting only once
+-- every other admitted submit has committed). Each count is a statement of its own in
+-- a volatile function, so it reads what committed before the lock was granted.
+CREATE OR REPLACE FUNCTION comfyfleet_admit_far(lim bigint, margin bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1668246374, hashtext(current_schema()));
+    RETURN (SELECT count(*) FROM jobs WHERE status = 'pending') + margin < lim;
+END $$;
+
+CREATE OR REPLACE FUNCTION comfyfleet_admit_near(lim bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1668246374, hashtext(current_schema()));
+    RETURN (SELECT count(*) FROM jobs WHERE status = 'pending') < lim;
+END $$;

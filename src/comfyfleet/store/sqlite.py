@@ -52,7 +52,13 @@ from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store import sqlite_webhooks as webhooks
-from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError, clamp_candidates
+from comfyfleet.store.base import (
+    DuplicateJob,
+    GatewayIdInUse,
+    PendingLimitReached,
+    StoreError,
+    clamp_candidates,
+)
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
@@ -129,6 +135,9 @@ JOB_COLUMNS_J = ", ".join(f"j.{name}" for name in _JOB_FIELDS)
 _TERMINAL_SQL = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL))
 
 # -- write statements -----------------------------------------------------------
+
+#: Pending jobs (the dispatch index holds exactly them).
+COUNT_PENDING = "SELECT count(*) FROM jobs WHERE status = 'pending'"
 
 INSERT_JOB = """
 INSERT INTO jobs (prompt_id, seq, number_json, order_key, front, status, client_id,
@@ -272,6 +281,9 @@ class SQLiteStore:
     when not given).
     """
 
+    #: One gateway's file: its own count of pending jobs is the whole queue.
+    shared = False
+
     def __init__(
         self,
         path: Path,
@@ -373,9 +385,12 @@ class SQLiteStore:
 
     # -- queue --------------------------------------------------------------------
 
-    async def submit(self, job: NewJob, claim_for: str | None = None) -> Job:
+    async def submit(
+        self, job: NewJob, claim_for: str | None = None, *, max_pending: int | None = None
+    ) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
-        that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is."""
+        that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is,
+        PendingLimitReached when `max_pending` jobs are pending (counted in the write)."""
         now = self._clock()
         params = _job_params(job, now)
         if isinstance(job.number, int) and not isinstance(job.number, bool):
@@ -388,10 +403,13 @@ class SQLiteStore:
             now=now,
             owner=self.owner,
             keyed=job.idempotency,
+            limit=None if claim_for is not None else max_pending,
         )
         seq = await self._write(op)
         if isinstance(seq, IdempotentRequest):
             raise IdempotencyKeyTaken(seq)
+        if seq is None:
+            raise PendingLimitReached(max_pending or 0)
         queued = job.pending(seq, now)
         if claim_for is None:
             self._work_arrived()
@@ -863,6 +881,10 @@ class SQLiteStore:
         op = functools.partial(_prune, max_entries=max_entries, cutoff=cutoff, number=self._number)
         return await self._write(op)
 
+    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
+        """Those of `files` a job still lists (see JobStore)."""
+        return await self._read(functools.partial(_listed_outputs, files=list(files)))
+
 
 # -- encoding -----------------------------------------------------------------------
 
@@ -978,9 +1000,13 @@ def _insert_job(
     now: float,
     owner: str,
     keyed: IdempotentRequest | None,
-) -> int | IdempotentRequest:
+    limit: int | None,
+) -> int | IdempotentRequest | None:
     """The job's seq; with `keyed`, its key recorded first, or (nothing written) the key's
-    first request when another job holds it."""
+    first request when another job holds it; None (nothing written) when `limit` jobs
+    are pending."""
+    if limit is not None and conn.execute(COUNT_PENDING).fetchone()[0] >= limit:
+        return None
     if keyed is not None:
         first = idempotency.claim(conn, params[-1], keyed, params[0], now)
         if first is not None:
@@ -1207,6 +1233,25 @@ def _messages_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list
     found: dict[str, list[list[Any]]] = {}
     for prompt_id, kind, data in _rows_for(conn, EVENTS_OF, ids):
         found.setdefault(prompt_id, []).append([kind, _loads(data)])
+    return found
+
+
+#: Files looked up in one statement (four variables each).
+LISTED_BATCH = 200
+
+
+def _listed_outputs(conn: sqlite3.Connection, files: list[OutputFile]) -> set[OutputFile]:
+    found: set[OutputFile] = set()
+    for start in range(0, len(files), LISTED_BATCH):
+        batch = files[start : start + LISTED_BATCH]
+        rows = ", ".join(["(?, ?, ?, ?)"] * len(batch))
+        sql = (
+            "SELECT DISTINCT o.filename, o.subfolder, o.type, j.tenant FROM outputs o "
+            "JOIN jobs j ON j.prompt_id = o.prompt_id "
+            f"WHERE (o.filename, o.subfolder, o.type, j.tenant) IN (VALUES {rows})"
+        )
+        params = [v for f in batch for v in (f.filename, f.subfolder, f.type, f.tenant)]
+        found.update(OutputFile(*row) for row in conn.execute(sql, params))
     return found
 
 

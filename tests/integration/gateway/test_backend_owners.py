@@ -8,6 +8,7 @@ import itertools
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
 LEASE = 2.0
+#: The takeover proof: prompts in flight when a gateway is killed, each this short.
+IN_FLIGHT = 300
+RUN_SECONDS = 0.1
 
 
 @contextmanager
@@ -149,18 +153,22 @@ def test_a_killed_owners_backend_and_prompts_are_taken_over(
         orphaned = backend_named(served, owners["gw-0"][0])
         frames = Frames(survivor)
         try:
-            ids, theirs = [], []
-            for n in range(40):
+            # Sent 16 at a time, so that most are still in flight at the kill.
+            def send(n: int) -> str:
                 if n % 2:
-                    prompt_id = submit(survivor, sleep_prompt(0.5, n), frames.client_id)
-                    theirs.append(prompt_id)
-                else:
-                    prompt_id = submit(doomed, sleep_prompt(0.5, n))
-                ids.append(prompt_id)
+                    return submit(survivor, sleep_prompt(RUN_SECONDS, n), frames.client_id)
+                return submit(doomed, sleep_prompt(RUN_SECONDS, n))
+
+            with ThreadPoolExecutor(16) as pool:
+                ids = list(pool.map(send, range(IN_FLIGHT)))
+            theirs = ids[1::2]
             poll(lambda: len(orphaned.runs) >= 3, what="the doomed gateway's backend to work")
             doomed.kill()
             killed_at = time.time()
-            poll(lambda: len(finished(survivor, ids)) == 40, what="every prompt", timeout=120)
+            assert len(finished(survivor, ids)) < IN_FLIGHT // 5  # nearly all in flight
+            poll(
+                lambda: len(finished(survivor, ids)) == IN_FLIGHT, what="every prompt", timeout=120
+            )
             records = {p: job(survivor, p) for p in ids}
             # The survivor's client sees each of its prompts that the survivor ran end.
             run_here = [p for p in theirs if records[p]["gateway"] == "gw-1"]

@@ -717,6 +717,34 @@ async def test_prune_by_count(store: JobStore, clock: Clock) -> None:
     assert await store.prune_history(max_entries=2, max_age_seconds=None) == []
 
 
+async def test_listed_outputs_are_those_a_job_still_lists(store: JobStore, clock: Clock) -> None:
+    """What a gateway asks of the copies it fetched from peers: is its history gone?"""
+    shown = OutputFile("a.png", "sub", "output")
+    preview = OutputFile("b.png", "", "temp")
+    theirs = OutputFile("c.png", "", "output", "alice")
+    await store.submit(new_job("p1", 1))
+    await run_one(store, result(files=[shown, preview]))
+    clock.advance(10)
+    await store.submit(new_job("p2", 2, tenant="alice"))
+    await run_one(store, result(files=[theirs]))
+    asked = [
+        shown,
+        preview,
+        theirs,
+        OutputFile("a.png", "sub", "temp"),  # another folder
+        OutputFile("a.png", "", "output"),  # another subfolder
+        OutputFile("c.png", "", "output"),  # another tenant's name
+        OutputFile("x.png", "", "output"),
+    ]
+    assert await store.listed_outputs(asked) == {shown, preview, theirs}
+    assert await store.listed_outputs([]) == set()
+    # An entry deleted by hand leaves its job and files (pruned later); pruned, they go.
+    await store.delete_history(["p1"])
+    assert await store.listed_outputs(asked) == {shown, preview, theirs}
+    assert await store.prune_history(max_entries=None, max_age_seconds=5) == [shown, preview]
+    assert await store.listed_outputs(asked) == {theirs}
+
+
 async def test_prune_by_age(store: JobStore, clock: Clock) -> None:
     await _finished_jobs(store, clock, 5)  # finished 40, 30, 20, 10, 0 seconds ago
     files = await store.prune_history(max_entries=None, max_age_seconds=15)
