@@ -1,7 +1,8 @@
 """Fan-out of paid API jobs against the local provider emulator, through the engine.
 
-1. 30 FLUX jobs of LATENCY seconds through one collector: wall time against the
-   ideal (one job's time) and against running them one after another.
+1. 30 FLUX jobs of LATENCY seconds through one collector, as the first prompt of a
+   fresh service and once more as the next prompt: wall time against the ideal (one
+   job's time) and against running them one after another.
 2. 300 jobs through ten collectors with the image pool at 30 running + 30 pending:
    wall time against the ideal of ten waves, and the "waiting for a slot" texts the
    prompt's client was sent.
@@ -127,13 +128,19 @@ async def emulator(**dials: Any) -> tuple[TestServer, EmulatorState]:
     return server, emulator_state(app)
 
 
-async def throughput(tmp: Path, latency: float, jobs: int, pool: PoolSize) -> None:
+async def throughput(
+    tmp: Path, latency: float, jobs: int, pool: PoolSize, *, again: bool = False
+) -> None:
+    """`jobs` jobs as the first prompt of a fresh service; with `again`, the same number
+    once more on that service (its connections and journal warm), as the next prompt."""
     server, state = await emulator(latency=latency)
     parts = await rig(tmp, FanoutSettings(image=pool))
     texts = TextCounter()
     try:
         url = str(server.make_url("")).rstrip("/")
         elapsed, counts = await run_batch(parts[0], batch(url, jobs, f"t{jobs}"), texts)
+        if again:
+            warm, warm_counts = await run_batch(parts[0], batch(url, jobs, f"w{jobs}"))
     finally:
         await close(*parts)
         await server.close()
@@ -151,6 +158,10 @@ async def throughput(tmp: Path, latency: float, jobs: int, pool: PoolSize) -> No
     # Baseline: the ideal wall time (every wave exactly one job's latency).
     figure(f"jobs{jobs}_wall", elapsed, "s", ideal)
     figure(f"jobs{jobs}_ok", counts.get("success", 0), "count", jobs)
+    if again:
+        print(f"         the same again on the warm service: {warm:6.2f} s")
+        figure(f"jobs{jobs}_warm_wall", warm, "s", ideal)
+        figure(f"jobs{jobs}_warm_ok", warm_counts.get("success", 0), "count", jobs)
     if jobs > pool.concurrency + pool.pending:
         # "waiting for a slot, N ahead" texts; baseline: one per job.
         figure(f"jobs{jobs}_waiting_texts", texts.texts, "count", jobs)
@@ -184,7 +195,7 @@ async def main(latency: float, storm_jobs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         print("fan-out against the provider emulator (engine, pools, SQLite journal)")
-        await throughput(root, latency, 30, PoolSize(30, 30))
+        await throughput(root, latency, 30, PoolSize(30, 30), again=True)
         await throughput(root, latency, 300, PoolSize(30, 30))
         await storm(root, storm_jobs)
 
