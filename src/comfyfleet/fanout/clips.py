@@ -5,15 +5,16 @@ released (no task, node output or cache entry holds it any more) and, for values
 still held, when the process exits. A process's folder is named `live-*` once it
 holds the lock file inside it, locked for the process's life; a process killed
 before it could clean up leaves its folder with a free lock, and the next process
-to keep a clip removes such folders (a bounded number per start).
+to keep a clip removes such folders (a bounded number per start). Windows has no
+such lock here: a process there removes its own folder only.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import uuid
@@ -28,6 +29,23 @@ LOCK_NAME = ".lock"
 LIVE_PREFIX = "live-"
 #: The most left-behind folders one process removes when it starts keeping clips.
 MAX_SWEPT = 64
+
+
+if sys.platform == "win32":
+
+    def _lock(fd: int) -> bool:
+        return False  # never known to be left behind: never swept
+
+else:
+    import fcntl
+
+    def _lock(fd: int) -> bool:
+        """Take a folder's lock without waiting; False when a live process holds it."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
 
 
 def default_root() -> Path:
@@ -68,7 +86,7 @@ class ClipFolder:
         # Locked before it is named live-*: a sweep never sees a live folder unlocked.
         made = Path(tempfile.mkdtemp(prefix="new-", dir=self.root))
         fd = os.open(made / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock(fd)  # a new file: nobody else holds it
         self._lock_fd = fd
         live = made.with_name(LIVE_PREFIX + made.name.removeprefix("new-"))
         made.rename(live)
@@ -90,12 +108,10 @@ def sweep(root: Path, limit: int = MAX_SWEPT) -> int:
 def _remove_if_left(root: Path, name: str) -> int:
     try:
         folder = resolve_inside(root, name, follow_last=False)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
     except (OSError, UnsafePath):
         return 0  # being removed by another process, or not one of these folders
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if not _lock(fd):
         os.close(fd)
         return 0  # its process is alive
     try:
