@@ -270,8 +270,12 @@ class JobRunner:
         if state == RemoteJobState.CANCELLED:
             task.settle(TaskState.CANCELLED)
         elif job.skip_error:
-            # Made in a worker thread: a video's stand-in is a file, written once.
-            value = await asyncio.to_thread(skipped_value, task.kind)
+            try:  # in a worker thread: a video's stand-in is a file, written once
+                value = await asyncio.to_thread(skipped_value, task.kind)
+            except asyncio.CancelledError:
+                task.settle(TaskState.CANCELLED)  # never left unsettled: collectors wait on it
+                self._on_unusable(task)
+                raise
             task.settle(TaskState.SKIPPED_ERROR, value, exc)
         else:
             task.settle(TaskState.FAILED, None, exc)
