@@ -266,16 +266,6 @@ def frame_png(images: NDArray[Any], index: int = 0) -> bytes:
     return encode_png(to_pil(np.asarray(images)[index]), compress_level=1)
 
 
-def blank_clip(width: int, height: int, frames: int = 8, fps: float = 8.0) -> bytes:
-    """A short all-black animated GIF: a visibly empty stand-in for a video."""
-    first = Image.new("RGB", (width, height))
-    rest = [Image.new("RGB", (width, height)) for _ in range(max(0, frames - 1))]
-    buf = io.BytesIO()
-    duration = max(1, round(1000 / fps))
-    first.save(buf, format="GIF", save_all=True, append_images=rest, duration=duration, loop=0)
-    return buf.getvalue()
-
-
 def media_type(data: bytes) -> str:
     """The media type of encoded image (or MP4 video) bytes, by their signature."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):

@@ -61,7 +61,8 @@ async def collect(
         if task is None:
             values.append(ExecutionBlocker(None))  # not connected: downstream is skipped
         elif task.state in UNUSABLE:
-            values.append(placeholder())
+            # In a worker thread: a video's placeholder is a file, written on first use.
+            values.append(await asyncio.to_thread(placeholder))
         else:
             values.append(task.value)
     redactor = service.vault.redactor()

@@ -56,7 +56,7 @@ class FollowActions:
     #: Settle the task with the job's result.
     reuse: Callable[[Task, RemoteJob], Awaitable[None]]
     #: Settle the task as failed (or skipped) with `error`.
-    fail: Callable[[Task, Exception, RemoteRequest | None], None]
+    fail: Callable[[Task, Exception, RemoteRequest | None], Awaitable[None]]
 
 
 class Follower:
@@ -114,7 +114,7 @@ class Follower:
             message = str(error.get("message") or "the remote job failed")
             status = _status(error.get("status"))
             failed = FailedElsewhere(job.provider, message, status=status, task_id=job.remote_id)
-            self.actions.fail(task, failed, request)
+            await self.actions.fail(task, failed, request)
             task.info.error_class = str(error.get("class") or "FailedElsewhere")
         elif request is not None:  # cancelled by a gateway nobody told it waits (or pruned)
             await self.actions.send(task, request)
@@ -132,7 +132,7 @@ class Follower:
         if request is not None and task.info.prompt_id != job.prompt_id:
             await self.actions.send(task, request)  # another prompt asks: a new job, knowingly
         else:
-            self.actions.fail(task, AmbiguousSubmit(job.provider, LOST_IN_FLIGHT), request)
+            await self.actions.fail(task, AmbiguousSubmit(job.provider, LOST_IN_FLIGHT), request)
 
 
 async def _stop_waiting(journal: RemoteJobJournal, job_id: str) -> None:

@@ -25,7 +25,7 @@ from comfyfleet.fanout.drivers import Connection, Driver, Submitted
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Place
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
-from comfyfleet.fanout.results import result_value
+from comfyfleet.fanout.results import result_value, skipped_value
 from comfyfleet.fanout.secrets import SecretVault
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.task import Task, TaskState
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 #: How long a cancelled job may take to tell the provider (a submit in flight, the cancel).
 CANCEL_GRACE = 30.0
-#: What a failed job's node gets when its `skip_error` is on.
-SKIP_ERROR_SIZE = 512
 #: The largest image whose memory is made ready while its job runs (larger: made on arrival).
 MAX_PREPARED_PIXELS = 4096 * 4096
 #: How long after its job is accepted an image's memory is made: not during the burst of
@@ -276,7 +274,13 @@ class JobRunner:
         if state == RemoteJobState.CANCELLED:
             task.settle(TaskState.CANCELLED)
         elif job.skip_error:
-            task.settle(TaskState.SKIPPED_ERROR, white_image(), exc)
+            try:  # in a worker thread: a video's stand-in is a file, written once
+                value = await asyncio.to_thread(skipped_value, task.kind)
+            except asyncio.CancelledError:
+                task.settle(TaskState.CANCELLED)  # never left unsettled: collectors wait on it
+                self._on_unusable(task)
+                raise
+            task.settle(TaskState.SKIPPED_ERROR, value, exc)
         else:
             task.settle(TaskState.FAILED, None, exc)
         self._on_unusable(task)
@@ -317,10 +321,6 @@ def describe(task: Task, exc: BaseException, redact: Callable[[str], str]) -> No
 def error_record(task: Task) -> dict[str, Any]:
     info = task.info
     return {"class": info.error_class, "message": info.error, "status": info.http_status}
-
-
-def white_image() -> imaging.ImageArray:
-    return imaging.blank(1, SKIP_ERROR_SIZE, SKIP_ERROR_SIZE, 0xFFFFFF)
 
 
 async def _quietly(work: Any) -> None:

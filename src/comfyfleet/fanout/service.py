@@ -25,8 +25,8 @@ from comfyfleet.fanout.follow import LOST_IN_FLIGHT, FollowActions, Follower, lo
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Pool
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
-from comfyfleet.fanout.results import result_value
-from comfyfleet.fanout.runner import Job, JobRunner, describe, white_image
+from comfyfleet.fanout.results import result_value, skipped_value
+from comfyfleet.fanout.runner import Job, JobRunner, describe
 from comfyfleet.fanout.secrets import SecretVault
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.settings import FanoutSettings
@@ -188,10 +188,11 @@ class FanoutService:
         api = ApiConfig.from_resume(record.resume)
         await self.runner.run(Job(task, self.drivers[record.provider], api, record=record), place)
 
-    def _fail(self, task: Task, error: Exception, request: RemoteRequest | None) -> None:
+    async def _fail(self, task: Task, error: Exception, request: RemoteRequest | None) -> None:
         describe(task, error, self.vault.redactor().text)
         if request is not None and request.skip_error:
-            task.settle(TaskState.SKIPPED_ERROR, white_image(), error)
+            value = await asyncio.to_thread(skipped_value, task.kind)
+            task.settle(TaskState.SKIPPED_ERROR, value, error)
         else:
             task.settle(TaskState.FAILED, None, error)
         self._unusable(task)
@@ -265,7 +266,9 @@ class FanoutService:
         if not self._resume:
             return
         if self._resumed is None:
-            self._resumed = asyncio.ensure_future(self._take_over())
+            # A clean context: the task is kept for the service's life, and the asking
+            # node's context would keep that prompt's run (and all its outputs) alive.
+            self._resumed = asyncio.create_task(self._take_over(), context=contextvars.Context())
         await asyncio.shield(self._resumed)
 
     async def _sweep(self, every: float) -> None:

@@ -1,23 +1,27 @@
 """VIDEO values: a file reference plus metadata, which collectors pass through unchanged.
 
-A failed video slot in placeholder mode gets a short blank clip marked as a
-placeholder, never something that could pass for a real result.
+The clips made here (downloads, stand-ins for failed jobs) are MP4 files kept in
+this process's clip folder (clips.py) for as long as their value is held. A
+failed video slot in placeholder mode gets a short black clip marked as a
+placeholder; a failed job with `skip_error` on, a short white one. Neither can
+pass for a real result: the status report says the slot failed or was skipped.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from comfyfleet import imaging
 from comfyfleet.fanout import mp4
-from comfyfleet.folders import current_folders
+from comfyfleet.fanout.clips import CLIPS
+from comfyfleet.fanout.solid_mp4 import solid_mp4
 
 PLACEHOLDER_SIZE = 64
+#: What a failed video job's node gets when its `skip_error` is on (as images: white 512x512).
+SKIP_ERROR_SIZE = 512
+STAND_IN_FRAMES, STAND_IN_FPS = 8, 8.0
 
 
 @dataclass(frozen=True)
@@ -38,32 +42,33 @@ class VideoFile:
         shutil.copyfile(self.path, path)
 
 
-def placeholder_clip() -> VideoFile:
-    """A blank clip in the temp folder, for a failed slot."""
-    folder = current_folders().resolve_inside("temp", "fanout")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"placeholder-{uuid.uuid4().hex}.gif"
-    path.write_bytes(imaging.blank_clip(PLACEHOLDER_SIZE, PLACEHOLDER_SIZE))
-    return VideoFile(path, "gif", PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, 8.0, 8, placeholder=True)
-
-
-def downloads_folder() -> Path:
-    """Where remote video results are kept as files. Not the engine's folders: a job may
-    run (or be re-attached after a restart) with no prompt, and so no folders, around."""
-    return Path(tempfile.gettempdir()) / "comfyfleet-videos"
-
-
 def video_from_bytes(data: bytes) -> VideoFile:
-    """A downloaded clip as a VIDEO value: the file named by its digest (the same result
-    is one file), its size, duration and frames read from its headers where it has them."""
-    folder = downloads_folder()
-    folder.mkdir(parents=True, exist_ok=True)
+    """A downloaded clip as a VIDEO value, its size, duration and frames read from its
+    headers where it has them; its file lives as long as the value (blocking: writes)."""
     is_mp4 = mp4.is_mp4(data)
-    suffix = "mp4" if is_mp4 else "bin"
-    path = folder / f"{hashlib.sha256(data).hexdigest()}.{suffix}"
-    if not path.exists():
-        partial = path.with_suffix(f".{uuid.uuid4().hex}.part")
-        partial.write_bytes(data)
-        partial.replace(path)
     info = mp4.read_info(data) if is_mp4 else mp4.Mp4Info()
-    return VideoFile(path, suffix, info.width, info.height, info.fps, info.frames)
+    return _kept(data, "mp4" if is_mp4 else "bin", info)
+
+
+def _kept(data: bytes, suffix: str, info: mp4.Mp4Info, *, placeholder: bool = False) -> VideoFile:
+    path = CLIPS.write(data, suffix)
+    video = VideoFile(path, suffix, info.width, info.height, info.fps, info.frames, placeholder)
+    CLIPS.tie(video, path)
+    return video
+
+
+@functools.cache
+def placeholder_clip() -> VideoFile:
+    """A short black clip, for a failed slot in placeholder mode (one per process)."""
+    return _solid(PLACEHOLDER_SIZE, (0, 0, 0), placeholder=True)
+
+
+@functools.cache
+def skipped_clip() -> VideoFile:
+    """A short white clip, for a failed job whose node skips errors (one per process)."""
+    return _solid(SKIP_ERROR_SIZE, (255, 255, 255), placeholder=True)
+
+
+def _solid(size: int, rgb: tuple[int, int, int], *, placeholder: bool) -> VideoFile:
+    data = solid_mp4(size, size, rgb, STAND_IN_FRAMES, STAND_IN_FPS)
+    return _kept(data, "mp4", mp4.read_info(data), placeholder=placeholder)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -47,7 +48,11 @@ class PromptWatch:
             # Dropped as it ends, so the watch's beat costs the same for any batch size.
             task.finished.add_done_callback(lambda _f: held.tasks.discard(task))
         if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch(), name="fanout-interrupt-watch")
+            # A clean context: the asking node's would keep its prompt's run (and all
+            # its outputs) alive as long as the watcher is kept.
+            self._watcher = asyncio.create_task(
+                self._watch(), name="fanout-interrupt-watch", context=contextvars.Context()
+            )
 
     def release(self, prompt_id: str, tasks: Iterable[Task]) -> list[Task]:
         """Drop the prompt's hold on `tasks`; returns those no prompt holds any more."""

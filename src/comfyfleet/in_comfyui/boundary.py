@@ -2,21 +2,26 @@
 
 ComfyUI passes IMAGE and MASK values as torch tensors ([batch, height, width,
 channels] float32 in 0..1); comfyfleet's nodes take and return numpy arrays of
-the same shape and range. Everything else (tasks, API settings, strings) passes
-through unchanged, except comfyfleet's ExecutionBlocker, which ComfyUI only
-honours as its own class. The torch part is two calls (`is_tensor`, `from_numpy`)
-on whatever module is given, so the rest is the same code with or without torch.
+the same shape and range. A VIDEO result goes out as ComfyUI's own video value
+(`VideoFromFile` on the same file), which ComfyUI's video nodes take (Save Video,
+Get Video Components); no node of comfyfleet's that ComfyUI shows takes a VIDEO.
+Everything else (tasks, API settings, strings) passes through unchanged, except
+comfyfleet's ExecutionBlocker, which ComfyUI only honours as its own class. The
+torch part is two calls (`is_tensor`, `from_numpy`) on whatever module is given,
+so the rest is the same code with or without torch.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from comfyfleet.engine.blocker import is_blocker
+from comfyfleet.fanout.video import VideoFile
 
 
 class TensorModule(Protocol):
@@ -32,6 +37,14 @@ class Boundary:
     tensors: TensorModule
     #: ComfyUI's ExecutionBlocker class (`comfy_execution.graph.ExecutionBlocker`).
     blocker: Callable[[str | None], Any]
+    #: ComfyUI's VideoFromFile (`comfy_api.input_impl`), None in a ComfyUI without it
+    #: (VIDEO values then pass unchanged).
+    video: Callable[[str], Any] | None = None
+    #: The comfyfleet value behind each video handed to ComfyUI: its file is deleted
+    #: when the value is released, so it lives as long as ComfyUI's value does.
+    _behind: weakref.WeakKeyDictionary[Any, VideoFile] = field(
+        default_factory=weakref.WeakKeyDictionary, compare=False, repr=False
+    )
 
     def to_array(self, value: Any) -> Any:
         """A ComfyUI value as comfyfleet's nodes take it (lists and tuples item by item)."""
@@ -48,6 +61,10 @@ class Boundary:
             return self.tensors.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
         if is_blocker(value) and not isinstance(value, self._blocker_class()):
             return self.blocker(value.message)
+        if isinstance(value, VideoFile) and self.video is not None:
+            video = self.video(str(value.path))
+            self._behind[video] = value
+            return video
         if isinstance(value, list):
             return [self.to_comfy(item) for item in value]
         return value

@@ -92,6 +92,10 @@ def from_running_comfyui(server: Any) -> ComfyUI:
         message = {"value": value, "max": total, "prompt_id": prompt_id, "node": node_id}
         server.send_sync("progress", message, server.client_id)
 
+    try:  # ComfyUI's video values (0.3.3x on)
+        video = importlib.import_module("comfy_api.input_impl").VideoFromFile
+    except (ImportError, AttributeError):
+        video = None
     folders = Folders(
         output=Path(folder_paths.get_output_directory()),
         input=Path(folder_paths.get_input_directory()),
@@ -105,7 +109,7 @@ def from_running_comfyui(server: Any) -> ComfyUI:
         send_text=send_text,
         progress=progress,
         interrupt_error=management.InterruptProcessingException,
-        boundary=Boundary(torch, graph.ExecutionBlocker),
+        boundary=Boundary(torch, graph.ExecutionBlocker, video),
         folders=folders,
         user_dir=Path(folder_paths.get_user_directory()),
         own_nodes=frozenset(nodes.NODE_CLASS_MAPPINGS),

@@ -103,8 +103,8 @@ class ShowClip:
     OUTPUT_NODE = True
 
     def show(self, video):
-        magic = video.path.read_bytes()[:3].decode("latin-1")
-        shown = [type(video).__name__, video.path.name, video.placeholder, magic]
+        magic = video.path.read_bytes()[:8].decode("latin-1")
+        shown = [type(video).__name__, video.path.name, video.placeholder, magic, video.format]
         return {"ui": {"text": shown}}
 
 
@@ -136,10 +136,10 @@ async def test_video_tasks_pass_through_and_failed_slots_get_a_blank_clip(
     assert report["slots"][0]["error"] is None, report["slots"][0]
     assert [s["state"] for s in report["slots"][:3]] == ["success", "failed", "not_connected"]
     assert report["slots"][1]["error"] == "the encoder gave up"
-    # The good clip passes through unchanged; the failed slot gets a blank GIF placeholder.
-    assert result.outputs["show1"]["text"] == ["VideoFile", "good.bin", False, "fra"]
-    name, placeholder, magic = result.outputs["show2"]["text"][1:]
-    assert name.startswith("placeholder-") and placeholder is True and magic == "GIF"
+    # The good clip passes through unchanged; the failed slot gets a blank MP4 placeholder.
+    assert result.outputs["show1"]["text"] == ["VideoFile", "good.bin", False, "frames", "bin"]
+    name, placeholder, magic, kind = result.outputs["show2"]["text"][1:]
+    assert name.endswith(".mp4") and placeholder is True and magic[4:] == "ftyp" and kind == "mp4"
 
 
 async def test_a_storm_of_5xx_and_429_sends_no_job_twice(rig: Rig, emulator: Emulator) -> None:

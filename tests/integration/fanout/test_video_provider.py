@@ -4,15 +4,27 @@ SaveVideo, the journal, interrupts; and the video example through `comfyfleet ru
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
 from comfyfleet.engine.run import ExecutionRequest, RunHandle
 from comfyfleet.fanout.mp4 import read_info
-from tests.integration.fanout.conftest import KEY, KEY_ENV, Emulator, MakeRig, Rig, start_emulator
+from tests.helpers import Recorder
+from tests.integration.fanout.conftest import (
+    KEY,
+    KEY_ENV,
+    WRONG_ENV,
+    Emulator,
+    MakeRig,
+    Rig,
+    start_emulator,
+)
 from tests.integration.fanout.test_concurrency import run, status_of
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
@@ -68,6 +80,72 @@ async def test_videos_fan_out_are_saved_and_a_rerun_pays_nothing(
     assert again.status == "success", again.error
     assert [s["reused"] for s in status_of(again, "c")["slots"][:3]] == [True] * 3
     assert emulator.stats()["jobs"] == 3
+
+
+def saved_info(result: Any, node: str, root: Path) -> Any:
+    [entry] = result.outputs[node]["images"]
+    assert entry["filename"].endswith(".mp4")
+    return read_info((root / "output" / entry["subfolder"] / entry["filename"]).read_bytes())
+
+
+async def test_a_failed_video_job_that_skips_errors_gives_a_white_clip(
+    rig: Rig, emulator: Emulator, tmp_path: Path
+) -> None:
+    prompt = video_prompt(emulator.url, ["a boat", "refused"])
+    wrong = {"base_url": emulator.url, "api_key": f"env:{WRONG_ENV}", "poll_interval": 0.05}
+    prompt["wrong"] = {"class_type": "APISettings", "inputs": wrong}
+    prompt["s2"]["inputs"].update(api_config=["wrong", 0], skip_error=True)
+    result = await run(rig, prompt)  # fail_fast: a skipped slot does not trip it
+    assert result.status == "success", result.error
+    report = status_of(result, "c")
+    assert report["counts"] == {"success": 1, "skipped_error": 1, "not_connected": 8}
+    skipped = report["slots"][1]
+    assert (skipped["error_class"], skipped["http_status"]) == ("ProviderError", 403)
+    assert "invalid API key" in skipped["error"]
+    info = saved_info(result, "save2", tmp_path)
+    assert (info.width, info.height, info.frames, info.seconds) == (512, 512, 8, 1.0)
+    assert saved_info(result, "save1", tmp_path).width == 1280  # the good one, as it came
+
+    # The serial node the same way: its prompt goes on, and says the job was skipped.
+    serial = video_prompt(emulator.url, [], save=False)
+    inputs = {**prompt["s2"]["inputs"], "seed": 7}
+    serial["wrong"] = prompt["wrong"]
+    serial["v"] = {"class_type": "OpenAIVideo", "inputs": inputs}
+    serial["save"] = {**prompt["save1"], "inputs": {**prompt["save1"]["inputs"], "video": ["v", 0]}}
+    del serial["c"]
+    events = Recorder()
+    result = await run(rig, serial, events)
+    assert result.status == "success", result.error
+    assert saved_info(result, "save", tmp_path).width == 512
+    texts = [getattr(e, "text", "") for e in events.events]
+    assert any(t.startswith("skipped after an error: openai_videos:") for t in texts)
+
+
+def clip_files() -> set[Path]:
+    """Every clip file of the fan-out's video folder (every process's)."""
+    return set((Path(tempfile.gettempdir()) / "comfyfleet-videos").rglob("*.mp4"))
+
+
+async def test_no_downloaded_clip_is_left_once_nothing_holds_its_video(
+    rig: Rig, emulator: Emulator
+) -> None:
+    before = clip_files()
+    texts = [f"kept {uuid.uuid4().hex}", f"kept {uuid.uuid4().hex}"]
+    result = await run(rig, video_prompt(emulator.url, texts))
+    assert result.status == "success", result.error
+    # The engine's cache holds the outputs (a re-run saves them again): the files stay.
+    made = clip_files() - before
+    assert len(made) == 2 and all(path.stat().st_size > 0 for path in made)
+    again = await run(rig, video_prompt(emulator.url, texts))
+    assert again.status == "success", again.error
+    assert emulator.stats()["downloads"] == 2
+    rig.engine.cache.clear()
+    # Gone once nothing holds their values (the fan-out's interrupt watch lets the
+    # prompt go on its next beat).
+    async with asyncio.timeout(5):
+        while made & clip_files():
+            gc.collect()
+            await asyncio.sleep(0.02)
 
 
 async def test_a_restart_follows_the_video_jobs_it_left_running(

@@ -55,6 +55,13 @@ class Blocker:
         self.message = message
 
 
+class VideoFromFile:
+    """comfy_api.input_impl.VideoFromFile, as far as it is made: from a path."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+
 class Interrupted(Exception):
     """comfy.model_management.InterruptProcessingException."""
 
@@ -76,7 +83,7 @@ class StandInComfyUI:
             send_text=lambda *args: self.texts.append(args),
             progress=lambda *args: self.progress.append(args),
             interrupt_error=Interrupted,
-            boundary=Boundary(Torch(), Blocker),
+            boundary=Boundary(Torch(), Blocker, VideoFromFile),
             folders=folders,
             user_dir=root / "user",
             own_nodes=frozenset({"SaveImage", "ImageInvert"}),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from comfyfleet.engine.blocker import ExecutionBlocker
+from comfyfleet.fanout.solid_mp4 import solid_mp4
+from comfyfleet.fanout.video import video_from_bytes
 from comfyfleet.in_comfyui.boundary import Boundary
-from tests.unit.in_comfyui.standin import Blocker, Tensor, Torch
+from tests.unit.in_comfyui.standin import Blocker, Tensor, Torch, VideoFromFile
 
-BOUNDARY = Boundary(Torch(), Blocker)
+BOUNDARY = Boundary(Torch(), Blocker, VideoFromFile)
 
 
 def test_a_tensor_comes_in_as_a_contiguous_float32_array() -> None:
@@ -55,3 +59,22 @@ def test_list_outputs_and_non_image_arrays() -> None:
     assert BOUNDARY.to_comfy(counts) is counts
     blocker = Blocker("stop")
     assert BOUNDARY.to_comfy(blocker) is blocker
+
+
+def test_a_video_goes_out_as_comfyuis_video_and_its_file_lives_as_long() -> None:
+    video = video_from_bytes(solid_mp4(64, 32, (9, 9, 9), 4, 8.0))
+    path = video.path
+    converted = BOUNDARY.result((video, "status"))
+    assert isinstance(converted[0], VideoFromFile) and converted[0].file == str(path)
+    assert BOUNDARY.to_comfy([video])[0].file == str(path)  # a list output, item by item
+    del video
+    gc.collect()
+    assert path.is_file()  # ComfyUI holds its value (an output cache, a node's input)
+    del converted
+    gc.collect()
+    assert not path.exists()
+
+
+def test_without_comfyuis_video_class_a_video_passes_unchanged() -> None:
+    video = video_from_bytes(solid_mp4(16, 16, (0, 0, 0), 1, 1.0))
+    assert Boundary(Torch(), Blocker).to_comfy(video) is video

@@ -16,11 +16,18 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.fanout.mp4 import read_info
 from comfyfleet.in_comfyui import key_scrubber, node_mappings
 from comfyfleet.in_comfyui.wrap import Bridge, exposed
 from comfyfleet.nodes import build_registry
 from tests.emulators import Emulator, start_emulator
-from tests.unit.in_comfyui.standin import Blocker, Interrupted, StandInComfyUI, Tensor
+from tests.unit.in_comfyui.standin import (
+    Blocker,
+    Interrupted,
+    StandInComfyUI,
+    Tensor,
+    VideoFromFile,
+)
 
 KEY = "pack-test-key-0123456789"
 COLLECT = "Concurrent Collect Images (30)"
@@ -112,6 +119,37 @@ async def test_a_batch_runs_in_comfyui_prompts_and_is_paid_once(
     assert json.loads(again["result"][30])["counts"]["success"] == 3
     assert emulator.stats()["jobs"] == 3
     assert (pack.root / "user" / "comfyfleet" / "fanout-journal.db").is_file()
+
+
+async def test_videos_reach_comfyui_as_its_own_video_values(
+    pack: Pack, emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PACK_WRONG_KEY", "not-the-key")
+    video = {"model": "sora-2", "seconds": "4", "size": "1280x720"}
+
+    async def videos(call: Call) -> Any:
+        settings = pack.classes["APISettings"]
+        (api,) = await call("api", settings, base_url=emulator.url, api_key="env:PACK_TEST_KEY")
+        (wrong,) = await call("bad", settings, base_url=emulator.url, api_key="env:PACK_WRONG_KEY")
+        submit = pack.classes["Concurrent Submit | OpenAIVideo"]
+        (good,) = await call("s1", submit, prompt="a pond", seed=1, api_config=api, **video)
+        (skipped,) = await call(
+            "s2", submit, prompt="a pond", seed=2, api_config=wrong, skip_error=True, **video
+        )
+        collect = pack.classes["Concurrent Collect Videos (10)"]
+        collected = await call("c", collect, failure_mode="fail_fast", task_1=good, task_2=skipped)
+        serial = await call(
+            "v", pack.classes["OpenAIVideo"], prompt="x", seed=3, api_config=api, **video
+        )
+        return collected, serial
+
+    collected, (serial,) = await pack.standin.run_prompt("p1", videos)
+    first, second = collected["result"][:2]
+    assert all(isinstance(value, VideoFromFile) for value in (first, second, serial))
+    sizes = [read_info(Path(v.file).read_bytes()) for v in (first, second, serial)]
+    assert [(info.width, info.height) for info in sizes] == [(1280, 720), (512, 512), (1280, 720)]
+    report = json.loads(collected["result"][10])
+    assert report["counts"] == {"success": 1, "skipped_error": 1, "not_connected": 8}
 
 
 async def test_comfyuis_interrupt_cancels_the_remote_jobs(pack: Pack, emulator: Emulator) -> None:

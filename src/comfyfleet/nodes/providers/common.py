@@ -45,12 +45,12 @@ def seed_input() -> tuple[str, dict[str, Any]]:
     )
 
 
-def skip_error_input() -> tuple[str, dict[str, Any]]:
+def skip_error_input(stand_in: str = "a white 512x512 image") -> tuple[str, dict[str, Any]]:
     return (
         "BOOLEAN",
         {
             "default": False,
-            "tooltip": "On failure, output a white 512x512 image instead of failing the prompt "
+            "tooltip": f"On failure, output {stand_in} instead of failing the prompt "
             "(reported as skipped_error, never as success).",
         },
     )

@@ -15,6 +15,7 @@ from comfyfleet.nodes.providers.common import (
     failure_epoch,
     run_now,
     seed_input,
+    skip_error_input,
 )
 from comfyfleet.nodes.providers.openai_videos.client import PROVIDER
 
@@ -57,6 +58,7 @@ class OpenAIVideo:
             },
             "optional": {
                 "image": ("IMAGE", {"tooltip": "The first frame (input_reference)"}),
+                "skip_error": skip_error_input("a one-second white 512x512 clip"),
             },
         }
 
@@ -83,6 +85,7 @@ class OpenAIVideo:
             body=video_fields(inputs),
             files=files,
             kind="video",
+            skip_error=bool(inputs.get("skip_error", False)),
             seed=int(inputs["seed"]),
             node_class="OpenAIVideo",
         )
