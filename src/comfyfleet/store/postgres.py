@@ -195,6 +195,7 @@ class PostgresStore:
                     max_size=self._pool_size,
                     timeout=self._connect_timeout,
                     server_settings=settings,
+                    reset=_keep_session,
                 )
         except ValueError as exc:  # a URL the driver cannot parse: say so, without it
             reason = redact_url(self._url, str(exc))
@@ -864,6 +865,13 @@ class PostgresStore:
 
     async def prune_prompt_events(self, ended_before: float) -> int:
         return await self._run(lambda db: event_log.prune(db, ended_before))
+
+
+async def _keep_session(_conn: Any) -> None:
+    """A connection going back to the pool keeps its session: the store leaves nothing
+    in it (no session setting, advisory lock, cursor or LISTEN; a transaction left open
+    is rolled back by the pool first), so the reset query asyncpg would send, a round
+    trip on every release, is skipped."""
 
 
 # -- schema ---------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -414,6 +416,85 @@ async def test_claims_read_the_claimable_index_in_order(
             assert "Sort" not in plan, plan
     finally:
         await conn.close()
+
+
+class RoundTrips:
+    """A TCP proxy in front of the PostgreSQL server that counts the round trips its
+    clients start: each simple query ('Q') and each extended-protocol Sync ('S')."""
+
+    def __init__(self, server_url: str) -> None:
+        parts = urlsplit(server_url)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self._server_url = server_url
+        self.count = 0
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> str:
+        """The URL to connect through (plain TCP, so the messages can be read)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        parts = urlsplit(self._server_url)
+        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{port}"
+        return urlunsplit(parts._replace(netloc=netloc, query="sslmode=disable"))
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pipe in self._pipes:
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        self._writers += [writer, up_writer]
+        for pipe in (self._count(reader, up_writer), self._copy(up_reader, writer)):
+            task = asyncio.create_task(pipe)
+            self._pipes.add(task)
+
+    async def _count(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        typed = False  # the startup message (and an SSL request) come without a type byte
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                kind = await reader.readexactly(1) if typed else b""
+                head = await reader.readexactly(4)
+                body = await reader.readexactly(int.from_bytes(head, "big") - 4)
+                if not typed:
+                    typed = int.from_bytes(body[:4], "big") not in (80877103, 80877104)
+                elif kind in (b"Q", b"S"):
+                    self.count += 1
+                writer.write(kind + head + body)
+                await writer.drain()
+        writer.close()
+
+    async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+
+async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) -> None:
+    """A connection goes back to the pool as it is: no reset query after each call (the
+    store leaves no session state to reset)."""
+    proxy = RoundTrips(postgres_url)
+    async with proxy as url:
+        store = PostgresStore(url, schema=schema, pool_size=1)
+        await store.open()
+        try:
+            await store.submit(new_job("p0"))
+            await store.get("p0")  # its statement prepared: the next call only runs it
+            before = proxy.count
+            assert (await store.get("p0")) is not None
+            await store.claim_job((await store.candidates(1))[0], "local")
+            assert proxy.count - before == 3  # get, candidates, claim_job
+        finally:
+            await store.close()
 
 
 async def test_work_queued_by_one_gateway_wakes_another(
