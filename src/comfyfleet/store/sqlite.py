@@ -52,7 +52,13 @@ from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store import sqlite_webhooks as webhooks
-from comfyfleet.store.base import DuplicateJob, GatewayIdInUse, StoreError, clamp_candidates
+from comfyfleet.store.base import (
+    DuplicateJob,
+    GatewayIdInUse,
+    StoreError,
+    WorkWake,
+    clamp_candidates,
+)
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
@@ -299,7 +305,7 @@ class SQLiteStore:
         self._number = 0
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._instance = uuid.uuid4().hex
-        self._wakes: list[Callable[[str], None]] = []
+        self._wakes: list[WorkWake] = []
         self._event_wakes: list[EventsWake] = []
 
     @property
@@ -787,13 +793,14 @@ class SQLiteStore:
     async def backend_owners(self) -> list[BackendOwner]:
         return await self._read(functools.partial(backend_owners.owners, now=self._clock()))
 
-    async def watch_work(self, wake: Callable[[str], None]) -> None:
-        """In-process: one SQLite file has one gateway, so every wake-up is its own."""
+    async def watch_work(self, wake: WorkWake) -> None:
+        """In-process: one SQLite file has one gateway, so every wake-up is its own (and
+        says no place: the scheduler knows it already)."""
         self._wakes.append(wake)
 
     def _work_arrived(self) -> None:
         for wake in self._wakes:
-            wake(self.owner)
+            wake(self.owner, None)
 
     # -- jobs and history ---------------------------------------------------------
 

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import math
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
-from comfyfleet.domain.jobs import Job, JobStatus, NewJob
+from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.event_wakeups import client_digest
 from comfyfleet.store.postgres import PostgresStore
-from tests.postgres import killed_sessions_settled, schema_for
+from tests.postgres import RoundTrips, killed_sessions_settled, schema_for
 from tests.unit.store.stores import Clock, claim_next, kill_while_submitting
 
 
@@ -418,67 +417,6 @@ async def test_claims_read_the_claimable_index_in_order(
         await conn.close()
 
 
-class RoundTrips:
-    """A TCP proxy in front of the PostgreSQL server that counts the round trips its
-    clients start: each simple query ('Q') and each extended-protocol Sync ('S')."""
-
-    def __init__(self, server_url: str) -> None:
-        parts = urlsplit(server_url)
-        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
-        self._server_url = server_url
-        self.count = 0
-        self._server: asyncio.Server | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def __aenter__(self) -> str:
-        """The URL to connect through (plain TCP, so the messages can be read)."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        parts = urlsplit(self._server_url)
-        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{port}"
-        return urlunsplit(parts._replace(netloc=netloc, query="sslmode=disable"))
-
-    async def __aexit__(self, *_exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for pipe in self._pipes:
-            pipe.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-        for writer in self._writers:
-            writer.close()
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-        self._writers += [writer, up_writer]
-        for pipe in (self._count(reader, up_writer), self._copy(up_reader, writer)):
-            task = asyncio.create_task(pipe)
-            self._pipes.add(task)
-
-    async def _count(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        typed = False  # the startup message (and an SSL request) come without a type byte
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            while True:
-                kind = await reader.readexactly(1) if typed else b""
-                head = await reader.readexactly(4)
-                body = await reader.readexactly(int.from_bytes(head, "big") - 4)
-                if not typed:
-                    typed = int.from_bytes(body[:4], "big") not in (80877103, 80877104)
-                elif kind in (b"Q", b"S"):
-                    self.count += 1
-                writer.write(kind + head + body)
-                await writer.drain()
-        writer.close()
-
-    async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-
 async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) -> None:
     """A connection goes back to the pool as it is: no reset query after each call (the
     store leaves no session state to reset)."""
@@ -500,19 +438,30 @@ async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) ->
 async def test_work_queued_by_one_gateway_wakes_another(
     postgres_url: str, schema: str, store: PostgresStore
 ) -> None:
+    """The wake-up names the gateway and the job's place in the queue."""
     other = PostgresStore(postgres_url, schema=schema, owner="other")
     await other.open()
     try:
-        woken: asyncio.Queue[str] = asyncio.Queue()
-        await store.watch_work(woken.put_nowait)
-        await other.submit(new_job("theirs"))
-        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        woken: asyncio.Queue[tuple[str, DispatchKey | None]] = asyncio.Queue()
+        await store.watch_work(lambda owner, key: woken.put_nowait((owner, key)))
+        theirs = await other.submit(new_job("theirs", 2.5))
+        assert await asyncio.wait_for(woken.get(), 5) == ("other", theirs.dispatch_key())
         await other.submit(new_job("claimed at once"), claim_for="local")  # nothing claimable
-        await other.submit(new_job("again"))
-        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        front = await other.submit(NewJob("front", 7, True, {}, {}, []))
+        assert await asyncio.wait_for(woken.get(), 5) == ("other", front.dispatch_key())
         assert woken.empty()
+        job = await claim_next(other, "local", only="theirs")
+        assert job is not None and await other.requeue(job.prompt_id, job.attempt)
+        assert await asyncio.wait_for(woken.get(), 5) == ("other", theirs.dispatch_key())
     finally:
         await other.close()
+
+
+def test_a_work_payload_without_a_place_is_still_a_wake_up() -> None:
+    assert postgres_module.parse_work("gw-1") == ("gw-1", None)  # as gateways sent before
+    assert postgres_module.parse_work("gw-1 1 Infinity 3") == ("gw-1", (1, math.inf, 3))
+    assert postgres_module.parse_work("gw-1 1 x 3") == ("gw-1", None)
+    assert postgres_module.parse_work("") == ("", None)
 
 
 async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
@@ -573,7 +522,7 @@ async def test_a_listener_that_lost_its_connection_listens_again_and_catches_up(
         found: list[EventsAppended] = []
         work: list[str] = []
         await store.watch_events(found.append)
-        await store.watch_work(work.append)
+        await store.watch_work(lambda owner, _key: work.append(owner))
         (pid,) = await listener_sessions(postgres_url)
         assert await sql(postgres_url, schema, f"SELECT pg_terminate_backend({pid})")
         # Appended while nothing listens (most runs), or just after: announced either way.
