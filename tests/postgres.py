@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import os
 import uuid
@@ -89,3 +90,64 @@ async def killed_sessions_settled(url: str, timeout: float = 10.0) -> None:
     finally:
         await conn.close()
     raise AssertionError("a killed client's sessions stayed busy")
+
+
+class RoundTrips:
+    """A TCP proxy in front of the PostgreSQL server that counts the round trips its
+    clients start: each simple query ('Q') and each extended-protocol Sync ('S')."""
+
+    def __init__(self, server_url: str) -> None:
+        parts = urlsplit(server_url)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self._server_url = server_url
+        self.count = 0
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> str:
+        """The URL to connect through (plain TCP, so the messages can be read)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        parts = urlsplit(self._server_url)
+        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{port}"
+        return urlunsplit(parts._replace(netloc=netloc, query="sslmode=disable"))
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pipe in self._pipes:
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        self._writers += [writer, up_writer]
+        for pipe in (self._count(reader, up_writer), self._copy(up_reader, writer)):
+            task = asyncio.create_task(pipe)
+            self._pipes.add(task)
+
+    async def _count(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        typed = False  # the startup message (and an SSL request) come without a type byte
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                kind = await reader.readexactly(1) if typed else b""
+                head = await reader.readexactly(4)
+                body = await reader.readexactly(int.from_bytes(head, "big") - 4)
+                if not typed:
+                    typed = int.from_bytes(body[:4], "big") not in (80877103, 80877104)
+                elif kind in (b"Q", b"S"):
+                    self.count += 1
+                writer.write(kind + head + body)
+                await writer.drain()
+        writer.close()
+
+    async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()

@@ -68,6 +68,11 @@ class NewJob:
         )
 
 
+#: A job's place in the queue (`Job.dispatch_key`): front first, then `order_key`, then
+#: submission order (`seq`).
+DispatchKey = tuple[int, float, int]
+
+
 def order_key(front: bool, number: float) -> float:
     """A job's place in the queue after `front` and before submission order: 0 for front
     jobs (FIFO among themselves), else its number; a NaN number sorts last."""
@@ -104,7 +109,7 @@ class Job:
             self, status=JobStatus.RUNNING, attempt=attempt, lane=lane, started_at=at, owner=owner
         )
 
-    def dispatch_key(self) -> tuple[int, float, int]:
+    def dispatch_key(self) -> DispatchKey:
         """Where the job stands in the queue (the store's dispatch order): front jobs
         first, FIFO among themselves, then by number, then by submission."""
         return (0 if self.front else 1, order_key(self.front, self.number), self.seq)

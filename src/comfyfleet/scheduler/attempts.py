@@ -79,7 +79,7 @@ class Running:
     handle: LaneRun = field(default_factory=LaneRun)
     state: AttemptState = AttemptState.RUNNING
     # A reserved job (as reserved) started before its start was recorded, and that
-    # record, under way.
+    # record, under way once the backend has the prompt (see Runner.start).
     reserved: Job | None = None
     starting: asyncio.Future[Job | None] | None = None
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from comfyfleet.domain.jobs import Job
+from comfyfleet.domain.jobs import DispatchKey, Job
 from comfyfleet.scheduler.choosing import Verdict
-from comfyfleet.scheduler.state import DispatchKey, SchedulerState
+from comfyfleet.scheduler.state import SchedulerState
 
 #: How deep into the queue a claim or reservation looks for a job its lane should take.
 CLAIM_DEPTH = 64
@@ -26,7 +26,9 @@ class Candidates:
         self._taking: set[str] = set()  # being claimed or reserved by a slot here
         # The queue's front as last read, less the jobs taken or lost since.
         self._page: list[Job] = []
-        self._arrivals = 0  # jobs that became claimable: a read they overlap is not kept
+        # For each read of the front under way, the places of the jobs that became
+        # claimable meanwhile (None: unknown): the page read is kept only if all go after it.
+        self._reads: list[list[DispatchKey | None]] = []
         state.on_arrival = self._arrived
 
     async def take_first(
@@ -56,11 +58,15 @@ class Candidates:
         return None, left
 
     async def _read_front(self) -> list[Job]:
-        """The queue's first page, kept for the next claims unless a job arrived while it
-        was read (it may or may not be in it)."""
-        arrivals = self._arrivals
-        page = await self._state.store.candidates(PAGE)
-        if arrivals == self._arrivals:
+        """The queue's first page, kept for the next claims unless a job that may go
+        before its end arrived while it was read (it may or may not be in it)."""
+        arrived: list[DispatchKey | None] = []
+        self._reads.append(arrived)
+        try:
+            page = await self._state.store.candidates(PAGE)
+        finally:  # by identity: another read's list may be equal to this one
+            self._reads = [read for read in self._reads if read is not arrived]
+        if all(_behind(key, page) for key in arrived):
             self._page = list(page)
         return page
 
@@ -78,11 +84,18 @@ class Candidates:
     def _arrived(self, key: DispatchKey | None) -> None:
         """A job became claimable: the kept page no longer shows the queue's front if the
         job goes before its end (unknown place: assume it does)."""
-        self._arrivals += 1
-        if self._page and (key is None or key < self._page[-1].dispatch_key()):
+        for arrived in self._reads:
+            arrived.append(key)
+        if self._page and not _behind(key, self._page):
             self._page = []
 
     def _held_here(self, prompt_id: str) -> bool:
         """Being taken by a slot here, or taken a moment ago (a read may predate it)."""
         state = self._state
         return any(prompt_id in held for held in (self._taking, state.running, state.reserved))
+
+
+def _behind(key: DispatchKey | None, page: list[Job]) -> bool:
+    """A job at `key` goes after the page's last job (a page read past it misses it
+    rightly: kept pages are never taken for the whole queue)."""
+    return key is not None and bool(page) and key > page[-1].dispatch_key()

@@ -97,7 +97,7 @@ class Dispatcher:
     async def _take_reserved(self, entry: LaneSlots, slot: Slot, taken: Reservation) -> None:
         state, lane = self._state, entry.lane
         if taken.owner is entry:
-            # Set aside for this lane already: the backend gets it while its start is
+            # Set aside for this lane already: the backend gets it, then its start is
             # recorded (a restart asks that backend about any reservation it finds).
             state.pending -= 1
             job = replace(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 
 from comfyfleet.domain.gateways import next_look
-from comfyfleet.domain.jobs import Job, JobStatus
+from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.reservations import Reservations
 from comfyfleet.scheduler.runner import Runner
@@ -120,13 +120,14 @@ class Recovery:
 
     # -- several gateways ---------------------------------------------------------
 
-    def work_elsewhere(self, owner: str) -> None:
-        """Another gateway queued (or gave back) a job: idle slots here look too. It is
-        counted until the next recount, whoever claims it."""
+    def work_elsewhere(self, owner: str, key: DispatchKey | None) -> None:
+        """Another gateway queued (or gave back) a job, at `key` in the queue if known:
+        idle slots here look too. It is counted until the next recount, whoever claims
+        it."""
         state = self._state
         if owner != state.store.owner and not state.stopping:
             state.pending += 1
-            state.work_arrived(None)
+            state.work_arrived(key)
 
     def keep_lease(self) -> None:
         self._keeper = asyncio.create_task(self._keep_lease(), name="lease")

@@ -80,11 +80,18 @@ class Runner:
         if slot is not None:
             slot.previous = finishing
         if entry.reserved is not None:
-            entry.record_start(state.store)
+            # Recorded once the backend has the prompt (or the attempt ended without it):
+            # the submit goes out first, no commit of the store competing with it.
+            entry.handle.on_accept(lambda: self._record_start(entry))
+        return Started(entry, finishing)
+
+    def _record_start(self, entry: Running) -> None:
+        """Record a reserved job's start (once)."""
+        if entry.starting is None:
+            entry.record_start(self._state.store)
             assert entry.starting is not None
             # Cancelled in the queue before its start was recorded: stop it there.
             entry.starting.add_done_callback(lambda done: _stop_if_refused(done, entry.handle))
-        return Started(entry, finishing)
 
     async def until_released(self, started: Started, slot: Slot | None) -> asyncio.Task[None]:
         """Wait until the lane frees the slot; the rest of the attempt goes on in the
@@ -140,6 +147,8 @@ class Runner:
             raise
         finally:
             entry.handle.release()  # the lane is done: its slot takes the next job meanwhile
+            if entry.reserved is not None:
+                self._record_start(entry)  # never accepted (refused, failed, stopped): now
         if await self._recorder.start_recorded(entry):
             await self._recorder.record(entry, result, failure)
         else:

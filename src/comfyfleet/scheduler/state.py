@@ -7,15 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from comfyfleet.domain.jobs import JobStatus
+from comfyfleet.domain.jobs import DispatchKey, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
 from comfyfleet.scheduler.observers import Observers
 from comfyfleet.scheduler.slots import LaneSlots, Reservation
 from comfyfleet.store.base import JobStore
-
-#: A job's place in the queue (`Job.dispatch_key`).
-DispatchKey = tuple[int, float, int]
 
 
 class SchedulerState:

@@ -7,7 +7,15 @@ from typing import Any, Protocol
 
 from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotentRequest
-from comfyfleet.domain.jobs import HistoryEntry, Job, JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.domain.jobs import (
+    DispatchKey,
+    HistoryEntry,
+    Job,
+    JobResult,
+    JobStatus,
+    NewJob,
+    OutputFile,
+)
 from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.domain.webhooks import (
@@ -20,6 +28,10 @@ from comfyfleet.store.commit_times import CommitTimes
 
 #: The most candidates one read returns.
 MAX_CANDIDATES = 256
+
+#: Told that work became claimable: by which gateway, and where in the queue (see
+#: `watch_work`).
+WorkWake = Callable[[str, DispatchKey | None], None]
 
 
 def clamp_candidates(limit: int) -> int:
@@ -95,10 +107,11 @@ class GatewayLeases(Protocol):
         and attempt + 1 so the old owner's writes are refused. None when it is no longer
         orphaned at `job.attempt`. The attempt note says it was adopted, not failed."""
 
-    async def watch_work(self, wake: Callable[[str], None]) -> None:
-        """Call `wake(owner)` on the event loop whenever a job becomes claimable in the
-        store (queued, re-queued, given back), `owner` being the gateway that did it:
-        in-process with SQLite, by LISTEN/NOTIFY with PostgreSQL."""
+    async def watch_work(self, wake: WorkWake) -> None:
+        """Call `wake(owner, key)` on the event loop whenever a job becomes claimable in
+        the store (queued, re-queued, given back), `owner` being the gateway that did it
+        and `key` the job's `dispatch_key` when the store tells it (None: one or more
+        jobs, place unknown): in-process with SQLite, by LISTEN/NOTIFY with PostgreSQL."""
 
 
 class BackendOwners(Protocol):

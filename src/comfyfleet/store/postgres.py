@@ -37,6 +37,7 @@ from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
+    DispatchKey,
     HistoryEntry,
     Job,
     JobResult,
@@ -70,6 +71,7 @@ from comfyfleet.store.base import (
     GatewayIdInUse,
     PendingLimitReached,
     StoreError,
+    WorkWake,
     clamp_candidates,
 )
 from comfyfleet.store.commit_times import CommitTimes
@@ -100,7 +102,8 @@ SCHEMA_VERSION = max(MIGRATIONS)
 #: at once do it one after the other (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 
-#: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work.
+#: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work,
+#: then the job's place in the queue when one job became claimable (see parse_work).
 WORK_CHANNEL = "comfyfleet_work"
 #: Where event log appends are announced (see postgres_event_log.parse_wakeup).
 EVENTS_CHANNEL = "comfyfleet_events"
@@ -179,7 +182,7 @@ class PostgresStore:
         self._listener = Listener(
             self._listening_connection, self._catch_up, (*DRIVER_ERRORS, TimeoutError)
         )
-        self._wakes: list[Callable[[str], None]] = []
+        self._wakes: list[WorkWake] = []
         self._event_wakes: list[EventsWake] = []
 
     def __repr__(self) -> str:
@@ -200,6 +203,7 @@ class PostgresStore:
                     max_size=self._pool_size,
                     timeout=self._connect_timeout,
                     server_settings=settings,
+                    reset=_keep_session,
                 )
         except ValueError as exc:  # a URL the driver cannot parse: say so, without it
             reason = redact_url(self._url, str(exc))
@@ -610,7 +614,7 @@ class PostgresStore:
     async def backend_owners(self) -> list[BackendOwner]:
         return await self._run(lambda db: backend_owners.owners(db, self._clock()))
 
-    async def watch_work(self, wake: Callable[[str], None]) -> None:
+    async def watch_work(self, wake: WorkWake) -> None:
         """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
         come through it, this one's own included."""
         self._wakes.append(wake)
@@ -619,9 +623,9 @@ class PostgresStore:
             await self._listener.listen(WORK_CHANNEL, self._work_notified)
 
     def _work_notified(self, payload: str) -> None:
-        owner = from_db(payload)
+        owner, key = parse_work(payload)
         for wake in self._wakes:
-            wake(owner)
+            wake(owner, key)
 
     async def _listening_connection(self) -> Any:
         # Named with its gateway, so an operator can tell whose it is.
@@ -914,6 +918,26 @@ class PostgresStore:
 
     async def prune_prompt_events(self, ended_before: float) -> int:
         return await self._run(lambda db: event_log.prune(db, ended_before))
+
+
+def parse_work(payload: str) -> tuple[str, DispatchKey | None]:
+    """A work wake-up's payload: `OWNER` (a gateway id has no space), or `OWNER FRONT
+    ORDER_KEY SEQ` naming one job's `dispatch_key` (FRONT 0 for a front job, else 1).
+    A place that does not parse is unknown: the wake-up still counts."""
+    owner, _, place = payload.partition(" ")
+    parts = place.split(" ")
+    key: DispatchKey | None = None
+    if len(parts) == 3:
+        with contextlib.suppress(ValueError):
+            key = (int(parts[0]), float(parts[1]), int(parts[2]))
+    return from_db(owner), key
+
+
+async def _keep_session(_conn: Any) -> None:
+    """A connection going back to the pool keeps its session: the store leaves nothing
+    in it (no session setting, advisory lock, cursor or LISTEN; a transaction left open
+    is rolled back by the pool first), so the reset query asyncpg would send, a round
+    trip on every release, is skipped."""
 
 
 # -- schema ---------------------------------------------------------------------------

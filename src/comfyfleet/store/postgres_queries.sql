@@ -8,11 +8,12 @@
 -- name: insert_job
 -- Pending, or (with a lane) already claimed by it: status, attempt, lane, started_at given.
 -- $16 is the gateway: the owner of a claimed job, and the wake-up's payload of a
--- pending one (the notification goes out on commit). A counter value from elsewhere
--- ($17, an integer number) moves the counter past it, in the same statement. With a
--- pending limit ($18), the job goes in only while fewer are pending: $19 is the margin
--- of the shared admission lock, NULL for the exclusive one (see migration_10). No row
--- is inserted (seq NULL) when it is refused.
+-- pending one with the job's place in the queue (see parse_work; the notification goes
+-- out on commit). A counter value from elsewhere ($17, an integer number) moves the
+-- counter past it, in the same statement. With a pending limit ($18), the job goes in
+-- only while fewer are pending: $19 is the margin of the shared admission lock, NULL
+-- for the exclusive one (see migration_10). No row is inserted (seq NULL) when it is
+-- refused.
 WITH admitted AS (
     SELECT CASE WHEN $18::bigint IS NULL THEN true
                 WHEN $19::bigint IS NULL THEN comfyfleet_admit_near($18::bigint)
@@ -24,14 +25,16 @@ WITH admitted AS (
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
            CASE WHEN $5 = 'running' THEN $16 END
     FROM admitted WHERE ok
-    RETURNING seq
+    RETURNING seq, front, order_key
 ), counter AS (
     SELECT setval('job_number', $17::bigint, false)
     WHERE $17::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM job)
       AND $17::bigint > (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
                          FROM job_number)
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work', $16) WHERE $5 = 'pending' AND EXISTS (SELECT 1 FROM job)
+    SELECT pg_notify('comfyfleet_work',
+                     $16 || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq)
+    FROM job WHERE $5 = 'pending'
 )
 SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake)
 
@@ -109,12 +112,14 @@ SELECT count(*) = 1 FROM job
 WITH job AS (
     UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
     WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
-    RETURNING prompt_id
+    RETURNING prompt_id, seq, front, order_key
 ), note AS (
     INSERT INTO events (prompt_id, attempt, seq, type, data)
     SELECT prompt_id, $2, -1, 'requeued', $3 FROM job WHERE $3::text IS NOT NULL
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work', $4) FROM job
+    SELECT pg_notify('comfyfleet_work',
+                     $4 || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq)
+    FROM job
 )
 SELECT (SELECT count(*) = 1 FROM job), (SELECT count(*) FROM wake)
 
@@ -437,9 +442,11 @@ WITH job AS (
     UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
     WHERE prompt_id = $1 AND attempt = $2 AND status = 'running' AND (owner IS NULL OR
         NOT EXISTS (SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $3))
-    RETURNING prompt_id
+    RETURNING prompt_id, seq, front, order_key
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work', $4) FROM job
+    SELECT pg_notify('comfyfleet_work',
+                     $4 || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq)
+    FROM job
 )
 SELECT (SELECT count(*) = 1 FROM job), (SELECT count(*) FROM wake)
 

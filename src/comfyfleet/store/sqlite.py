@@ -57,6 +57,7 @@ from comfyfleet.store.base import (
     GatewayIdInUse,
     PendingLimitReached,
     StoreError,
+    WorkWake,
     clamp_candidates,
 )
 from comfyfleet.store.commit_times import CommitTimes
@@ -311,7 +312,7 @@ class SQLiteStore:
         self._number = 0
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._instance = uuid.uuid4().hex
-        self._wakes: list[Callable[[str], None]] = []
+        self._wakes: list[WorkWake] = []
         self._event_wakes: list[EventsWake] = []
 
     @property
@@ -805,13 +806,14 @@ class SQLiteStore:
     async def backend_owners(self) -> list[BackendOwner]:
         return await self._read(functools.partial(backend_owners.owners, now=self._clock()))
 
-    async def watch_work(self, wake: Callable[[str], None]) -> None:
-        """In-process: one SQLite file has one gateway, so every wake-up is its own."""
+    async def watch_work(self, wake: WorkWake) -> None:
+        """In-process: one SQLite file has one gateway, so every wake-up is its own (and
+        says no place: the scheduler knows it already)."""
         self._wakes.append(wake)
 
     def _work_arrived(self) -> None:
         for wake in self._wakes:
-            wake(self.owner)
+            wake(self.owner, None)
 
     # -- jobs and history ---------------------------------------------------------
 

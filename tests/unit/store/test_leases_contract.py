@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from comfyfleet.domain.gateways import GatewayRecord
-from comfyfleet.domain.jobs import Job, JobStatus
+from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.store.base import GatewayIdInUse, JobStore
 from tests.unit.store.stores import Clock, StoreFactory, claim_next, reserve_next
 from tests.unit.store.test_store_contract import new_job, result
@@ -173,7 +173,7 @@ async def test_work_wakes_the_watchers(pair: tuple[JobStore, JobStore]) -> None:
     woken: list[str] = []
     arrived = asyncio.Event()
 
-    def wake(owner: str) -> None:
+    def wake(owner: str, _key: DispatchKey | None) -> None:
         woken.append(owner)
         arrived.set()
 

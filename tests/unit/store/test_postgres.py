@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -13,14 +14,14 @@ import pytest
 
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
-from comfyfleet.domain.jobs import Job, JobStatus, NewJob
+from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.event_wakeups import client_digest
 from comfyfleet.store.postgres import PostgresStore
-from tests.postgres import killed_sessions_settled, schema_for
+from tests.postgres import RoundTrips, killed_sessions_settled, schema_for
 from tests.unit.store.stores import Clock, claim_next, kill_while_submitting
 
 
@@ -416,22 +417,51 @@ async def test_claims_read_the_claimable_index_in_order(
         await conn.close()
 
 
+async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) -> None:
+    """A connection goes back to the pool as it is: no reset query after each call (the
+    store leaves no session state to reset)."""
+    proxy = RoundTrips(postgres_url)
+    async with proxy as url:
+        store = PostgresStore(url, schema=schema, pool_size=1)
+        await store.open()
+        try:
+            await store.submit(new_job("p0"))
+            await store.get("p0")  # its statement prepared: the next call only runs it
+            before = proxy.count
+            assert (await store.get("p0")) is not None
+            await store.claim_job((await store.candidates(1))[0], "local")
+            assert proxy.count - before == 3  # get, candidates, claim_job
+        finally:
+            await store.close()
+
+
 async def test_work_queued_by_one_gateway_wakes_another(
     postgres_url: str, schema: str, store: PostgresStore
 ) -> None:
+    """The wake-up names the gateway and the job's place in the queue."""
     other = PostgresStore(postgres_url, schema=schema, owner="other")
     await other.open()
     try:
-        woken: asyncio.Queue[str] = asyncio.Queue()
-        await store.watch_work(woken.put_nowait)
-        await other.submit(new_job("theirs"))
-        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        woken: asyncio.Queue[tuple[str, DispatchKey | None]] = asyncio.Queue()
+        await store.watch_work(lambda owner, key: woken.put_nowait((owner, key)))
+        theirs = await other.submit(new_job("theirs", 2.5))
+        assert await asyncio.wait_for(woken.get(), 5) == ("other", theirs.dispatch_key())
         await other.submit(new_job("claimed at once"), claim_for="local")  # nothing claimable
-        await other.submit(new_job("again"))
-        assert await asyncio.wait_for(woken.get(), 5) == "other"
+        front = await other.submit(NewJob("front", 7, True, {}, {}, []))
+        assert await asyncio.wait_for(woken.get(), 5) == ("other", front.dispatch_key())
         assert woken.empty()
+        job = await claim_next(other, "local", only="theirs")
+        assert job is not None and await other.requeue(job.prompt_id, job.attempt)
+        assert await asyncio.wait_for(woken.get(), 5) == ("other", theirs.dispatch_key())
     finally:
         await other.close()
+
+
+def test_a_work_payload_without_a_place_is_still_a_wake_up() -> None:
+    assert postgres_module.parse_work("gw-1") == ("gw-1", None)  # as gateways sent before
+    assert postgres_module.parse_work("gw-1 1 Infinity 3") == ("gw-1", (1, math.inf, 3))
+    assert postgres_module.parse_work("gw-1 1 x 3") == ("gw-1", None)
+    assert postgres_module.parse_work("") == ("", None)
 
 
 async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
@@ -492,7 +522,7 @@ async def test_a_listener_that_lost_its_connection_listens_again_and_catches_up(
         found: list[EventsAppended] = []
         work: list[str] = []
         await store.watch_events(found.append)
-        await store.watch_work(work.append)
+        await store.watch_work(lambda owner, _key: work.append(owner))
         (pid,) = await listener_sessions(postgres_url)
         assert await sql(postgres_url, schema, f"SELECT pg_terminate_backend({pid})")
         # Appended while nothing listens (most runs), or just after: announced either way.
