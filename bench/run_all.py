@@ -48,6 +48,11 @@ BENCHMARKS: list[tuple[str, str]] = [
         "bench_fleet.py --sizes 16 --store postgresql://postgres@127.0.0.1:5432/postgres",
         "Scale-out at N = 16 with the store on PostgreSQL",
     ),
+    (
+        "bench_fleet.py --sizes 16 --prefetch 1 "
+        "--store postgresql://postgres@127.0.0.1:5432/postgres",
+        "Scale-out at N = 16 with the store on PostgreSQL, prefetch 1",
+    ),
     ("bench_gateways.py", "Several gateways on PostgreSQL"),
     ("bench_managed.py", "Managed backends: start-up and scale-out"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
