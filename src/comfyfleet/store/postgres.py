@@ -921,9 +921,10 @@ class PostgresStore:
 
 
 def parse_work(payload: str) -> tuple[str, DispatchKey | None]:
-    """A work wake-up's payload: `OWNER` (a gateway id has no space), or `OWNER FRONT
-    ORDER_KEY SEQ` naming one job's `dispatch_key` (FRONT 0 for a front job, else 1).
-    A place that does not parse is unknown: the wake-up still counts."""
+    """A work wake-up's payload (made by comfyfleet_work_payload, migration 11): `OWNER`
+    (a gateway id has no space), or `OWNER FRONT ORDER_KEY SEQ` naming one job's
+    `dispatch_key` (FRONT 0 for a front job, else 1). A place that does not parse is
+    unknown: the wake-up still counts."""
     owner, _, place = payload.partition(" ")
     parts = place.split(" ")
     key: DispatchKey | None = None

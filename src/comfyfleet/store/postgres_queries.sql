@@ -32,8 +32,7 @@ WITH admitted AS (
       AND $17::bigint > (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
                          FROM job_number)
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work',
-                     $16 || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq)
+    SELECT pg_notify('comfyfleet_work', comfyfleet_work_payload($16, front, order_key, seq))
     FROM job WHERE $5 = 'pending'
 )
 SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake)
@@ -117,8 +116,7 @@ WITH job AS (
     INSERT INTO events (prompt_id, attempt, seq, type, data)
     SELECT prompt_id, $2, -1, 'requeued', $3 FROM job WHERE $3::text IS NOT NULL
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work',
-                     $4 || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq)
+    SELECT pg_notify('comfyfleet_work', comfyfleet_work_payload($4, front, order_key, seq))
     FROM job
 )
 SELECT (SELECT count(*) = 1 FROM job), (SELECT count(*) FROM wake)
@@ -444,8 +442,7 @@ WITH job AS (
         NOT EXISTS (SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $3))
     RETURNING prompt_id, seq, front, order_key
 ), wake AS (
-    SELECT pg_notify('comfyfleet_work',
-                     $4 || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq)
+    SELECT pg_notify('comfyfleet_work', comfyfleet_work_payload($4, front, order_key, seq))
     FROM job
 )
 SELECT (SELECT count(*) = 1 FROM job), (SELECT count(*) FROM wake)

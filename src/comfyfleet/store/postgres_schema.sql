@@ -270,3 +270,15 @@ BEGIN
     PERFORM pg_advisory_xact_lock(1668246374, hashtext(current_schema()));
     RETURN (SELECT count(*) FROM jobs WHERE status = 'pending') < lim;
 END $$;
+
+-- name: migration_11
+-- A work wake-up's payload, made in one place for every statement that notifies:
+-- `OWNER FRONT ORDER_KEY SEQ` (FRONT 0 for a front job, else 1), read by parse_work in
+-- postgres.py. Its own float setting: the key is written shortest-exact, whatever the
+-- server's extra_float_digits.
+CREATE OR REPLACE FUNCTION comfyfleet_work_payload(
+    gateway text, front boolean, order_key double precision, seq bigint
+) RETURNS text
+LANGUAGE sql IMMUTABLE SET extra_float_digits = 1 AS $$
+    SELECT gateway || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq
+$$;

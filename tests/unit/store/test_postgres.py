@@ -464,6 +464,22 @@ def test_a_work_payload_without_a_place_is_still_a_wake_up() -> None:
     assert postgres_module.parse_work("") == ("", None)
 
 
+async def test_a_work_payload_keeps_the_exact_key_whatever_the_server_prints(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    # A server set to print floats rounded (extra_float_digits 0: 15 digits) would
+    # make two near keys one; the payload keeps every bit of the place.
+    conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+    try:
+        await conn.execute("SET extra_float_digits = 0")
+        near = "0.1::double precision + 0.2::double precision"
+        assert await conn.fetchval(f"SELECT ({near})::text") == "0.3"
+        payload = await conn.fetchval(f"SELECT comfyfleet_work_payload('gw', false, {near}, 42)")
+    finally:
+        await conn.close()
+    assert postgres_module.parse_work(payload) == ("gw", (1, 0.1 + 0.2, 42))
+
+
 async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
     postgres_url: str, schema: str, store: PostgresStore
 ) -> None:
