@@ -93,9 +93,14 @@ _OURS_OR_ORPHANED = """
 (owner IS NULL OR owner = ? OR NOT EXISTS (
     SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= ?))
 """
+#: A new job, unless its request has a live one (then no row): one statement, because
+#: each statement costs the writer thread a wait for the interpreter lock, and this one
+#: stands between a free pool slot and the job-creating request.
 INSERT = f"""
 INSERT INTO remote_jobs ({_FIELDS})
 VALUES (?, ?, ?, ?, ?, ?, NULL, 'submitting', NULL, ?, NULL, 0, ?, ?, NULL, ?)
+ON CONFLICT (request_hash) WHERE state IN {_LIVE} DO NOTHING
+RETURNING {_FIELDS}, NULL, NULL
 """
 SUBMITTED = f"""
 UPDATE remote_jobs SET state = 'running', remote_id = ?, resume = ?, updated_at = ?
@@ -132,13 +137,13 @@ SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE id = ? AND state IN {_LIVE} 
 ASSIGN_SLOT = "UPDATE remote_jobs SET slot = ? WHERE id = ?"
 SELECT_ONE = f"SELECT {_FIELDS}, result, result_type FROM remote_jobs WHERE id = ?"
 SELECT_LIVE_ONE = f"SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE id = ?"
-SELECT_SUCCEEDED = f"""
-SELECT {_FIELDS}, result, result_type FROM remote_jobs
-WHERE request_hash = ? AND state = 'succeeded' ORDER BY created_at DESC, rowid DESC LIMIT 1
-"""
-SELECT_NEWEST = f"""
-SELECT {_FIELDS}, NULL, NULL FROM remote_jobs
-WHERE request_hash = ? ORDER BY created_at DESC, rowid DESC LIMIT 1
+#: The newest succeeded job for a request (with its result), else its newest job.
+SELECT_REUSABLE = f"""
+SELECT {_FIELDS},
+       CASE WHEN state = 'succeeded' THEN result END,
+       CASE WHEN state = 'succeeded' THEN result_type END
+FROM remote_jobs WHERE request_hash = ?
+ORDER BY state = 'succeeded' DESC, created_at DESC, rowid DESC LIMIT 1
 """
 SELECT_LIVE = f"""
 SELECT {_FIELDS}, NULL, NULL FROM remote_jobs INDEXED BY remote_jobs_live
@@ -197,15 +202,17 @@ def record(
     conn: sqlite3.Connection, job: NewRemoteJob, resume: str, now: float, owner: str
 ) -> RemoteJob:
     """Record `job`, or return the live job that already has its request hash."""
+    params = (job.id, job.request_hash, job.provider, job.kind, job.prompt_id, job.node_id)
+    try:
+        inserted = conn.execute(INSERT, (*params, resume, now, now, owner)).fetchall()
+    except sqlite3.IntegrityError:  # the id (the only other unique key) is taken
+        raise StoreError(f"remote job {job.id!r} already exists") from None
+    if inserted:
+        return _row(inserted[0])
+    # The request has a live job; the insert did not get as far as the id's check.
     if conn.execute("SELECT 1 FROM remote_jobs WHERE id = ?", (job.id,)).fetchone():
         raise StoreError(f"remote job {job.id!r} already exists")
-    live_one = conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone()
-    if live_one is not None:
-        return _row(live_one)
-    params = (job.id, job.request_hash, job.provider, job.kind, job.prompt_id, job.node_id)
-    conn.execute(INSERT, (*params, resume, now, now, owner))
-    found = conn.execute(SELECT_ONE, (job.id,)).fetchone()
-    return _row(found)
+    return _row(conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone())
 
 
 def submitted(
@@ -274,9 +281,7 @@ def one(conn: sqlite3.Connection, job_id: str) -> RemoteJob | None:
 
 
 def reusable(conn: sqlite3.Connection, request_hash: str) -> RemoteJob | None:
-    found = conn.execute(SELECT_SUCCEEDED, (request_hash,)).fetchone()
-    if found is None:
-        found = conn.execute(SELECT_NEWEST, (request_hash,)).fetchone()
+    found = conn.execute(SELECT_REUSABLE, (request_hash,)).fetchone()
     return None if found is None else _row(found)
 
 

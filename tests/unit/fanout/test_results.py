@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageCms, PngImagePlugin
 
 from comfyfleet import imaging
 from comfyfleet.fanout.results import result_value
@@ -65,3 +66,70 @@ def test_an_animated_png_keeps_every_frame() -> None:
 def test_without_memory_an_image_is_decoded_as_before() -> None:
     data = noisy_rgb_png(16, 16)
     np.testing.assert_array_equal(result_value("image", data), imaging.decode(data)[0])
+
+
+def rgb_png(pixels: np.ndarray, **save: object) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG", **save)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def test_plain_rgb_pngs_decode_through_libpng_with_the_values_pillow_gives() -> None:
+    pixels = np.random.default_rng(5).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    text = PngImagePlugin.PngInfo()
+    text.add_text("parameters", "a prompt, seed 7")
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    variants = [
+        rgb_png(pixels),
+        rgb_png(pixels, optimize=True),  # other row filters
+        rgb_png(pixels, compress_level=0),  # stored, not deflated
+        rgb_png(pixels, pnginfo=text),  # metadata a provider adds
+        rgb_png(pixels, icc_profile=srgb),  # a colour profile (Pillow does not apply it)
+    ]
+    for data in variants:
+        assert imaging.plain_png_size(data) == (64, 48)
+        memory = imaging.mapped_image(48, 64)
+        assert result_value("image", data, memory) is memory
+        np.testing.assert_array_equal(memory, imaging.decode(data)[0])
+
+
+def test_pngs_whose_chunks_change_the_picture_are_left_to_pillow() -> None:
+    pixels = np.random.default_rng(6).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    turned = Image.Exif()
+    turned[0x0112] = 6  # a quarter turn: the picture is 48 wide once turned
+    exif_text = PngImagePlugin.PngInfo()
+    exif_text.add_text("Raw profile type exif", "exif\n 10\n45786966000049492a00")
+    others = {
+        "transparent colour": rgb_png(pixels, transparency=(1, 2, 3)),
+        "EXIF turn": rgb_png(pixels, exif=turned.tobytes()),
+        "EXIF in a text chunk": rgb_png(pixels, pnginfo=exif_text),
+        "grey": png("L", (64, 48), 200),
+        "16-bit": rgb_png(pixels[..., 0].astype(np.uint16) * 200),
+    }
+    for name, data in others.items():
+        assert imaging.plain_png_size(data) is None, name
+        value = result_value("image", data, imaging.mapped_image(48, 64))
+        np.testing.assert_array_equal(value, imaging.decode(data)[0], err_msg=name)
+
+
+def outcome(decode: Callable[[bytes], np.ndarray], data: bytes) -> object:
+    """What decoding gives: the pixels, or the class of the error."""
+    try:
+        return decode(data)
+    except Exception as exc:
+        return type(exc)
+
+
+def test_a_damaged_png_gives_what_decode_gives() -> None:
+    data = noisy_rgb_png(64, 48)
+    middle = len(data) // 2
+    scribbled = data[:middle] + bytes(64) + data[middle + 64 :]  # chunks intact, pixels not
+    cut = data[:middle]
+    assert imaging.plain_png_size(scribbled) == (64, 48)
+    for broken in (scribbled, cut):
+        into = outcome(lambda d: result_value("image", d, imaging.mapped_image(48, 64)), broken)
+        plain = outcome(lambda d: imaging.decode(d)[0], broken)
+        if isinstance(plain, np.ndarray):
+            np.testing.assert_array_equal(into, plain)  # type: ignore[arg-type]
+        else:
+            assert into is plain
