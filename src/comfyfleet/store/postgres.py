@@ -781,7 +781,9 @@ class PostgresStore:
     async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         now = self._clock()
-        return await self._write(lambda conn: journal.record(conn, job, now, self.owner))
+        # Each statement its own transaction: a new job is one round trip, and the rare
+        # path (the request has a live job) reads what the insert left alone.
+        return await self._commit(lambda db: journal.record(db, job, now, self.owner))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

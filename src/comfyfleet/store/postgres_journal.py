@@ -53,8 +53,6 @@ _RECORD_TRIES = 5
 
 async def record(db: Any, job: NewRemoteJob, now: float, owner: str) -> RemoteJob:
     """Record `job`, or return the live job that already has its request hash."""
-    if await db.fetchval(Q["remote_job_exists"], to_db(job.id)):
-        raise StoreError(f"remote job {job.id!r} already exists")
     params = (job.id, job.request_hash, job.provider, job.kind)
     for _ in range(_RECORD_TRIES):
         try:
@@ -70,6 +68,10 @@ async def record(db: Any, job: NewRemoteJob, now: float, owner: str) -> RemoteJo
         except asyncpg.UniqueViolationError as exc:
             raise StoreError(f"remote job {job.id!r} already exists") from exc
         if row is None:  # the request has a live job: read it (unless it has just ended)
+            # The insert stopped at the request before the id's check: make that one here,
+            # off the common path (one round trip when the job is new).
+            if await db.fetchval(Q["remote_job_exists"], to_db(job.id)):
+                raise StoreError(f"remote job {job.id!r} already exists")
             row = await db.fetchrow(Q["remote_live_for_request"], to_db(job.request_hash))
         if row is not None:
             return _row(row)

@@ -435,6 +435,34 @@ async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) ->
             await store.close()
 
 
+async def test_recording_a_new_remote_job_is_one_round_trip(postgres_url: str, schema: str) -> None:
+    """The id's own check is made only when the request already has a live job."""
+    proxy = RoundTrips(postgres_url)
+    async with proxy as url:
+        store = PostgresStore(url, schema=schema, pool_size=1)
+        await store.open()
+        try:
+            for n in range(2):  # the first prepares the statements
+                job = NewRemoteJob(
+                    id=f"r{n}",
+                    request_hash=f"h{n}",
+                    provider="bfl",
+                    kind="image",
+                    prompt_id="p",
+                    node_id="1",
+                    resume={},
+                )
+                before = proxy.count
+                assert (await store.record_remote_job(job)).id == f"r{n}"
+            assert proxy.count - before == 1
+            with pytest.raises(StoreError):  # the same id again is still refused
+                await store.record_remote_job(replace(job, request_hash="h9"))
+            with pytest.raises(StoreError):  # also while its request has a live job
+                await store.record_remote_job(job)
+        finally:
+            await store.close()
+
+
 async def test_work_queued_by_one_gateway_wakes_another(
     postgres_url: str, schema: str, store: PostgresStore
 ) -> None:
