@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Callable
 
 import numpy as np
@@ -133,3 +134,17 @@ def test_a_damaged_png_gives_what_decode_gives() -> None:
             np.testing.assert_array_equal(into, plain)  # type: ignore[arg-type]
         else:
             assert into is plain
+
+
+def test_a_png_of_very_many_chunks_is_left_to_pillow() -> None:
+    """Walking chunks holds the interpreter lock: a provider's file of tiny chunks must
+    not keep it for long."""
+    data = noisy_rgb_png(64, 48)
+    idat = data.index(b"IDAT") - 4
+    empty = (0).to_bytes(4, "big") + b"IDAT" + zlib.crc32(b"IDAT").to_bytes(4, "big")
+    many = data[:idat] + empty * (imaging.MAX_PNG_CHUNKS + 1) + data[idat:]
+    fewer = data[:idat] + empty * 100 + data[idat:]
+    assert imaging.plain_png_size(fewer) == (64, 48)
+    assert imaging.plain_png_size(many) is None
+    value = result_value("image", many, imaging.mapped_image(48, 64))
+    np.testing.assert_array_equal(value, imaging.decode(data)[0])
