@@ -822,7 +822,7 @@ class PostgresStore:
 
     async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
         """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._snapshot(lambda conn: journal.reusable(conn, request_hash))
+        return await self._run(lambda db: journal.reusable(db, request_hash))
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
         now = self._clock()

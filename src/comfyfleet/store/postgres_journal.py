@@ -148,10 +148,7 @@ async def one(db: Any, job_id: str) -> RemoteJob | None:
 
 
 async def reusable(db: Any, request_hash: str) -> RemoteJob | None:
-    key = to_db(request_hash)
-    found = await db.fetchrow(Q["remote_succeeded"], key)
-    if found is None:
-        found = await db.fetchrow(Q["remote_newest"], key)
+    found = await db.fetchrow(Q["remote_reusable"], to_db(request_hash))
     return None if found is None else _row(found)
 
 

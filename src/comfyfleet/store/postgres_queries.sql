@@ -367,17 +367,15 @@ SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote
        resume, error, attempts, created_at, updated_at, finished_at, owner, result, result_type
 FROM remote_jobs WHERE id = $1
 
--- name: remote_succeeded
+-- name: remote_reusable
+-- The newest succeeded job for a request (with its result), else its newest job: one
+-- round trip, also when the request is new (the usual case).
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-       resume, error, attempts, created_at, updated_at, finished_at, owner, result, result_type
-FROM remote_jobs WHERE request_hash = $1 AND state = 'succeeded'
-ORDER BY created_at DESC, pos DESC LIMIT 1
-
--- name: remote_newest
-SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
-       resume, error, attempts, created_at, updated_at, finished_at, owner, NULL::bytea, NULL::text
+       resume, error, attempts, created_at, updated_at, finished_at, owner,
+       CASE WHEN state = 'succeeded' THEN result END,
+       CASE WHEN state = 'succeeded' THEN result_type END
 FROM remote_jobs WHERE request_hash = $1
-ORDER BY created_at DESC, pos DESC LIMIT 1
+ORDER BY state = 'succeeded' DESC, created_at DESC, pos DESC LIMIT 1
 
 -- name: remote_live
 -- This gateway's ($1) live jobs and orphans ($2: the time now), not another live one's.

@@ -435,8 +435,11 @@ async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) ->
             await store.close()
 
 
-async def test_recording_a_new_remote_job_is_one_round_trip(postgres_url: str, schema: str) -> None:
-    """The id's own check is made only when the request already has a live job."""
+async def test_looking_up_and_recording_a_new_remote_job_are_one_round_trip_each(
+    postgres_url: str, schema: str
+) -> None:
+    """The look-up is one query; the id's own check is made only when the request
+    already has a live job."""
     proxy = RoundTrips(postgres_url)
     async with proxy as url:
         store = PostgresStore(url, schema=schema, pool_size=1)
@@ -454,6 +457,9 @@ async def test_recording_a_new_remote_job_is_one_round_trip(postgres_url: str, s
                 )
                 before = proxy.count
                 assert (await store.record_remote_job(job)).id == f"r{n}"
+            assert proxy.count - before == 1
+            before = proxy.count
+            assert await store.reusable_remote_job("h-new") is None  # a new request's look-up
             assert proxy.count - before == 1
             with pytest.raises(StoreError):  # the same id again is still refused
                 await store.record_remote_job(replace(job, request_hash="h9"))
