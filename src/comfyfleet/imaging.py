@@ -15,7 +15,7 @@ from PIL import Image, ImageOps, ImageSequence, PngImagePlugin
 
 try:  # a dependency; a checkout put on another program's path may lack it (Pillow then)
     from imagecodecs import png_decode  # loaded now, not on the first result
-except ImportError:  # pragma: no cover - exercised only outside comfyfleet's own install
+except ImportError:  # only outside comfyfleet's own install (see the tests)
     png_decode = None  # type: ignore[assignment]
 
 ImageArray = NDArray[np.float32]

@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from PIL import Image, ImageCms, PngImagePlugin
 
 from comfyfleet import imaging
@@ -148,3 +149,14 @@ def test_a_png_of_very_many_chunks_is_left_to_pillow() -> None:
     assert imaging.plain_png_size(many) is None
     value = result_value("image", many, imaging.mapped_image(48, 64))
     np.testing.assert_array_equal(value, imaging.decode(data)[0])
+
+
+def test_without_imagecodecs_a_plain_png_still_decodes_into_its_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkout on another program's path (ComfyUI's, say) may lack imagecodecs."""
+    monkeypatch.setattr(imaging, "png_decode", None)
+    data = noisy_rgb_png(64, 48)
+    memory = imaging.mapped_image(48, 64)
+    assert result_value("image", data, memory) is memory
+    np.testing.assert_array_equal(memory, imaging.decode(data)[0])
