@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import bisect
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from comfyfleet.engine.dynamic import NodeNotFoundError
@@ -21,6 +23,10 @@ class PendingGraph:
     Lazy inputs are left out until a node asks for them (`require`); nodes
     whose outputs are already known (`is_ready`) are never added. `prompt` may
     grow while the graph is used (expansions add nodes to it).
+
+    The nodes ready to run are kept as they change, in the order they became
+    pending: a wide prompt (hundreds of submits held while their jobs run) would
+    otherwise scan every pending node for each node it starts.
     """
 
     def __init__(
@@ -38,6 +44,11 @@ class PendingGraph:
         self._blockers: dict[str, int] = {}
         self._blocking: dict[str, set[str]] = {}
         self._held: set[str] = set()
+        self._order: dict[str, int] = {}  # when each pending node was added
+        self._numbers = itertools.count()
+        # The ready nodes (no pending blockers, not held), sorted by `_order`.
+        self._ready_keys: list[int] = []
+        self._ready: list[str] = []
 
     def add(self, node_id: str) -> None:
         """Add a node and, transitively, the non-lazy inputs it needs."""
@@ -50,8 +61,10 @@ class PendingGraph:
             if current not in self._prompt:
                 raise NodeNotFoundError(f"Node {current} not found")
             self.pending[current] = None
+            self._order[current] = next(self._numbers)
             self._blockers[current] = 0
             self._blocking[current] = set()
+            self._make_ready(current)
             types = self._types_of(current)
             for name, value in self._prompt[current].get("inputs", {}).items():
                 if not is_link(value) or self._is_ready(value[0]):
@@ -80,16 +93,38 @@ class PendingGraph:
         if target not in self._blocking[source]:
             self._blocking[source].add(target)
             self._blockers[target] += 1
+            self._unready(target)
 
-    def ready(self) -> list[str]:
-        return [n for n in self.pending if self._blockers[n] == 0 and n not in self._held]
+    def ready(self) -> Sequence[str]:
+        """The nodes that can run now, in the order they became pending (a live view:
+        read it before the graph changes)."""
+        return self._ready
+
+    def _make_ready(self, node_id: str) -> None:
+        key = self._order.get(node_id)  # None: not pending
+        if key is not None and self._blockers[node_id] == 0 and node_id not in self._held:
+            at = bisect.bisect_left(self._ready_keys, key)
+            if at == len(self._ready_keys) or self._ready_keys[at] != key:
+                self._ready_keys.insert(at, key)
+                self._ready.insert(at, node_id)
+
+    def _unready(self, node_id: str) -> None:
+        key = self._order.get(node_id)
+        if key is None:
+            return
+        at = bisect.bisect_left(self._ready_keys, key)
+        if at < len(self._ready_keys) and self._ready_keys[at] == key:
+            del self._ready_keys[at]
+            del self._ready[at]
 
     def hold(self, node_id: str) -> None:
         """Keep a node out of `ready` while its async calls run."""
         self._held.add(node_id)
+        self._unready(node_id)
 
     def release(self, node_id: str) -> None:
         self._held.discard(node_id)
+        self._make_ready(node_id)
 
     def is_held(self, node_id: str) -> bool:
         return node_id in self._held
@@ -106,7 +141,7 @@ class PendingGraph:
     def _is_output(self, node_id: str) -> bool:
         return self._node_of(node_id).is_output
 
-    def pick(self, ready: list[str]) -> str:
+    def pick(self, ready: Sequence[str]) -> str:
         """ComfyUI's order: outputs and async nodes first, then what feeds an output."""
         for node_id in ready:
             node_def = self._node_of(node_id)
@@ -119,10 +154,13 @@ class PendingGraph:
         return ready[0]
 
     def done(self, node_id: str) -> None:
+        self._unready(node_id)
         del self.pending[node_id]
+        del self._order[node_id]
         self._held.discard(node_id)
         for target in self._blocking.pop(node_id):
             self._blockers[target] -= 1
+            self._make_ready(target)
 
     def cycle(self) -> list[str]:
         """The pending nodes that are stuck waiting on each other."""
