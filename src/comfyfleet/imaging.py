@@ -298,7 +298,7 @@ MAX_PNG_CHUNKS = 65536
 def plain_png_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) of a PNG whose pixels are plain 8-bit RGB, not interlaced, with
     nothing that changes how Pillow reads them; None for anything else."""
-    if not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR" or len(data) < 33:
+    if len(data) < 33 or not data.startswith(_PNG_SIGNATURE) or data[12:16] != b"IHDR":
         return None
     width, height = int.from_bytes(data[16:20]), int.from_bytes(data[20:24])
     depth, colour, interlace = data[24], data[25], data[28]

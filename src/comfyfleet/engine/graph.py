@@ -47,7 +47,6 @@ class PendingGraph:
         self._order: dict[str, int] = {}  # when each pending node was added
         self._numbers = itertools.count()
         # The ready nodes (no pending blockers, not held), sorted by `_order`.
-        self._ready_keys: list[int] = []
         self._ready: list[str] = []
 
     def add(self, node_id: str) -> None:
@@ -100,22 +99,24 @@ class PendingGraph:
         read it before the graph changes)."""
         return self._ready
 
+    def _ready_at(self, node_id: str) -> tuple[int, bool]:
+        """Where a pending node is or would go in `_ready`, and whether it is there."""
+        at = bisect.bisect_left(self._ready, self._order[node_id], key=self._order.__getitem__)
+        return at, at < len(self._ready) and self._ready[at] == node_id
+
     def _make_ready(self, node_id: str) -> None:
-        key = self._order.get(node_id)  # None: not pending
-        if key is not None and self._blockers[node_id] == 0 and node_id not in self._held:
-            at = bisect.bisect_left(self._ready_keys, key)
-            if at == len(self._ready_keys) or self._ready_keys[at] != key:
-                self._ready_keys.insert(at, key)
+        if node_id not in self._order:  # not pending
+            return
+        if self._blockers[node_id] == 0 and node_id not in self._held:
+            at, there = self._ready_at(node_id)
+            if not there:
                 self._ready.insert(at, node_id)
 
     def _unready(self, node_id: str) -> None:
-        key = self._order.get(node_id)
-        if key is None:
-            return
-        at = bisect.bisect_left(self._ready_keys, key)
-        if at < len(self._ready_keys) and self._ready_keys[at] == key:
-            del self._ready_keys[at]
-            del self._ready[at]
+        if node_id in self._order:
+            at, there = self._ready_at(node_id)
+            if there:
+                del self._ready[at]
 
     def hold(self, node_id: str) -> None:
         """Keep a node out of `ready` while its async calls run."""
