@@ -76,7 +76,18 @@ def rgb_png(pixels: np.ndarray, **save: object) -> bytes:
     return buffer.getvalue()
 
 
-def test_plain_rgb_pngs_decode_through_libpng_with_the_values_pillow_gives() -> None:
+def test_plain_rgb_pngs_decode_through_libpng_with_the_values_pillow_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert imaging.png_decode is not None, "imagecodecs is a dependency"
+    through_libpng: list[int] = []
+    libpng = imaging.png_decode
+
+    def counted(data: bytes) -> np.ndarray:
+        through_libpng.append(len(data))
+        return libpng(data)
+
+    monkeypatch.setattr(imaging, "png_decode", counted)
     pixels = np.random.default_rng(5).integers(0, 256, (48, 64, 3), dtype=np.uint8)
     text = PngImagePlugin.PngInfo()
     text.add_text("parameters", "a prompt, seed 7")
@@ -93,6 +104,7 @@ def test_plain_rgb_pngs_decode_through_libpng_with_the_values_pillow_gives() -> 
         memory = imaging.mapped_image(48, 64)
         assert result_value("image", data, memory) is memory
         np.testing.assert_array_equal(memory, imaging.decode(data)[0])
+    assert through_libpng == [len(data) for data in variants]  # none fell back to Pillow
 
 
 def test_pngs_whose_chunks_change_the_picture_are_left_to_pillow() -> None:
