@@ -8,7 +8,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from comfyfleet.engine.events import EngineEvent, Message
+from comfyfleet.engine.events import EngineEvent, Message, NodeProgress
+from comfyfleet.protocol.progress import ProgressState
 
 DATA = Path(__file__).parent / "data"
 REFERENCE = DATA / "comfyui-reference"
@@ -29,7 +30,17 @@ class Recorder:
         self.events.append(event)
 
     def messages(self, *types: str) -> list[Message]:
-        found = [e for e in self.events if isinstance(e, Message)]
+        """The JSON frames a client of these prompts gets: each node's progress change as
+        the whole `progress_state`, as ComfyUI sends it."""
+        found: list[Message] = []
+        progress: dict[str, ProgressState] = {}
+        for event in self.events:
+            if isinstance(event, NodeProgress):
+                state = progress.setdefault(event.prompt_id, ProgressState(event.prompt_id))
+                state.change(event.node_id, event.entry)
+                found.append(Message("progress_state", state.frame()))
+            elif isinstance(event, Message):
+                found.append(event)
         return [m for m in found if not types or m.type in types]
 
     def types(self) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from comfyfleet.cli.journal import open_journal
 from comfyfleet.cli.summary import display_names, nodes_to_run, validation_summary
 from comfyfleet.cli.workflow_file import WorkflowError, apply_overrides
-from comfyfleet.engine.events import EngineEvent, Message
+from comfyfleet.engine.events import EngineEvent, NodeProgress
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
 from comfyfleet.engine.validation import ValidationResult
@@ -91,22 +92,35 @@ async def validate_workflow(args: argparse.Namespace, prompt: dict[str, Any]) ->
     return 0
 
 
-def progress_line(
-    nodes: dict[str, dict[str, Any]], prompt: dict[str, Any], total: int
-) -> tuple[int, int, str]:
-    """(nodes done, nodes to run, what runs now) from a `progress_state`."""
-    done = sum(1 for node in nodes.values() if node["state"] == "finished")
-    running = [node for node in nodes.values() if node["state"] == "running"]
-    parts = []
-    for node in running[:SHOWN_RUNNING]:
-        source = prompt.get(node.get("real_node_id") or node["node_id"], {})
-        parts.append(
-            f"#{node['node_id']} {source.get('class_type', '?')} "
-            f"{node['value']:.4g}/{node['max']:.4g}"
-        )
-    if len(running) > SHOWN_RUNNING:
-        parts.append(f"+{len(running) - SHOWN_RUNNING} more running")
-    return done, max(total, len(nodes), done), ", ".join(parts) or "nodes"
+class NodeTally:
+    """The nodes a prompt has finished and is running, kept change by change (a
+    `progress_state` frame lists every node: reading it on each change would cost a
+    wide prompt O(N²))."""
+
+    def __init__(self) -> None:
+        self.finished: set[str] = set()
+        self.running: dict[str, dict[str, Any]] = {}  # in the order they started
+
+    def change(self, node_id: str, entry: dict[str, Any]) -> None:
+        if entry["state"] == "finished":
+            self.running.pop(node_id, None)
+            self.finished.add(node_id)
+        else:
+            self.running[node_id] = entry
+
+    def line(self, prompt: dict[str, Any], total: int) -> tuple[int, int, str]:
+        """(nodes done, nodes to run, what runs now)."""
+        parts = []
+        for node in itertools.islice(self.running.values(), SHOWN_RUNNING):
+            source = prompt.get(node.get("real_node_id") or node["node_id"], {})
+            parts.append(
+                f"#{node['node_id']} {source.get('class_type', '?')} "
+                f"{node['value']:.4g}/{node['max']:.4g}"
+            )
+        if len(self.running) > SHOWN_RUNNING:
+            parts.append(f"+{len(self.running) - SHOWN_RUNNING} more running")
+        done = len(self.finished)
+        return done, max(total, done + len(self.running)), ", ".join(parts) or "nodes"
 
 
 class _ProgressView:
@@ -116,11 +130,13 @@ class _ProgressView:
         self.progress = progress
         self.prompt = prompt
         self.total = total
+        self.tally = NodeTally()
         self.task: TaskID = progress.add_task("starting", total=total)
 
     def __call__(self, event: EngineEvent) -> None:
-        if isinstance(event, Message) and event.type == "progress_state":
-            done, total, label = progress_line(event.data["nodes"], self.prompt, self.total)
+        if isinstance(event, NodeProgress):
+            self.tally.change(event.node_id, event.entry)
+            done, total, label = self.tally.line(self.prompt, self.total)
             self.progress.update(self.task, completed=done, total=total, description=label)
 
 

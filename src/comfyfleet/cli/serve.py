@@ -119,6 +119,12 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         "(default: the comfyui-frontend-package installed with comfyfleet)",
     )
     serve.add_argument("--max-pending", type=int, help="pending prompts before 429")
+    serve.add_argument(
+        "--max-prompt-nodes", type=int, help="nodes a prompt may have (default 25,000)"
+    )
+    serve.add_argument(
+        "--max-prompt-bytes", type=int, help="bytes of a POST /prompt body (default 32 MiB)"
+    )
     serve.add_argument("--history-max-entries", type=int)
     serve.add_argument("--history-max-age", help="e.g. 30d, 12h")
     serve.add_argument(
@@ -153,6 +159,8 @@ def serve_main(args: argparse.Namespace) -> int:
             "custom_nodes",
             "testing_nodes",
             "max_pending",
+            "max_prompt_nodes",
+            "max_prompt_bytes",
             "history_max_entries",
             "history_max_age",
             "events_retention",

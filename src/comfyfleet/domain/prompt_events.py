@@ -8,12 +8,17 @@ server/log_frames.py); `frame` is None for every JSON frame.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 #: ComfyUI's done signal is `executing` with node None: the last event of a stream.
 DONE_TYPE = "executing"
+#: A logged `progress_state` whose data holds only the entries that changed (the log
+#: keeps changes, not ComfyUI's whole frames: see server/event_log.py).
+PROGRESS_CHANGES = "changes"
 #: A page read from the log ends after the event whose frame brings the page's frame
 #: bytes to this many or more (a page of previews stays a few MiB, whatever its limit).
 PAGE_FRAME_BYTES = 8 << 20
@@ -31,6 +36,20 @@ class NewPromptEvent:
     type: str
     data: dict[str, Any]
     frame: bytes | None = None
+
+    @cached_property
+    def json(self) -> str:
+        """`data` as compact JSON, encoded once: the log counts its size, the store
+        writes it."""
+        return _dumps(self.data)
+
+    @property
+    def size(self) -> int:
+        """Roughly the bytes it takes in the log."""
+        return len(self.json) + (0 if self.frame is None else len(self.frame))
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,18 @@ class Message:
 
 
 @dataclass(frozen=True)
+class NodeProgress:
+    """One node's entry of its prompt's `progress_state` changed (it started, reported
+    progress or finished). ComfyUI sends every started node's entry on each change;
+    whoever sends frames keeps the whole (protocol.progress.ProgressState), so a prompt
+    of N nodes costs the engine O(N), not O(N²)."""
+
+    prompt_id: str
+    node_id: str
+    entry: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class PreviewImage:
     """A preview image from a node's progress (binary frame, code 1 or 4 on the wire)."""
 
@@ -49,7 +61,7 @@ class ProgressText:
     text: str
 
 
-EngineEvent = Message | PreviewImage | ProgressText
+EngineEvent = Message | NodeProgress | PreviewImage | ProgressText
 EventSink = Callable[[EngineEvent], None]
 
 

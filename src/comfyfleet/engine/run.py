@@ -38,6 +38,7 @@ from comfyfleet.engine.nodedef import InputTypes, NodeDef
 from comfyfleet.engine.progress import ProgressTracker
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.signature import changed_token, signatures
+from comfyfleet.engine.validation import OFF_LOOP_NODES
 from comfyfleet.protocol import events
 from comfyfleet.protocol.errors import full_type_name
 from comfyfleet.protocol.prompt import Prompt, is_link
@@ -283,43 +284,48 @@ class PromptRun:
         return result
 
     async def _look_up_cache(self, node_ids: list[str]) -> None:
-        """Sign `node_ids` (the prompt's, then each expansion's) and take their cache hits."""
-        changed = await self._changed_tokens(node_ids)
-        signatures(self.registry, self.nodes, node_ids, changed, self.sigs)
+        """Sign `node_ids` (the prompt's, then each expansion's) and take their cache hits.
+
+        Signing runs IS_CHANGED (node code) and walks every node: in one worker-thread
+        hop when there is node code to run or many nodes to walk."""
+        if len(node_ids) > OFF_LOOP_NODES or self._any_changed(node_ids):
+            await self._in_thread(lambda: self._sign(node_ids))
+        else:
+            self._sign(node_ids)
         for node_id in node_ids:
             entry = self.cache.get(self.sigs[node_id])
             if entry is not None:
                 self.hits[node_id] = entry
                 self.values[node_id] = entry.outputs
 
-    async def _changed_tokens(self, node_ids: list[str]) -> dict[str, str]:
-        """Evaluate the `IS_CHANGED` of `node_ids` in one worker-thread hop."""
-        wanting = [n for n in node_ids if self.node_of(n).is_changed is not None]
-        if not wanting:
-            return {}
+    def _any_changed(self, node_ids: list[str]) -> bool:
+        return any(self.node_of(n).is_changed is not None for n in node_ids)
 
-        def evaluate() -> dict[str, str]:
-            tokens: dict[str, str] = {}
-            for node_id in wanting:
-                node = self.node_of(node_id)
-                try:
-                    values = gather_inputs(
-                        node_id,
-                        self.nodes[node_id].get("inputs", {}),
-                        self.types_of(node_id),
-                        {},
-                        self.dynprompt,
-                        self.request.extra_data,
-                    ).values
-                    calls = call_arguments(values, node.input_is_list)
-                    assert node.is_changed is not None
-                    results = [node.is_changed(**kw) for kw in calls]
-                    tokens[node_id] = changed_token(results[0] if len(results) == 1 else results)
-                except Exception:
-                    tokens[node_id] = changed_token(float("nan"))
-            return tokens
+    def _sign(self, node_ids: list[str]) -> None:
+        changed = self._changed_tokens(node_ids)
+        signatures(self.registry, self.nodes, node_ids, changed, self.sigs)
 
-        tokens: dict[str, str] = await self._in_thread(evaluate)
+    def _changed_tokens(self, node_ids: list[str]) -> dict[str, str]:
+        """What the `IS_CHANGED` of `node_ids` say (node code: in a worker thread)."""
+        tokens: dict[str, str] = {}
+        for node_id in node_ids:
+            node = self.node_of(node_id)
+            if node.is_changed is None:
+                continue
+            try:
+                values = gather_inputs(
+                    node_id,
+                    self.nodes[node_id].get("inputs", {}),
+                    self.types_of(node_id),
+                    {},
+                    self.dynprompt,
+                    self.request.extra_data,
+                ).values
+                calls = call_arguments(values, node.input_is_list)
+                results = [node.is_changed(**kw) for kw in calls]
+                tokens[node_id] = changed_token(results[0] if len(results) == 1 else results)
+            except Exception:
+                tokens[node_id] = changed_token(float("nan"))
         return tokens
 
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
@@ -328,8 +334,15 @@ class PromptRun:
 
     async def _drive(self) -> None:
         graph = PendingGraph(self.nodes, self.node_of, self.types_of, self._has_value)
-        for output in self.request.outputs:
-            graph.add(output)
+
+        def lay_out() -> None:
+            for output in self.request.outputs:
+                graph.add(output)
+
+        if len(self.nodes) > OFF_LOOP_NODES:  # a walk of every node (INPUT_TYPES too)
+            await self._in_thread(lay_out)
+        else:
+            lay_out()
         while graph.pending:
             while self._ended:
                 node_id = self._ended.popleft()

@@ -2,15 +2,21 @@
 
 ComfyUI's `validate_inputs` calls itself for every linked node, so a long chain
 exhausts the stack and a cycle never ends. Here each node's checks run as a
-generator that yields the id of every node it links to; an async driver keeps
-the generators on an explicit stack. The checks therefore run in ComfyUI's
-order, record results in ComfyUI's order, and an exception crosses exactly one
-link as it does there, at any depth. Cycles are found first, statically, and
-reported as an error of their own (ComfyUI reports none).
+generator that yields the id of every node it links to; a driver keeps the
+generators on an explicit stack. The checks therefore run in ComfyUI's order,
+record results in ComfyUI's order, and an exception crosses exactly one link as
+it does there, at any depth. Cycles are found first, statically, and reported as
+an error of their own (ComfyUI reports none).
+
+The whole validation is one generator too, which yields only what must be awaited
+(an async VALIDATE_INPUTS). A prompt of more than OFF_LOOP_NODES nodes is validated
+in a worker thread, each awaitable sent to the event loop and waited for there, so
+no client waits on the loop while a large prompt is checked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import traceback
@@ -42,6 +48,9 @@ _HIDDEN_AT_VALIDATION: dict[str, Any] = {
     "AUTH_TOKEN_COMFY_ORG": None,
     "API_KEY_COMFY_ORG": None,
 }
+
+#: Prompts with more nodes than this are validated in a worker thread.
+OFF_LOOP_NODES = 100
 
 # ComfyUI elides combo lists longer than this from `value_not_in_list` errors;
 # cycle listings are elided the same way.
@@ -79,9 +88,19 @@ class _Pending:
     awaitable: Awaitable[Any]
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """What a `_Pending` awaitable gave: its value, or the exception it raised."""
+
+    value: Any = None
+    error: Exception | None = None
+
+
 # A node's checks: they yield linked node ids (sent back: is that node valid?)
 # and `_Pending` awaitables (sent back: the awaited result).
 _Checks = Generator["str | _Pending", Any, None]
+# The whole validation: it yields what must be awaited, and is sent its `_Outcome`.
+_Steps = Generator[_Pending, _Outcome, "ValidationResult"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +118,11 @@ async def validate_prompt(
 ) -> ValidationResult:
     """Validate an API-format prompt; never raises for any JSON-shaped input."""
     try:
-        return await _validate(registry, prompt, partial_targets)
+        steps = _validate(registry, prompt, partial_targets)
+        if isinstance(prompt, dict) and len(prompt) > OFF_LOOP_NODES:
+            loop = asyncio.get_running_loop()
+            return await asyncio.to_thread(_drive_in_thread, steps, loop)
+        return await _drive(steps)
     except Exception as exc:  # a bug here must surface as a rejection, not a 500
         log.exception("prompt validation failed unexpectedly")
         whole = _exception_error(exc)
@@ -107,7 +130,40 @@ async def validate_prompt(
         return _rejected(whole, {})
 
 
-async def _validate(registry: NodeRegistry, prompt: Any, partial_targets: Any) -> ValidationResult:
+async def _drive(steps: _Steps) -> ValidationResult:
+    """Run the validation on the event loop, awaiting what it asks for."""
+    outcome: _Outcome | None = None
+    while True:
+        try:
+            pending = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            outcome = _Outcome(await pending.awaitable)
+        except Exception as exc:
+            outcome = _Outcome(error=exc)
+
+
+def _drive_in_thread(steps: _Steps, loop: asyncio.AbstractEventLoop) -> ValidationResult:
+    """Run the validation on this worker thread; what it awaits runs on `loop`."""
+    outcome: _Outcome | None = None
+    while True:
+        try:
+            pending = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            awaited = asyncio.run_coroutine_threadsafe(_awaited(pending.awaitable), loop)
+            outcome = _Outcome(awaited.result())
+        except Exception as exc:
+            outcome = _Outcome(error=exc)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _validate(registry: NodeRegistry, prompt: Any, partial_targets: Any) -> _Steps:
     problem = _shape_error(prompt, partial_targets)
     if problem is not None:
         return _rejected(problem, {})
@@ -126,7 +182,7 @@ async def _validate(registry: NodeRegistry, prompt: Any, partial_targets: Any) -
     cycle = _cycle_report(normalized, outputs)
     if cycle is not None:
         return _rejected(cycle[0], normalized, cycle[1])
-    return await _Validator(registry, normalized).run(outputs)
+    return (yield from _Validator(registry, normalized).run(outputs))
 
 
 def _rejected(
@@ -535,11 +591,11 @@ class _Validator:
         self._running: set[str] = set()
         self._types: dict[str, _ClassInputs | tuple[Exception, TracebackType | None]] = {}
 
-    async def run(self, outputs: list[str]) -> ValidationResult:
+    def run(self, outputs: list[str]) -> _Steps:
         good: list[str] = []
         failed: list[str] = []
         for output in outputs:
-            result = await self._validate_output(output)
+            result = yield from self._validate_output(output)
             (good if result.ok else failed).append(output)
         node_errors = self._node_errors(failed)
         if good:
@@ -555,10 +611,10 @@ class _Validator:
         )
         return ValidationResult(False, whole, [], node_errors, self.prompt)
 
-    async def _validate_output(self, output: str) -> _NodeResult:
+    def _validate_output(self, output: str) -> Generator[_Pending, _Outcome, _NodeResult]:
         if output not in self.validated:
             try:
-                await self._walk(output)
+                yield from self._walk(output)
             except Exception as exc:
                 self.validated[output] = _NodeResult(False, [_exception_error(exc)])
         return self.validated[output]
@@ -591,7 +647,7 @@ class _Validator:
                     pending.append(target)
         return seen
 
-    async def _walk(self, root: str) -> None:
+    def _walk(self, root: str) -> Generator[_Pending, _Outcome, None]:
         """Validate `root` and what it links to, depth-first on an explicit stack.
 
         A node's checks yield each linked node id and are sent back whether that
@@ -624,10 +680,8 @@ class _Validator:
                 failure = exc
                 continue
             if isinstance(request, _Pending):
-                try:
-                    reply = await request.awaitable
-                except Exception as exc:
-                    failure = exc
+                outcome = yield request
+                reply, failure = outcome.value, outcome.error
                 continue
             reply = None
             self.links.setdefault(node_id, []).append(request)

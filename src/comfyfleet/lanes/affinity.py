@@ -17,6 +17,9 @@ from typing import Any
 from comfyfleet.protocol.prompt import is_link
 
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
+#: Root nodes fingerprinted per prompt: enough to tell shared prefixes apart, and a
+#: prompt of thousands of constants costs no more than this to start.
+MAX_ROOTS = 64
 
 
 def model_files(prompt: dict[str, Any]) -> frozenset[str]:
@@ -30,7 +33,8 @@ def model_files(prompt: dict[str, Any]) -> frozenset[str]:
 
 
 def root_nodes(prompt: dict[str, Any]) -> frozenset[str]:
-    """Fingerprints of nodes with no links: where a shared graph prefix begins."""
+    """Fingerprints of nodes with no links, where a shared graph prefix begins: the first
+    MAX_ROOTS of them."""
     prints = set()
     for node in prompt.values():
         inputs = node.get("inputs") or {}
@@ -38,6 +42,8 @@ def root_nodes(prompt: dict[str, Any]) -> frozenset[str]:
             continue
         text = json.dumps([node.get("class_type"), inputs], sort_keys=True, default=str)
         prints.add(hashlib.sha1(text.encode()).hexdigest()[:16])
+        if len(prints) >= MAX_ROOTS:
+            break
     return frozenset(prints)
 
 
@@ -52,6 +58,7 @@ class Warmth:
     def of(cls, prompt: dict[str, Any]) -> Warmth:
         return cls(model_files(prompt), root_nodes(prompt))
 
-    def score(self, prompt: dict[str, Any]) -> tuple[int, int]:
-        """(shared model files, shared root nodes): higher is better, compared in order."""
-        return len(self.models & model_files(prompt)), len(self.roots & root_nodes(prompt))
+    def score(self, wanted: Warmth) -> tuple[int, int]:
+        """(shared model files, shared root nodes) with what a prompt `wanted` (its own
+        Warmth): higher is better, compared in order."""
+        return len(self.models & wanted.models), len(self.roots & wanted.roots)

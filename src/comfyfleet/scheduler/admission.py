@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from comfyfleet.domain.jobs import Job, NewJob
+from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.scheduler.attempts import AttemptState
 from comfyfleet.scheduler.recording import Recorder
 from comfyfleet.scheduler.reservations import Reservations
@@ -87,7 +88,8 @@ class Admission:
         if not ready:
             return None
         # One that starts it at once, then the warmest.
-        entry = max(ready, key=lambda e: (not e.would_queue, e.warmth.score(new.prompt)))
+        wanted = Warmth.of(new.prompt) if len(ready) > 1 else Warmth()
+        entry = max(ready, key=lambda e: (not e.would_queue, e.warmth.score(wanted)))
         return entry, entry.parked.popleft()
 
     async def _hand_off(self, new: NewJob, entry: LaneSlots, parked: Parked) -> Job:

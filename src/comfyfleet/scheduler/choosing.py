@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 
 from comfyfleet.domain.jobs import Job
+from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.scheduler.slots import LaneSlots
 from comfyfleet.scheduler.state import SchedulerState
 
@@ -51,8 +52,9 @@ def eligible(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
         return Verdict.LEAVE  # a lane that starts it at once takes it
     if not rivals:
         return Verdict.TAKE  # the common case (one lane, or the others busy): no scoring
-    mine = entry.warmth.score(job.prompt)
-    if any(other.warmth.score(job.prompt) > mine for other in rivals):
+    wanted = Warmth.of(job.prompt)
+    mine = entry.warmth.score(wanted)
+    if any(other.warmth.score(wanted) > mine for other in rivals):
         return Verdict.LEAVE  # the others are woken once this claim returns
     return Verdict.TAKE
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.domain.prompt_events import is_done
-from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
+from comfyfleet.engine.events import EngineEvent, Message, NodeProgress, PreviewImage, ProgressText
 from comfyfleet.protocol import events
+from comfyfleet.protocol.progress import ProgressState
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.server.hub import Hub
 from comfyfleet.server.pacing import TokenBucket
@@ -37,8 +38,8 @@ def client_key(tenant: str, client_id: str) -> str:
 @dataclass
 class _Latest:
     key: str  # client_key of the job's client
+    progress: ProgressState
     executing: dict[str, Any] | None = None
-    progress_state: dict[str, Any] | None = None
 
 
 class StatusBroadcaster:
@@ -96,6 +97,13 @@ class ClientRouter(JobObserver):
             self.hub.send_json(client_id, event.type, event.data, prompt_id=job.prompt_id)
             if event.type == "progress":
                 self._send_plain_preview(job)
+        elif isinstance(event, NodeProgress):
+            progress = self._latest_of(job).progress
+            progress.change(event.node_id, event.entry)
+            if self.hub.connected(client_id):  # the whole frame only for a socket
+                self.hub.send_json(
+                    client_id, "progress_state", progress.frame(), prompt_id=job.prompt_id
+                )
         elif isinstance(event, PreviewImage):
             # ComfyUI's order: a code-4 preview before the `progress` frame it comes
             # with, a code-1 preview after it.
@@ -111,15 +119,22 @@ class ClientRouter(JobObserver):
             key = client_key(job.tenant, job.client_id)
             self.hub.send_preview(key, preview, metadata=False, prompt_id=job.prompt_id)
 
+    def _latest_of(self, job: Job) -> _Latest:
+        latest = self._latest.get(job.prompt_id)
+        if latest is None:
+            key = client_key(job.tenant, job.client_id or "")
+            latest = self._latest[job.prompt_id] = _Latest(key, ProgressState(job.prompt_id))
+        return latest
+
     def _remember(self, job: Job, message: Message) -> None:
         if message.type not in ("executing", "progress_state", "execution_start"):
             return
-        key = client_key(job.tenant, job.client_id or "")
-        latest = self._latest.setdefault(job.prompt_id, _Latest(key))
+        latest = self._latest_of(job)
         if message.type == "executing":
             latest.executing = message.data
-        elif message.type == "progress_state":
-            latest.progress_state = message.data
+        elif message.type == "progress_state":  # a whole frame (a backend's, relayed)
+            nodes = message.data.get("nodes")
+            latest.progress.replace(nodes if isinstance(nodes, dict) else {})
 
     def job_finished(self, job: Job, result: JobResult) -> None:
         self._send_plain_preview(job)
@@ -157,6 +172,6 @@ class ClientRouter(JobObserver):
                 continue
             if latest.executing is not None:
                 frames.append(("executing", latest.executing))
-            if latest.progress_state is not None:
-                frames.append(("progress_state", latest.progress_state))
+            if latest.progress.nodes:
+                frames.append(("progress_state", latest.progress.frame()))
         return frames

@@ -113,12 +113,17 @@ def _check(value: Any, max_depth: int, *, strings: bool) -> None:
                 _refuse_surrogate(child)
 
 
-async def read_json(request: web.Request) -> Any:
-    """The request body as JSON (empty bodies read as {}), or ComfyUI's 400 `invalid_json`.
+async def read_json(request: web.Request, max_bytes: int | None = None) -> Any:
+    """The request body as JSON (empty bodies read as {}), or ComfyUI's 400 `invalid_json`
+    (`too_large`, unread when its Content-Length says so, past `max_bytes`).
 
     Every route that takes a JSON body reads it here.
     """
+    if max_bytes is not None and (request.content_length or 0) > max_bytes:
+        raise _too_large(max_bytes)
     raw = await request.read()
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise _too_large(max_bytes)
     if not raw.strip():
         return {}
     try:
@@ -126,9 +131,20 @@ async def read_json(request: web.Request) -> Any:
             return await asyncio.to_thread(loads, raw)
         return loads(raw)
     except RefusedJson as refused:
-        raise web.HTTPBadRequest(
-            text=json.dumps(
-                prompt_error_body(error("invalid_json", refused.message, refused.details))
-            ),
-            content_type="application/json",
-        ) from None
+        raise bad_request("invalid_json", refused.message, refused.details) from None
+
+
+def bad_request(kind: str, message: str, details: str = "") -> web.HTTPBadRequest:
+    """ComfyUI's 400, to raise."""
+    return web.HTTPBadRequest(
+        text=json.dumps(prompt_error_body(error(kind, message, details))),
+        content_type="application/json",
+    )
+
+
+def _too_large(max_bytes: int) -> web.HTTPBadRequest:
+    return bad_request(
+        "too_large",
+        "Request body is too large",
+        f"larger than {max_bytes} bytes (max_prompt_bytes)",
+    )

@@ -43,10 +43,16 @@ class ServerConfig:
     testing_nodes: bool = False
     max_pending: int = 10_000
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
+    # The largest prompt POST /prompt takes: its nodes, and its request body's bytes.
+    max_prompt_nodes: int = 25_000
+    max_prompt_bytes: int = 32 * 1024 * 1024
     history_max_entries: int | None = None
     history_max_age: float | None = None  # seconds
     # Seconds each prompt's events stay in the event log after its end (0: no log).
     events_retention: float = 3600.0
+    # Bytes of one prompt's events past which only its results, ends and node starts
+    # and finishes are logged (see server/event_log.py).
+    events_max_prompt_bytes: int = 64 * 1024 * 1024
     shutdown_grace: float = 30.0
     cache_entries: int = 1024
     # SQLite durability: NORMAL (WAL) keeps every commit through a process crash or
@@ -229,6 +235,9 @@ def load_config(
     )
     if config.local_slots < 0:
         raise ConfigError("local_slots must be >= 0")
+    for name in ("max_prompt_nodes", "max_prompt_bytes", "events_max_prompt_bytes"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be >= 1")
     if not 0 <= config.events_retention < float("inf"):
         raise ConfigError("events_retention must be a duration >= 0")
     if config.log_format not in ("text", "json"):

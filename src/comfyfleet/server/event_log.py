@@ -18,6 +18,18 @@ recording the end and writing the log, or the job was cancelled while queued), t
 first follower to notice (SETTLE_AFTER seconds after the end at the earliest) appends
 what is missing: the end event kept in the history, then the done signal.
 
+The log grows by what happened, not by ComfyUI's frames: ComfyUI's `progress_state`
+lists every started node on each node's start, progress and finish (O(N²) for N
+nodes), so the log keeps only the entries that changed (data `"changes": true`); the
+first of an attempt, or one that drops a node, is kept whole. A follower gets the whole
+frames back (`ProgressFrames`), exactly as the running gateway's clients got them.
+
+A prompt's log is capped (`max_prompt_bytes`, counting JSON and binary frames): past
+it, what only shows progress is left out (`progress` frames, previews, progress text,
+a running node's value updates); its results and ends, each node's start and finish
+and the done signal are always kept, so its followers still see every result and its
+progress_state stays whole, only coarser.
+
 Followers are woken by this process's own commits, and by the store's wake-up for
 the appends of other gateways (several gateways on one PostgreSQL: LISTEN/NOTIFY): a
 woken follower reads the store after the last id it has. The store is never polled;
@@ -32,16 +44,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 from comfyfleet.domain.jobs import TERMINAL, Job, JobResult
 from comfyfleet.domain.prompt_events import (
+    PROGRESS_CHANGES,
     EventsAppended,
     NewPromptEvent,
     PromptEvent,
     more_after,
 )
-from comfyfleet.engine.events import EngineEvent, Message
+from comfyfleet.engine.events import EngineEvent, Message, NodeProgress
 from comfyfleet.protocol import events
+from comfyfleet.protocol.progress import Entry, ProgressState
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.server import log_frames
 from comfyfleet.store.base import JobStore, StoreError
@@ -52,7 +68,7 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.01
 #: Events held while the store refuses them; beyond this, new ones are dropped (logged).
 MAX_BUFFERED = 100_000
-#: Bytes of binary frames held while the store refuses them (the same).
+#: Bytes of events held while the store refuses them (the same).
 MAX_BUFFERED_BYTES = 256 << 20
 #: Events a follower reads from the store at once.
 PAGE = 500
@@ -68,6 +84,69 @@ CHECK_EVERY = 2.0
 SETTLE_AFTER = 5.0
 #: Longest wait between writes while the store refuses them.
 RETRY_MAX = 2.0
+#: Bytes one prompt's log may take before what only shows progress is left out.
+MAX_PROMPT_BYTES = 64 << 20
+PROGRESS = "progress_state"
+
+
+class ProgressFrames:
+    """Turns a prompt's logged progress changes back into ComfyUI's whole frames."""
+
+    def __init__(self, prompt_id: str) -> None:
+        self.state = ProgressState(prompt_id)
+
+    def apply(self, event: PromptEvent) -> bool:
+        """Take in a logged event; whether it was a `progress_state`."""
+        if event.frame is not None or event.type != PROGRESS:
+            return False
+        nodes = event.data.get("nodes")
+        nodes = nodes if isinstance(nodes, dict) else {}
+        if event.data.get(PROGRESS_CHANGES):
+            for node_id, entry in nodes.items():
+                self.state.change(node_id, entry)
+        else:  # kept whole (or logged before changes were)
+            self.state.replace(nodes)
+        return True
+
+    def as_sent(self, event: PromptEvent) -> PromptEvent:
+        """`event` as the prompt's client got it: a progress change as the whole frame."""
+        return replace(event, data=self.state.frame()) if self.apply(event) else event
+
+
+@dataclass
+class _Attempt:
+    """What this process is logging of one attempt of a prompt."""
+
+    progress: ProgressState
+    size: int = 0  # bytes appended
+
+    def progress_event(self, node_id: str, entry: Entry) -> NewPromptEvent:
+        """The log's form of a node's change: the change alone, or the first whole."""
+        first = not self.progress.nodes
+        self.progress.change(node_id, entry)
+        nodes = {node_id: entry}
+        data = {"prompt_id": self.progress.prompt_id, "nodes": nodes}
+        return NewPromptEvent(self.progress.prompt_id, PROGRESS, data if first else _changes(data))
+
+    def whole_frame(self, data: dict[str, Any]) -> NewPromptEvent:
+        """The log's form of a whole frame (a backend's): the entries it changed."""
+        nodes = data.get("nodes")
+        nodes = nodes if isinstance(nodes, dict) else {}
+        changed = self.progress.changes_to(nodes) if self.progress.nodes else None
+        self.progress.replace(nodes)
+        if changed is None:
+            return NewPromptEvent(self.progress.prompt_id, PROGRESS, data)
+        frame = {"prompt_id": self.progress.prompt_id, "nodes": changed}
+        return NewPromptEvent(self.progress.prompt_id, PROGRESS, _changes(frame))
+
+    def shows_state(self, event: NodeProgress) -> bool:
+        """Whether the change starts or finishes its node (not a running value update)."""
+        known = self.progress.nodes.get(event.node_id)
+        return known is None or known.get("state") != event.entry.get("state")
+
+
+def _changes(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, PROGRESS_CHANGES: True}
 
 
 class _Listener:
@@ -112,11 +191,13 @@ class EventLog(JobObserver):
         store: JobStore,
         retention: float,
         *,
+        max_prompt_bytes: int = MAX_PROMPT_BYTES,
         flush_interval: float = FLUSH_INTERVAL,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.retention = retention
+        self.max_prompt_bytes = max_prompt_bytes
         self._interval = flush_interval
         self._clock = clock
         self._buffer: list[NewPromptEvent] = []
@@ -127,6 +208,7 @@ class EventLog(JobObserver):
         self._settling = asyncio.Lock()
         self._listeners: dict[str, set[_Listener]] = {}
         self._open: set[str] = set()  # prompts whose end this process may still write
+        self._attempts: dict[str, _Attempt] = {}  # by prompt id: those running here
         self._dropped = 0
         self._closed = False
 
@@ -151,13 +233,30 @@ class EventLog(JobObserver):
         self._open.add(job.prompt_id)
 
     def job_event(self, job: Job, event: EngineEvent) -> None:
-        if isinstance(event, Message):
-            self._open.add(job.prompt_id)
-            logged: NewPromptEvent | None = NewPromptEvent(job.prompt_id, event.type, event.data)
+        self._open.add(job.prompt_id)
+        attempt = self._attempts.get(job.prompt_id)
+        if attempt is None:
+            attempt = self._attempts[job.prompt_id] = _Attempt(ProgressState(job.prompt_id))
+        full = attempt.size > self.max_prompt_bytes
+        logged: NewPromptEvent | None
+        if isinstance(event, NodeProgress):
+            if full and not attempt.shows_state(event):
+                attempt.progress.change(event.node_id, event.entry)
+                return
+            logged = attempt.progress_event(event.node_id, event.entry)
+        elif isinstance(event, Message):
+            if full and event.type == "progress":
+                return
+            if event.type == PROGRESS:
+                logged = attempt.whole_frame(event.data)
+            else:
+                logged = NewPromptEvent(job.prompt_id, event.type, event.data)
         else:
             node = job.prompt.get(event.node_id) if event.node_id else None
             kind = node.get("class_type") if isinstance(node, dict) else None
             output = kind in log_frames.OUTPUT_FRAME_NODES
+            if full and not output:
+                return
             logged = log_frames.to_log(job.prompt_id, event, output=output)
         if logged is not None:
             self._append_all(self._thinning.add(logged))
@@ -169,10 +268,12 @@ class EventLog(JobObserver):
             NewPromptEvent(job.prompt_id, "executing", events.executing(job.prompt_id, None))
         )
         self._open.discard(job.prompt_id)
+        self._attempts.pop(job.prompt_id, None)
 
     def job_stopped(self, job: Job) -> None:
         self._append_all(self._thinning.end(job.prompt_id))
         self._open.discard(job.prompt_id)  # back in the queue: its next start opens it
+        self._attempts.pop(job.prompt_id, None)
 
     def _append_all(self, logged: list[NewPromptEvent]) -> None:
         for event in logged:
@@ -181,7 +282,10 @@ class EventLog(JobObserver):
     def _append(self, event: NewPromptEvent) -> None:
         if self._closed:
             return
-        size = 0 if event.frame is None else len(event.frame)
+        size = event.size
+        attempt = self._attempts.get(event.prompt_id)
+        if attempt is not None:
+            attempt.size += size
         if len(self._buffer) >= MAX_BUFFERED or self._buffered_bytes + size > MAX_BUFFERED_BYTES:
             self._dropped += 1
             if self._dropped == 1:
@@ -255,6 +359,7 @@ class EventLog(JobObserver):
         listener = _Listener()
         self._listeners.setdefault(prompt_id, set()).add(listener)
         try:
+            progress = await self.progress_until(prompt_id, after)
             last = after
             check_at = 0.0  # ask at once whether the job is over, then when quiet
             while not self._closed:
@@ -268,7 +373,7 @@ class EventLog(JobObserver):
                     page = []
                 for event in page:
                     if event.id > last:
-                        yield event
+                        yield progress.as_sent(event)
                         last = event.id
                         if event.done:
                             return
@@ -293,6 +398,22 @@ class EventLog(JobObserver):
                 listeners.discard(listener)
                 if not listeners:
                     del self._listeners[prompt_id]
+
+    async def progress_until(self, prompt_id: str, last: int) -> ProgressFrames:
+        """The prompt's progress as its log stands at event id `last` (a follower that
+        resumes after `last` gets the next progress changes as whole frames)."""
+        progress = ProgressFrames(prompt_id)
+        after = 0
+        while after < last:
+            page = await self.store.prompt_events(prompt_id, after, PAGE)
+            for event in page:
+                if event.id > last:
+                    return progress
+                progress.apply(event)
+            if not more_after(page, PAGE):
+                break
+            after = page[-1].id
+        return progress
 
     async def ended_before(self, prompt_id: str, after: int) -> bool:
         """Whether the prompt's stream ended (its done signal) at or before id `after`."""

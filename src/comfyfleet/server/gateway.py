@@ -124,7 +124,9 @@ class Gateway:
         scheduler.observers.add(webhooks)
         events = relay = None
         if config.events_retention > 0:
-            events = EventLog(store, config.events_retention)
+            events = EventLog(
+                store, config.events_retention, max_prompt_bytes=config.events_max_prompt_bytes
+            )
             scheduler.observers.add(events)
             if shared_store(config):
                 relay = ClientRelay(store, events, router, _recounter(scheduler, router))

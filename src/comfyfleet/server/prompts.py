@@ -63,7 +63,7 @@ async def post_prompt(request: web.Request) -> web.Response:
         key = idempotency_key(request)
     except BadKey as exc:
         return bad_request("invalid_idempotency_key", str(exc))
-    body = await read_json(request)
+    body = await read_json(request, gw.config.max_prompt_bytes)
     if not isinstance(body, dict):
         return bad_request("invalid_prompt", "The request body must be a JSON object")
     keyed = None
@@ -166,6 +166,13 @@ async def _validated(
     400 that ComfyUI would answer, or `no_lane_can_run`."""
     if "prompt" not in body:
         return bad_request("no_prompt", "No prompt provided", "No prompt provided")
+    limit = gw.config.max_prompt_nodes
+    if isinstance(body["prompt"], dict) and len(body["prompt"]) > limit:
+        return bad_request(
+            "prompt_too_large",
+            "The prompt has too many nodes",
+            f"{len(body['prompt'])} nodes; at most {limit} (max_prompt_nodes)",
+        )
     targets = body.get("partial_execution_targets")
     if targets is not None and not (
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
@@ -189,7 +196,7 @@ async def validate_only(request: web.Request) -> web.Response:
     route the companion pack adds to a ComfyUI, so a gateway in front of this server
     validates exactly)."""
     gw = request.app[GATEWAY]
-    body = await read_json(request)
+    body = await read_json(request, gw.config.max_prompt_bytes)
     if not isinstance(body, dict):
         return bad_request("invalid_prompt", "The request body must be a JSON object")
     checked = await _validated(request, gw, body)

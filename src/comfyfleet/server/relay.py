@@ -218,16 +218,21 @@ class ClientRelay(JobObserver):
         """Send the latest `executing` and `progress_state` logged after `after` (what the
         router's catch-up gives for its own prompts); the last id read. Not when the
         log has the done signal already: the prompt is over, and its end is read next."""
-        latest: dict[str, dict[str, object]] = {}
+        progress = await self.events.progress_until(job.prompt_id, after)
+        executing: dict[str, object] | None = None
+        progressed = False
         last = after
         while page := await self.store.prompt_events(job.prompt_id, last, PAGE):
             for event in page:
                 if event.done:
                     return after
-                if event.frame is None and event.type in ("executing", "progress_state"):
-                    latest[event.type] = event.data
+                if progress.apply(event):
+                    progressed = True
+                elif event.frame is None and event.type == "executing":
+                    executing = event.data
             last = page[-1].id
-        for kind in ("executing", "progress_state"):
-            if kind in latest:
-                self.router.relayed(job, Message(kind, latest[kind]))
+        if executing is not None:
+            self.router.relayed(job, Message("executing", executing))
+        if progressed:
+            self.router.relayed(job, Message("progress_state", progress.state.frame()))
         return last

@@ -21,7 +21,6 @@ from comfyfleet.store.postgres_text import from_db, to_db
 from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("postgres_queries.sql")
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 async def append(
@@ -33,7 +32,7 @@ async def append(
         Q["append_prompt_events"],
         [to_db(e.prompt_id) for e in events],
         [to_db(e.type) for e in events],
-        [_dumps(e.data) for e in events],
+        [e.json for e in events],
         now,
         instance,
         [e.frame for e in events],

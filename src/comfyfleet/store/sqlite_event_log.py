@@ -15,8 +15,6 @@ from typing import Any
 
 from comfyfleet.domain.prompt_events import PAGE_FRAME_BYTES, NewPromptEvent, PromptEvent
 
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-
 #: Version 7 adds the log; IF NOT EXISTS because a fresh file already has it.
 EVENT_LOG_SCHEMA = (
     """
@@ -68,7 +66,7 @@ def add_frames(conn: sqlite3.Connection) -> None:
 
 def encode(events: Sequence[NewPromptEvent]) -> list[Row]:
     """Encode on the caller's thread: the writer stays busy only with SQL."""
-    return [(e.prompt_id, e.type, _dumps(e.data), e.frame) for e in events]
+    return [(e.prompt_id, e.type, e.json, e.frame) for e in events]
 
 
 # -- writer thread ------------------------------------------------------------------

@@ -75,3 +75,40 @@ async def test_a_body_over_the_upload_limit_is_refused_with_413(tmp_path: Path) 
         reply = await served.request("POST", "/queue", data=body, headers=JSON)
         assert reply.status == 413
         await assert_still_serving(served)
+
+
+def wide_prompt(pairs: int) -> dict[str, Any]:
+    """`pairs` constants, each shown by its own PreviewAny."""
+    prompt: dict[str, Any] = {}
+    for k in range(pairs):
+        prompt[f"p{k}"] = {"class_type": "PrimitiveInt", "inputs": {"value": k}}
+        prompt[f"v{k}"] = {"class_type": "PreviewAny", "inputs": {"source": [f"p{k}", 0]}}
+    return prompt
+
+
+async def test_a_prompt_past_the_node_or_byte_limit_is_a_400_in_comfyuis_shape(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path, max_prompt_nodes=100, max_prompt_bytes=64 * 1024) as served:
+        reply = await served.post("/prompt", {"prompt": wide_prompt(51)})
+        assert reply.status == 400
+        assert_comfyui_error(reply.json, "prompt_too_large")
+        assert "102 nodes; at most 100" in reply.json["error"]["details"]
+        reply = await served.post("/comfyfleet/validate", {"prompt": wide_prompt(51)})
+        assert_comfyui_error(reply.json, "prompt_too_large")
+
+        body = json.dumps({"prompt": wide_prompt(1), "extra_data": {"pad": "x" * 70_000}})
+        for data in (body.encode(), _chunks(body.encode())):  # with a length, and without
+            reply = await served.request("POST", "/prompt", data=data, headers=JSON)
+            assert reply.status == 400
+            assert_comfyui_error(reply.json, "too_large")
+
+        sock = await served.connect()
+        prompt_id = await served.submit(wide_prompt(50), sock.client_id)  # at the limit
+        await sock.done(prompt_id)
+        assert (await served.history_entry(prompt_id))["status"]["completed"] is True
+
+
+async def _chunks(body: bytes) -> Any:
+    for start in range(0, len(body), 8192):  # no Content-Length: sent chunked
+        yield body[start : start + 8192]

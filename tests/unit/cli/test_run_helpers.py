@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from comfyfleet.cli.journal import user_data_dir
-from comfyfleet.cli.run import progress_line
+from comfyfleet.cli.run import NodeTally
 from comfyfleet.cli.summary import nodes_to_run
 from comfyfleet.cli.workflow_file import WorkflowError, apply_overrides
 
@@ -68,14 +68,16 @@ def node(node_id: str, state: str, value: float = 0.0, total: float = 1.0) -> di
 def test_the_progress_line_names_every_running_node_and_counts_against_the_prompt() -> None:
     total = nodes_to_run(PROMPT, ["4"])
     assert total == 3  # the settings, the FLUX node it saves, the save; not node 3
-    nodes = {
-        "1": node("1", "finished", 1),
-        "2": node("2", "running", 0.5),
-        "4": node("4", "running"),
-    }
-    done, of, label = progress_line(nodes, PROMPT, total)
+    tally = NodeTally()
+    for entry in (node("1", "running"), node("2", "running"), node("1", "finished", 1)):
+        tally.change(entry["node_id"], entry)
+    tally.change("4", node("4", "running"))
+    tally.change("2", node("2", "running", 0.5))
+    done, of, label = tally.line(PROMPT, total)
     assert (done, of) == (1, 3)
     assert label == "#2 BFLFluxImage 0.5/1, #4 SaveImage 0/1"
-    many = {str(n): node(str(n), "running") for n in range(1, 7)}
-    _, of, label = progress_line(many, {}, total)
+    many = NodeTally()
+    for n in range(1, 7):
+        many.change(str(n), node(str(n), "running"))
+    _, of, label = many.line({}, total)
     assert of == 6 and label.endswith("+3 more running") and label.count("#") == 3

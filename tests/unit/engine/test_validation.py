@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 import time
 from typing import Any
 
@@ -12,7 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from comfyfleet.engine.registry import NodeRegistry
-from comfyfleet.engine.validation import ValidationResult, types_compatible, validate_prompt
+from comfyfleet.engine.validation import (
+    OFF_LOOP_NODES,
+    ValidationResult,
+    types_compatible,
+    validate_prompt,
+)
 
 # --- node classes --------------------------------------------------------------------
 
@@ -165,6 +171,29 @@ class AsyncValidated:
     FUNCTION = "run"
 
 
+class ThreadNoting:
+    """Notes the thread its INPUT_TYPES and its async VALIDATE_INPUTS run on."""
+
+    threads: list[tuple[str, int]] = []
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        cls.threads.append(("INPUT_TYPES", threading.get_ident()))
+        return {"required": {"name": ("STRING", {})}}
+
+    @classmethod
+    async def VALIDATE_INPUTS(cls, name: str) -> Any:
+        asyncio.get_running_loop()  # raises off a loop
+        cls.threads.append(("VALIDATE_INPUTS", threading.get_ident()))
+        await asyncio.sleep(0)
+        if name == "boom":
+            raise ValueError("async boom")
+        return True if name == "good" else f"bad name {name}"
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "run"
+
+
 class ListValidated:
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
@@ -214,6 +243,7 @@ def _registry() -> NodeRegistry:
         TypesValidated,
         KwargsValidated,
         AsyncValidated,
+        ThreadNoting,
         ListValidated,
         Exploding,
     ]
@@ -619,6 +649,31 @@ async def test_async_validate_inputs_raising() -> None:
     assert error["type"] == "exception_during_inner_validation"
     assert error["details"] == "async boom"
     assert error["extra_info"]["exception_type"] == "ValueError"
+
+
+async def test_a_large_prompt_is_validated_off_the_loop_and_its_awaits_run_on_it() -> None:
+    prompt: dict[str, Any] = {}
+    for i in range(OFF_LOOP_NODES):  # with the three below: past the threshold
+        name = {0: "nope", 1: "boom"}.get(i, "good")
+        prompt[f"a{i}"] = node("ThreadNoting", name=name)
+        prompt[f"s{i}"] = node("Sink", images=[f"a{i}", 0])
+    ThreadNoting.threads.clear()
+    result = await validate(prompt)
+    loop_thread = threading.get_ident()
+    kinds = {
+        kind: {t == loop_thread for k, t in ThreadNoting.threads if k == kind}
+        for kind in ("INPUT_TYPES", "VALIDATE_INPUTS")
+    }
+    assert kinds == {"INPUT_TYPES": {False}, "VALIDATE_INPUTS": {True}}
+    assert result.ok and len(result.outputs) == OFF_LOOP_NODES - 2
+    assert only_error(result, "a0")["details"] == "name - bad name nope"
+    assert only_error(result, "a1")["type"] == "exception_during_inner_validation"
+    assert only_error(result, "a1")["details"] == "async boom"
+    small = await validate({k: prompt[k] for k in ("a0", "s0", "a1", "s1")})
+    for found in (small, result):  # the traceback's frames differ by the driver
+        found.node_errors["a1"]["errors"][0]["extra_info"].pop("traceback")
+    assert small.node_errors == result.node_errors
+    assert ("INPUT_TYPES", loop_thread) in ThreadNoting.threads  # small: on the loop
 
 
 async def test_validate_inputs_with_input_types_skips_the_type_check() -> None:

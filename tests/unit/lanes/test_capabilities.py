@@ -96,6 +96,6 @@ def test_warmth_prefers_shared_models_then_shared_roots() -> None:
     assert model_files(prompt()) == {"sdxl.safetensors", "detail.safetensors"}
     warm = Warmth.of(prompt())
     cold = Warmth.of(prompt("sd15.safetensors", "x.safetensors"))
-    assert warm.score(prompt()) > cold.score(prompt())
-    assert cold.score(prompt())[0] == 0
-    assert Warmth().score(prompt()) == (0, 0)
+    assert warm.score(Warmth.of(prompt())) > cold.score(Warmth.of(prompt()))
+    assert cold.score(Warmth.of(prompt()))[0] == 0
+    assert Warmth().score(Warmth.of(prompt())) == (0, 0)

@@ -12,7 +12,7 @@ import pytest
 
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import PromptEvent
-from comfyfleet.engine.events import Message
+from comfyfleet.engine.events import Message, NodeProgress
 from comfyfleet.protocol import events
 from comfyfleet.server import event_log as event_log_module
 from comfyfleet.server.event_log import EventLog
@@ -179,3 +179,105 @@ async def test_closing_the_log_writes_what_is_buffered_and_ends_followers(
     await log.close()
     assert len(await store.prompt_events("p")) == 1
     assert len(await follower) <= 1  # ended without a done signal: the job still runs
+
+
+# -- progress_state: changes logged, whole frames followed --------------------------------
+
+
+def entry(job: Job, node: str, state: str, value: float = 0.0) -> dict[str, object]:
+    return {
+        "value": value,
+        "max": 1.0,
+        "state": state,
+        "node_id": node,
+        "prompt_id": job.prompt_id,
+        "display_node_id": node,
+        "parent_node_id": None,
+        "real_node_id": node,
+    }
+
+
+def whole(job: Job, *entries: dict[str, object]) -> Message:
+    """A backend's progress_state frame: every node it started."""
+    nodes = {str(e["node_id"]): e for e in entries}
+    return Message("progress_state", {"prompt_id": job.prompt_id, "nodes": nodes})
+
+
+async def test_a_backends_whole_frames_are_logged_as_changes_and_followed_whole(
+    store: SQLiteStore, log: EventLog
+) -> None:
+    job = await running_job(store, "p")
+    log.job_started(job)
+    a_run, a_done = entry(job, "a", "running"), entry(job, "a", "finished", 1.0)
+    b_run = entry(job, "b", "running")
+    frames = [whole(job, a_run), whole(job, a_done), whole(job, a_done, b_run)]
+    for frame in frames:
+        log.job_event(job, frame)
+    log.job_event(job, whole(job, b_run))  # a node dropped: kept whole
+    await log.flush()
+
+    stored = [e.data for e in await store.prompt_events("p", limit=100)]
+    assert stored[0] == frames[0].data  # an attempt's first frame is whole
+    assert stored[1] == {"prompt_id": "p", "nodes": {"a": a_done}, "changes": True}
+    assert stored[2] == {"prompt_id": "p", "nodes": {"b": b_run}, "changes": True}
+    assert stored[3] == whole(job, b_run).data
+    followed = await asyncio.wait_for(_until(log, "p", 4), 5)
+    assert [e.data for e in followed] == [f.data for f in frames] + [whole(job, b_run).data]
+
+
+async def test_a_new_attempt_logs_its_first_frame_whole(store: SQLiteStore, log: EventLog) -> None:
+    job = await running_job(store, "p")
+    log.job_started(job)
+    log.job_event(job, NodeProgress("p", "a", entry(job, "a", "finished", 1.0)))
+    log.job_stopped(job)  # its lane was lost: it runs again, from the start
+    log.job_started(job)
+    log.job_event(job, NodeProgress("p", "b", entry(job, "b", "running")))
+    await log.flush()
+    followed = await asyncio.wait_for(_until(log, "p", 2), 5)
+    assert [list(e.data["nodes"]) for e in followed] == [["a"], ["b"]]
+
+
+async def test_past_its_cap_a_prompt_logs_only_results_ends_and_node_starts_and_finishes(
+    store: SQLiteStore,
+) -> None:
+    log = EventLog(store, retention=3600, flush_interval=0.005, max_prompt_bytes=4096)
+    try:
+        job = await running_job(store, "p")
+        log.job_started(job)
+        for k in range(40):  # each node: start, progress updates, finish, its output
+            node = f"n{k}"
+            log.job_event(job, Message("executing", events.executing("p", node)))
+            log.job_event(job, NodeProgress("p", node, entry(job, node, "running")))
+            for value in (0.25, 0.5):
+                log.job_event(job, NodeProgress("p", node, entry(job, node, "running", value)))
+                log.job_event(job, progress(job, int(value * 1000)))
+            log.job_event(job, NodeProgress("p", node, entry(job, node, "finished", 1.0)))
+            log.job_event(job, Message("executed", events.executed("p", node, {"text": [node]})))
+        result = JobResult(JobStatus.SUCCESS, {}, {}, [], None, [])
+        assert await store.finish("p", job.attempt, result)
+        log.job_finished(job, result)
+        await log.flush()
+        stored = await store.prompt_events("p", limit=10_000)
+        kinds = [e.type for e in stored]
+        assert kinds.count("executed") == 40 and kinds.count("executing") == 41 and stored[-1].done
+        assert 0 < kinds.count("progress") < 80  # the first nodes' only
+        followed = await asyncio.wait_for(_until(log, "p", 1_000), 5)
+        states = [e.data["nodes"] for e in followed if e.type == "progress_state"]
+        assert len(states) < 160  # value updates left out past the cap
+        assert {n: s["state"] for n, s in states[-1].items()} == {
+            f"n{k}": "finished" for k in range(40)
+        }
+    finally:
+        await log.close()
+
+
+async def _until(log: EventLog, prompt_id: str, count: int) -> list[PromptEvent]:
+    """The first `count` events a follower gets (fewer when the stream ends first)."""
+    found: list[PromptEvent] = []
+    async for event in log.follow(prompt_id):
+        if event.done:
+            break
+        found.append(event)
+        if len(found) == count:
+            break
+    return found

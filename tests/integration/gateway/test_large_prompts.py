@@ -1,0 +1,87 @@
+"""One large prompt costs the gateway in proportion to its size: no client waits on the
+event loop while it is checked, started and run, and its event log grows by what
+happened (each node's changes), not by ComfyUI's whole `progress_state` frames, which
+list every started node each time (O(N²) bytes for N nodes).
+
+Its followers still get the whole frames, exactly as a client connected while it ran."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.gateway.test_follow import sse, stream_of
+from tests.integration.gateway.test_limits import wide_prompt
+from tests.integration.gateway.wire import Served, serve
+
+pytestmark = pytest.mark.timeout(300)
+
+#: Bytes of event log per node of the prompt the log may take (the issue's bound).
+LOG_BYTES_PER_NODE = 2048
+
+
+async def longest_wait(served: Served, until: asyncio.Event) -> float:
+    """The longest `GET /prompt` while a prompt runs (every 50 ms): the event loop's
+    longest stall, as a client sees it (the server runs on this loop)."""
+    longest = 0.0
+    while not until.is_set():
+        asked = time.perf_counter()
+        await served.get("/prompt")
+        longest = max(longest, time.perf_counter() - asked)
+        await asyncio.sleep(0.05)
+    return longest
+
+
+async def logged_bytes(served: Served, prompt_id: str) -> int:
+    events = await served.gateway.store.prompt_events(prompt_id, limit=1_000_000)
+    return sum(len(e.data and str(e.data)) + len(e.frame or b"") for e in events)
+
+
+async def test_a_wide_prompt_logs_its_changes_and_stalls_no_client(tmp_path: Path) -> None:
+    pairs = 1_000  # 2,000 nodes: 637 MB of log and 2.9 s stalls when frames were kept whole
+    async with serve(tmp_path, local_slots=2) as served:
+        ended = asyncio.Event()
+        poller = asyncio.create_task(longest_wait(served, ended))
+        await asyncio.sleep(0.1)
+        reply = await served.post("/prompt", {"prompt": wide_prompt(pairs)})
+        assert reply.status == 200, reply.text
+        prompt_id = reply.json["prompt_id"]
+        entry = await served.wait_history(prompt_id, timeout=120)
+        ended.set()
+        longest = await poller
+        assert entry["status"]["status_str"] == "success"
+        assert len(entry["outputs"]) == pairs
+
+        size = await logged_bytes(served, prompt_id)
+        assert size <= LOG_BYTES_PER_NODE * 2 * pairs, f"{size / (2 * pairs):.0f} B/node"
+        assert longest < 1.5, f"a client waited {longest:.2f} s"  # generous: ~0.05 s here
+
+        # A follower gets ComfyUI's whole frames back: the last lists every node, done.
+        events = await sse(served, prompt_id)
+        states = [e.data for e in events if e.event == "progress_state"]
+        assert len(states) == 4 * pairs  # each node's start and finish
+        last = states[-1]["nodes"]
+        assert len(last) == 2 * pairs and {n["state"] for n in last.values()} == {"finished"}
+        assert [len(s["nodes"]) for s in states[:3]] == [1, 1, 2]
+        # One that resumes in the middle gets the whole frame there too.
+        middle = next(e for e in events[len(events) // 2 :] if e.event == "progress_state")
+        resumed = await sse(served, prompt_id, **{"Last-Event-ID": str(middle.id - 1)})
+        assert resumed[0].data == middle.data
+
+
+async def test_a_client_connected_to_a_prompt_gets_the_same_whole_frames_as_a_follower(
+    tmp_path: Path,
+) -> None:
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        prompt_id = await served.submit(wide_prompt(60), sock.client_id)
+        await sock.done(prompt_id)
+        live = stream_of(sock, prompt_id)
+        states: list[Any] = [data for kind, data in live if kind == "progress_state"]
+        assert len(states) == 240 and len(states[-1]["nodes"]) == 120
+        logged = await sse(served, prompt_id)
+        assert [(e.event, e.data) for e in logged] == live
