@@ -42,6 +42,16 @@ BENCHMARKS: list[tuple[str, str]] = [
         "Store: PostgreSQL against SQLite",
     ),
     ("bench_gateway.py --prompts 1000", "Server end to end, 1 and 8 slots"),
+    ("bench_big_prompt.py", "One 10,000-node prompt: stalls, event log, memory (SQLite)"),
+    (
+        "bench_big_prompt.py --store postgresql://postgres@127.0.0.1:5432/postgres",
+        "One 10,000-node prompt on PostgreSQL",
+    ),
+    ("bench_big_prompt.py --kill", "One 10,000-node prompt, SIGKILL mid-run (SQLite)"),
+    (
+        "bench_big_prompt.py --kill --store postgresql://postgres@127.0.0.1:5432/postgres",
+        "One 10,000-node prompt, SIGKILL mid-run (PostgreSQL)",
+    ),
     ("bench_fleet.py", "Scale-out over N ComfyUI backends, prefetch 0"),
     ("bench_fleet.py --prefetch 1", "Scale-out over N ComfyUI backends, prefetch 1"),
     (

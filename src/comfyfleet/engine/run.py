@@ -38,10 +38,9 @@ from comfyfleet.engine.nodedef import InputTypes, NodeDef
 from comfyfleet.engine.progress import ProgressTracker
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.signature import changed_token, signatures
-from comfyfleet.engine.validation import OFF_LOOP_NODES
 from comfyfleet.protocol import events
 from comfyfleet.protocol.errors import full_type_name
-from comfyfleet.protocol.prompt import Prompt, is_link
+from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES, Prompt, is_large, is_link
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +287,7 @@ class PromptRun:
 
         Signing runs IS_CHANGED (node code) and walks every node: in one worker-thread
         hop when there is node code to run or many nodes to walk."""
-        if len(node_ids) > OFF_LOOP_NODES or self._any_changed(node_ids):
+        if len(node_ids) > LARGE_PROMPT_NODES or self._any_changed(node_ids):
             await self._in_thread(lambda: self._sign(node_ids))
         else:
             self._sign(node_ids)
@@ -339,7 +338,7 @@ class PromptRun:
             for output in self.request.outputs:
                 graph.add(output)
 
-        if len(self.nodes) > OFF_LOOP_NODES:  # a walk of every node (INPUT_TYPES too)
+        if is_large(self.nodes):  # a walk of every node (INPUT_TYPES too)
             await self._in_thread(lay_out)
         else:
             lay_out()

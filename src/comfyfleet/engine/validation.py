@@ -9,7 +9,7 @@ it does there, at any depth. Cycles are found first, statically, and reported as
 an error of their own (ComfyUI reports none).
 
 The whole validation is one generator too, which yields only what must be awaited
-(an async VALIDATE_INPUTS). A prompt of more than OFF_LOOP_NODES nodes is validated
+(an async VALIDATE_INPUTS). A large prompt (protocol.prompt.is_large) is validated
 in a worker thread, each awaitable sent to the event loop and waited for there, so
 no client waits on the loop while a large prompt is checked.
 """
@@ -29,7 +29,7 @@ from comfyfleet.engine.blocker import is_blocker
 from comfyfleet.engine.nodedef import InputInfo, InputTypes, NodeDef
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.protocol.errors import error, full_type_name
-from comfyfleet.protocol.prompt import is_link
+from comfyfleet.protocol.prompt import is_large, is_link
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,6 @@ _HIDDEN_AT_VALIDATION: dict[str, Any] = {
     "AUTH_TOKEN_COMFY_ORG": None,
     "API_KEY_COMFY_ORG": None,
 }
-
-#: Prompts with more nodes than this are validated in a worker thread.
-OFF_LOOP_NODES = 100
 
 # ComfyUI elides combo lists longer than this from `value_not_in_list` errors;
 # cycle listings are elided the same way.
@@ -119,7 +116,7 @@ async def validate_prompt(
     """Validate an API-format prompt; never raises for any JSON-shaped input."""
     try:
         steps = _validate(registry, prompt, partial_targets)
-        if isinstance(prompt, dict) and len(prompt) > OFF_LOOP_NODES:
+        if is_large(prompt):
             loop = asyncio.get_running_loop()
             return await asyncio.to_thread(_drive_in_thread, steps, loop)
         return await _drive(steps)

@@ -10,6 +10,7 @@ never leaves a lane idle while a job it can run waits.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +21,15 @@ MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft
 #: Root nodes fingerprinted per prompt: enough to tell shared prefixes apart, and a
 #: prompt of thousands of constants costs no more than this to start.
 MAX_ROOTS = 64
+#: Nodes looked at for model files: a prompt of many thousands costs no more to start.
+MAX_NODES = 1_000
 
 
 def model_files(prompt: dict[str, Any]) -> frozenset[str]:
-    """Constant inputs that name model files."""
+    """Constant inputs that name model files (in the first MAX_NODES nodes)."""
     return frozenset(
         value
-        for node in prompt.values()
+        for node in itertools.islice(prompt.values(), MAX_NODES)
         for value in (node.get("inputs") or {}).values()
         if isinstance(value, str) and value.lower().endswith(MODEL_SUFFIXES)
     )

@@ -23,7 +23,7 @@ from comfyfleet.engine.nodedef import NodeDef
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, UnsafePath
 from comfyfleet.lanes.backend import BackendClient, BackendError
-from comfyfleet.protocol.prompt import is_link
+from comfyfleet.protocol.prompt import is_large, is_link
 from comfyfleet.tenants import DEFAULT_TENANT
 
 UPLOAD_FLAGS = ("image_upload", "video_upload", "audio_upload", "upload")
@@ -77,13 +77,19 @@ class UploadInputs:
         )
 
     async def values(self, registry: NodeRegistry, prompt: Any) -> list[str]:
-        """The file names `prompt`'s nodes give to such inputs (links left out)."""
+        """The file names `prompt`'s nodes give to such inputs (links left out); read in a
+        worker thread when a class is new or the prompt large."""
         if not isinstance(prompt, dict):
             return []
         nodes = [n for n in prompt.values() if isinstance(n, dict)]
-        classes = {registry.get(str(n.get("class_type"))) for n in nodes} - {None}
-        if any(node not in self._known for node in classes):
-            await asyncio.to_thread(self._learn, classes)
+        if is_large(prompt) or any(
+            registry.get(str(n.get("class_type"))) not in self._known for n in nodes
+        ):
+            return await asyncio.to_thread(self._named, registry, nodes)
+        return self._named(registry, nodes)
+
+    def _named(self, registry: NodeRegistry, nodes: list[dict[str, Any]]) -> list[str]:
+        self._learn({registry.get(str(n.get("class_type"))) for n in nodes})
         named = []
         for node in nodes:
             definition = registry.get(str(node.get("class_type")))

@@ -6,6 +6,14 @@ from typing import Any
 
 Prompt = dict[str, dict[str, Any]]
 
+#: A prompt of more nodes than this is large: what walks all of it (validation, the
+#: run's layout, encoding, affinity) runs in a worker thread, off the event loop.
+LARGE_PROMPT_NODES = 100
+
+
+def is_large(prompt: Any) -> bool:
+    return isinstance(prompt, dict) and len(prompt) > LARGE_PROMPT_NODES
+
 
 def is_link(value: Any) -> bool:
     """A link is `[node_id, output_index]`: a string id and a numeric index."""

@@ -70,6 +70,9 @@ FLUSH_INTERVAL = 0.01
 MAX_BUFFERED = 100_000
 #: Bytes of events held while the store refuses them (the same).
 MAX_BUFFERED_BYTES = 256 << 20
+#: Events written in one commit at most (the rest in the next): what a commit costs
+#: the loop (encoding its statement, handing its events on) stays bounded.
+MAX_BATCH = 1_000
 #: Events a follower reads from the store at once.
 PAGE = 500
 #: Committed events (and bytes of binary frames) queued for a follower that has not
@@ -303,13 +306,14 @@ class EventLog(JobObserver):
             delay = self._interval if await self._write() else min(RETRY_MAX, delay * 2)
 
     async def _write(self) -> bool:
-        """Append everything buffered in one commit, then hand it to the followers;
-        False (the events kept, in order) when the store refused."""
+        """Append what is buffered (MAX_BATCH events at most) in one commit, then hand it
+        to the followers; False (the events kept, in order) when the store refused."""
         async with self._writing:
-            batch, self._buffer = self._buffer, []
+            batch, self._buffer = self._buffer[:MAX_BATCH], self._buffer[MAX_BATCH:]
             if not batch:
                 return True
-            size, self._buffered_bytes = self._buffered_bytes, 0
+            size = sum(event.size for event in batch)
+            self._buffered_bytes -= size
             try:
                 committed = await self.store.append_prompt_events(batch)
             except StoreError as exc:
@@ -327,8 +331,9 @@ class EventLog(JobObserver):
 
     async def flush(self) -> None:
         """Commit everything appended so far (once the store takes it)."""
-        while self._buffer and not await self._write():
-            await asyncio.sleep(self._interval)
+        while self._buffer:
+            if not await self._write():
+                await asyncio.sleep(self._interval)
 
     async def close(self) -> None:
         """Write what is buffered, then end every follower (they resume elsewhere, or

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -16,7 +18,7 @@ from comfyfleet.domain.jobs import NewJob
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
-from comfyfleet.protocol.prompt import is_link
+from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES, is_large, is_link
 from comfyfleet.scheduler.admission import QueueFull
 from comfyfleet.server.auth import scope, tenant_name, visible
 from comfyfleet.server.client_json import read_json
@@ -28,13 +30,14 @@ from comfyfleet.server.idempotency import (
     idempotency_key,
     reused_key,
 )
-from comfyfleet.server.routing import Route, empty_ok
+from comfyfleet.server.routing import Route, empty_ok, json_reply
 from comfyfleet.server.waits import WAITS, BadWait, wait_seconds
 from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.webhooks.addresses import NotAllowed
 from comfyfleet.webhooks.submit import check_prompt_webhook
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Seconds a client is asked to wait when the store refuses a new prompt (disk full, ...).
 STORE_RETRY_AFTER = 5
@@ -107,7 +110,8 @@ async def _submit(
     answer = {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     keyed_request = None if keyed is None else IdempotentRequest(*keyed, answer)
     new = replace(new, tenant=tenant, idempotency=keyed_request)
-    new = scrub_new_job(gw.engine, new)  # typed keys stay out of storage
+    scrubbed = new
+    new = await _walking(new.prompt, lambda: scrub_new_job(gw.engine, scrubbed))  # keys stay out
     try:
         await gw.scheduler.submit(new)
     except DuplicateJob:
@@ -183,7 +187,10 @@ async def _validated(
         return web.json_response(
             prompt_error_body(checked.error or {}, checked.node_errors), status=400
         )
-    lacking = gw.fleet.unrunnable({k: checked.prompt[k] for k in _needed(checked)})
+    lacking = await _walking(
+        checked.prompt,
+        lambda: gw.fleet.unrunnable({k: checked.prompt[k] for k in _needed(checked)}),
+    )
     if lacking is not None:
         details = "; ".join(f"{lane}: {', '.join(why)}" for lane, why in lacking.items())
         err = error("no_lane_can_run", "No lane can run this prompt", details, lanes=lacking)
@@ -215,6 +222,11 @@ async def validate_only(request: web.Request) -> web.Response:
 async def pack_info(request: web.Request) -> web.Response:
     """`GET /comfyfleet/pack`: this server validates as the companion pack does."""
     return web.json_response({"pack": "comfyfleet", "version": comfyui_pack.VERSION})
+
+
+async def _walking(prompt: Any, walk: Callable[[], T]) -> T:
+    """`walk()`, which walks the whole prompt: in a worker thread when it is large."""
+    return await asyncio.to_thread(walk) if is_large(prompt) else walk()
 
 
 def _needed(checked: Any) -> list[str]:
@@ -349,7 +361,9 @@ async def get_history(request: web.Request) -> web.Response:
     if max_items is None and (offset is None or offset < 0):
         max_items = HISTORY_DEFAULT_MAX
     entries = await request.app[GATEWAY].store.history(max_items, offset, tenant=scope(request))
-    return web.json_response({e.job.prompt_id: e.comfy() for e in entries})
+    nodes = sum(len(e.job.prompt) for e in entries)
+    large = nodes > LARGE_PROMPT_NODES
+    return await json_reply({e.job.prompt_id: e.comfy() for e in entries}, large=large)
 
 
 async def get_history_entry(request: web.Request) -> web.Response:
@@ -357,7 +371,7 @@ async def get_history_entry(request: web.Request) -> web.Response:
     entry = await request.app[GATEWAY].store.history_entry(prompt_id)
     if entry is None or not visible(request, entry.job.tenant):
         return web.json_response({})
-    return web.json_response({prompt_id: entry.comfy()})
+    return await json_reply({prompt_id: entry.comfy()}, large=is_large(entry.job.prompt))
 
 
 async def post_history(request: web.Request) -> web.Response:

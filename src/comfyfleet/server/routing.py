@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -31,3 +34,12 @@ def install(app: web.Application, routes: Iterable[Route]) -> None:
 def empty_ok() -> web.Response:
     """ComfyUI's empty 200: no body, and aiohttp then sends no Content-Type."""
     return web.Response(status=200)
+
+
+async def json_reply(data: Any, *, large: bool) -> web.Response:
+    """`web.json_response(data)`, encoded in a worker thread when `large` (a large
+    prompt in it, or many): no other client waits on the loop for its encoding."""
+    if not large:
+        return web.json_response(data)
+    text = await asyncio.to_thread(json.dumps, data)
+    return web.Response(text=text, content_type="application/json")

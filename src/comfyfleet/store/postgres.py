@@ -60,6 +60,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store import postgres_backend_owners as backend_owners
 from comfyfleet.store import postgres_event_log as event_log
 from comfyfleet.store import postgres_fleet_keys as fleet_keys
@@ -318,7 +319,11 @@ class PostgresStore:
         ahead = None
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             ahead = abs(job.number) + 1 if abs(job.number) < COUNTER_MAX else None
-        params = (*_job_params(job, now, claim_for), self._owner_db, ahead, *admit)
+        if is_large(job.prompt):
+            encoded = await asyncio.to_thread(_job_params, job, now, claim_for)
+        else:
+            encoded = _job_params(job, now, claim_for)
+        params = (*encoded, self._owner_db, ahead, *admit)
         keyed = job.idempotency
 
         async def insert(db: Any) -> int | IdempotentRequest | None:

@@ -8,6 +8,7 @@ the event loop never waits on SQLite itself.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -44,6 +45,7 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
     WebhookTarget,
 )
+from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store import event_wakeups
 from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
@@ -393,7 +395,10 @@ class SQLiteStore:
         that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is,
         PendingLimitReached when `max_pending` jobs are pending (counted in the write)."""
         now = self._clock()
-        params = _job_params(job, now)
+        if is_large(job.prompt):
+            params = await asyncio.to_thread(_job_params, job, now)
+        else:
+            params = _job_params(job, now)
         if isinstance(job.number, int) and not isinstance(job.number, bool):
             # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it.
             self._number = max(self._number, abs(job.number) + 1)

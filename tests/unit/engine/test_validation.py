@@ -13,12 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from comfyfleet.engine.registry import NodeRegistry
-from comfyfleet.engine.validation import (
-    OFF_LOOP_NODES,
-    ValidationResult,
-    types_compatible,
-    validate_prompt,
-)
+from comfyfleet.engine.validation import ValidationResult, types_compatible, validate_prompt
+from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES
 
 # --- node classes --------------------------------------------------------------------
 
@@ -653,7 +649,7 @@ async def test_async_validate_inputs_raising() -> None:
 
 async def test_a_large_prompt_is_validated_off_the_loop_and_its_awaits_run_on_it() -> None:
     prompt: dict[str, Any] = {}
-    for i in range(OFF_LOOP_NODES):  # with the three below: past the threshold
+    for i in range(LARGE_PROMPT_NODES):  # with the three below: past the threshold
         name = {0: "nope", 1: "boom"}.get(i, "good")
         prompt[f"a{i}"] = node("ThreadNoting", name=name)
         prompt[f"s{i}"] = node("Sink", images=[f"a{i}", 0])
@@ -665,7 +661,7 @@ async def test_a_large_prompt_is_validated_off_the_loop_and_its_awaits_run_on_it
         for kind in ("INPUT_TYPES", "VALIDATE_INPUTS")
     }
     assert kinds == {"INPUT_TYPES": {False}, "VALIDATE_INPUTS": {True}}
-    assert result.ok and len(result.outputs) == OFF_LOOP_NODES - 2
+    assert result.ok and len(result.outputs) == LARGE_PROMPT_NODES - 2
     assert only_error(result, "a0")["details"] == "name - bad name nope"
     assert only_error(result, "a1")["type"] == "exception_during_inner_validation"
     assert only_error(result, "a1")["details"] == "async boom"
