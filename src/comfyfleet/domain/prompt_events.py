@@ -8,11 +8,12 @@ server/log_frames.py); `frame` is None for every JSON frame.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
+
+from comfyfleet.protocol import json_text
 
 #: ComfyUI's done signal is `executing` with node None: the last event of a stream.
 DONE_TYPE = "executing"
@@ -41,15 +42,12 @@ class NewPromptEvent:
     def json(self) -> str:
         """`data` as compact JSON, encoded once: the log counts its size, the store
         writes it."""
-        return _dumps(self.data)
+        return json_text.dumps(self.data)
 
     @property
     def size(self) -> int:
         """Roughly the bytes it takes in the log."""
         return len(self.json) + (0 if self.frame is None else len(self.frame))
-
-
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True)

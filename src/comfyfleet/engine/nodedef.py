@@ -38,6 +38,14 @@ class InputInfo:
         return None
 
 
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal answers (an answer whose comparison fails is taken as new)."""
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
 def _split_spec(spec: Any) -> tuple[Any, dict[str, Any]]:
     if isinstance(spec, tuple | list) and spec:
         options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
@@ -101,6 +109,7 @@ class NodeDef:
         self.is_async = inspect.iscoroutinefunction(function)
         self.has_lazy_status = getattr(cls, "check_lazy_status", None) is not None
         self.is_changed: Callable[..., Any] | None = getattr(cls, "IS_CHANGED", None)
+        self._parsed: InputTypes | None = None  # the last INPUT_TYPES() read
         hidden = self.input_types().raw.get("hidden") or {}
         self.wants_unique_id = "UNIQUE_ID" in hidden.values()
         self.validate_fn: Callable[..., Any] | None = getattr(cls, "VALIDATE_INPUTS", None)
@@ -114,11 +123,16 @@ class NodeDef:
             self.validate_has_kwargs = spec.varkw is not None
 
     def input_types(self) -> InputTypes:
-        """Call `INPUT_TYPES()` now (it may list files, so it is not cached here)."""
+        """Call `INPUT_TYPES()` now (it may list files, so its answer is not cached); an
+        answer equal to the last one is not read again."""
         raw = getattr(self.cls, "INPUT_TYPES")()  # noqa: B009 - classes are duck-typed
         if not isinstance(raw, dict):
             raise TypeError(f"{self.name}.INPUT_TYPES() returned {type(raw).__name__}, not a dict")
-        return InputTypes.parse(raw)
+        last = self._parsed
+        if last is not None and _same(last.raw, raw):
+            return last
+        parsed = self._parsed = InputTypes.parse(raw)
+        return parsed
 
     def object_info(self) -> dict[str, Any]:
         """This node in the shape of ComfyUI's `GET /object_info`."""

@@ -9,6 +9,7 @@ One observer's failure is logged and never reaches the scheduler or the others.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from comfyfleet.domain.jobs import Job, JobResult
@@ -47,23 +48,38 @@ class JobObserver:
 
 
 class Observers(JobObserver):
-    """Passes each call on to every observer added, in the order they were added."""
+    """Passes each call on to every observer added that overrides it, in the order they
+    were added (a dozen events a prompt: the no-ops are left out once, not per call)."""
 
     def __init__(self, *observers: JobObserver) -> None:
-        self._all: tuple[JobObserver, ...] = observers
+        self._all: tuple[JobObserver, ...] = ()
+        self._calls: dict[str, tuple[Callable[..., None], ...]] = {}
+        for observer in observers:
+            self.add(observer)
 
     def add(self, observer: JobObserver) -> None:
-        self._all = (*self._all, observer)
+        self._set((*self._all, observer))
 
     def remove(self, observer: JobObserver) -> None:
-        self._all = tuple(o for o in self._all if o is not observer)
+        self._set(tuple(o for o in self._all if o is not observer))
+
+    def _set(self, observers: tuple[JobObserver, ...]) -> None:
+        self._all = observers
+        self._calls = {
+            name: tuple(
+                getattr(o, name)
+                for o in observers
+                if getattr(type(o), name, None) is not getattr(JobObserver, name)
+            )
+            for name in _CALLS
+        }
 
     def _each(self, call: str, *args: Any) -> None:
-        for observer in self._all:
+        for method in self._calls[call]:
             try:
-                getattr(observer, call)(*args)
+                method(*args)
             except Exception:
-                log.exception("observer %s failed in %s", type(observer).__name__, call)
+                log.exception("observer %s failed", getattr(method, "__qualname__", call))
 
     def job_submitted(self, job: Job) -> None:
         self._each("job_submitted", job)
@@ -85,3 +101,6 @@ class Observers(JobObserver):
 
     def queue_changed(self, remaining: int) -> None:
         self._each("queue_changed", remaining)
+
+
+_CALLS = [name for name in vars(JobObserver) if name.startswith(("job_", "queue_"))]

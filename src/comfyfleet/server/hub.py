@@ -15,7 +15,6 @@ WRITE_RATE times a second, its frames gathered into fewer, larger writes.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.engine.events import PreviewImage, ProgressText
-from comfyfleet.protocol import frames, wsframe
+from comfyfleet.protocol import frames, json_text, wsframe
 from comfyfleet.server.pacing import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ class ClientSocket:
             self._transport.abort()
 
     def send_json(self, event: str, data: Any) -> None:
-        self.send(json.dumps({"type": event, "data": data}))
+        self.send(json_text.dumps({"type": event, "data": data}))
 
     def close(self) -> None:
         self._queue.put_nowait(None)
@@ -160,13 +159,13 @@ class Hub:
         it (they get it from the event log)."""
         sockets = self._clients.get(client_id)
         if sockets:
-            message = json.dumps({"type": event, "data": data})
+            message = json_text.dumps({"type": event, "data": data})
             for sock in sockets:
                 if prompt_id is None or prompt_id not in sock.following:
                     sock.send(message)
 
     def broadcast_json(self, event: str, data: Any) -> None:
-        message = json.dumps({"type": event, "data": data})
+        message = json_text.dumps({"type": event, "data": data})
         for sockets in self._clients.values():
             for sock in sockets:
                 sock.send(message)

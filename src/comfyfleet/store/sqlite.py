@@ -64,6 +64,7 @@ from comfyfleet.store.base import (
 )
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
+from comfyfleet.store.pending_json import PendingJson
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 
 T = TypeVar("T")
@@ -311,6 +312,7 @@ class SQLiteStore:
         #: Every group commit's time (the writer adds; metrics read).
         self.commit_times = CommitTimes()
         self._readers: ReaderPool | None = None
+        self._pending = PendingJson()
         self._number = 0
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._instance = uuid.uuid4().hex
@@ -429,7 +431,8 @@ class SQLiteStore:
 
     async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
         """Claimable jobs in dispatch order, `limit` at most, past `after` when given."""
-        op = functools.partial(_candidates, limit=clamp_candidates(limit), after=after)
+        limit = clamp_candidates(limit)
+        op = functools.partial(_candidates, limit=limit, after=after, pending=self._pending)
         return await self._read(op)
 
     async def claim_job(self, job: Job, lane: str) -> Job | None:
@@ -438,6 +441,7 @@ class SQLiteStore:
         params = (lane, now, self.owner, job.prompt_id, job.attempt)
         if not await self._write(lambda conn: conn.execute(CLAIM_CANDIDATE, params).rowcount):
             return None
+        self._pending.taken(job.prompt_id)
         return job.started(lane, job.attempt + 1, now, self.owner)
 
     async def reserve_job(self, job: Job, lane: str) -> Job | None:
@@ -456,6 +460,7 @@ class SQLiteStore:
         op = functools.partial(_start_reserved, job=job, lane=lane, now=now, owner=self.owner)
         if not await self._write(op):
             return None
+        self._pending.taken(job.prompt_id)
         return job.started(lane, job.attempt + 1, now, self.owner)
 
     async def unreserve(self, prompt_ids: Sequence[str]) -> None:
@@ -930,15 +935,21 @@ class _ResultParams:
         self.files = [(f.filename, f.subfolder, f.type) for f in result.files]
 
 
-def _job(row: Sequence[Any]) -> Job:
+def _job(row: Sequence[Any], pending: PendingJson | None = None) -> Job:
+    """A job from its row; `pending` keeps the decoded JSON of jobs read while pending."""
+    texts = (row[4], row[5], row[6])
+    if pending is None:
+        prompt, extra_data, outputs = (_loads(text) for text in texts)
+    else:
+        prompt, extra_data, outputs = pending.decode(row[0], texts)
     return Job(
         prompt_id=row[0],
         number=_loads(row[1]),
         front=bool(row[2]),
         seq=row[3],
-        prompt=_loads(row[4]),
-        extra_data=_loads(row[5]),
-        outputs=_loads(row[6]),
+        prompt=prompt,
+        extra_data=extra_data,
+        outputs=outputs,
         client_id=row[7],
         status=JobStatus(row[8]),
         attempt=row[9],
@@ -1027,13 +1038,15 @@ def _insert_job(
     return seq
 
 
-def _candidates(conn: sqlite3.Connection, limit: int, after: Job | None) -> list[Job]:
+def _candidates(
+    conn: sqlite3.Connection, limit: int, after: Job | None, pending: PendingJson
+) -> list[Job]:
     if after is None:
         rows = conn.execute(SELECT_CLAIMABLE, (limit,))
     else:
         front, key, seq = int(after.front), order_key(after.front, after.number), after.seq
         rows = conn.execute(SELECT_CLAIMABLE_AFTER, (front, front, key, key, seq, limit))
-    return [_job(row) for row in rows]
+    return [_job(row, pending) for row in rows]
 
 
 def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float, owner: str) -> bool:

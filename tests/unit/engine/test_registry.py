@@ -119,3 +119,25 @@ def test_testing_pack_only_on_request() -> None:
     assert {"Sleep", "Fail", "Progress", "TestSleep", "TestSyncError"} <= set(
         build_registry(testing=True).nodes
     )
+
+
+def test_input_types_are_read_at_each_call_and_parsed_again_only_when_they_change() -> None:
+    from comfyfleet.engine.nodedef import NodeDef
+
+    class Files:
+        listed = ["a.png"]
+
+        @classmethod
+        def INPUT_TYPES(cls) -> dict[str, object]:
+            return {"required": {"image": (list(cls.listed),)}}
+
+        RETURN_TYPES = ()
+        FUNCTION = "run"
+
+    node = NodeDef("Files", Files, display_name=None, python_module="tests")
+    first = node.input_types()
+    assert node.input_types() is first  # the same answer: not parsed again
+    Files.listed.append("b.png")
+    changed = node.input_types()
+    assert changed.get("image") is not None
+    assert changed.get("image").type == ["a.png", "b.png"]  # type: ignore[union-attr]
