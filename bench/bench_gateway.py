@@ -10,9 +10,12 @@ Baseline, measured in the same run: the built-in engine alone, in this
 process, with the same concurrency (no HTTP, no WebSocket, no store). With
 `--comfyui URL` the same client also measures a running ComfyUI (started
 separately: this benchmark does not install one) and the server's figures are
-compared with it instead.
+compared with it instead. With `--store URL` (a PostgreSQL server) the server with 8
+slots also runs with its store in a fresh database there, and that run is compared
+with the SQLite one (`pg_vs_sqlite`).
 
     .venv/bin/python bench/bench_gateway.py [--prompts N] [--in-flight K] [--comfyui URL]
+        [--store URL]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
 from figures import figure
-from harness import mark_done, percentile, serve, wait_ready
+from harness import mark_done, percentile, serve, throwaway_database, wait_ready
 
 COMFYUI_REFERENCE = "one ComfyUI 0.3.64 process: about 200-330 such prompts/s on this machine kind"
 
@@ -96,7 +99,20 @@ async def through_url(url: str, count: int, in_flight: int, offset: int) -> dict
     }
 
 
-async def main(count: int, in_flight: int, comfyui: str | None) -> None:
+async def one_server(count: int, in_flight: int, *flags: str) -> dict[str, Any]:
+    """A fresh server with `flags`: warmed up, then measured."""
+    port = 8231
+    with tempfile.TemporaryDirectory() as tmp:
+        server = serve(Path(tmp), port, *flags)
+        try:
+            await through_server(port, 30, in_flight, 10_000_000)  # warm-up
+            return await through_server(port, count, in_flight, 0)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+async def main(count: int, in_flight: int, comfyui: str | None) -> float:
     print(f"{count} trivial prompts (EmptyImage 64x64 -> ImageInvert -> SaveImage)")
     print(f"  {in_flight} in flight at a time")
     base = await engine_baseline(count, in_flight)
@@ -111,15 +127,8 @@ async def main(count: int, in_flight: int, comfyui: str | None) -> None:
         )
         figure("comfyui_throughput", base, "prompts/s")
         figure("comfyui_submit_done_p50", theirs["p50"] * 1e3, "ms")
-    for port, slots in ((8231, 1), (8232, 8)):
-        with tempfile.TemporaryDirectory() as tmp:
-            server = serve(Path(tmp), port, "--local-slots", str(slots))
-            try:
-                await through_server(port, 30, in_flight, 10_000_000)  # warm-up
-                figures = await through_server(port, count, in_flight, 0)
-            finally:
-                server.terminate()
-                server.wait(timeout=30)
+    for slots in (1, 8):
+        figures = await one_server(count, in_flight, "--local-slots", str(slots))
         print(
             f"  server, --local-slots {slots}:  {figures['rate']:7.1f} prompts/s "
             f"({figures['rate'] / base:4.2f}x baseline)   submit -> done "
@@ -130,6 +139,22 @@ async def main(count: int, in_flight: int, comfyui: str | None) -> None:
         figure(f"slots{slots}_submit_done_p99", figures["p99"] * 1e3, "ms")
     if comfyui is None:
         print(f"  for scale: {COMFYUI_REFERENCE}")
+    return figures["rate"]
+
+
+def compare_stores(count: int, in_flight: int, server_url: str, sqlite_rate: float) -> None:
+    """The 8-slot server again, its store on PostgreSQL, against the SQLite run."""
+    with throwaway_database(server_url) as database:
+        flags = ("--local-slots", "8", "--store", database)
+        figures = asyncio.run(one_server(count, in_flight, *flags))
+    rate = figures["rate"]
+    print(
+        f"  server, --local-slots 8, PostgreSQL: {rate:7.1f} prompts/s "
+        f"({rate / sqlite_rate:4.2f}x SQLite)   submit -> done "
+        f"p50 {figures['p50'] * 1e3:6.1f} ms  p99 {figures['p99'] * 1e3:6.1f} ms"
+    )
+    figure("slots8_postgresql_throughput", rate, "prompts/s", sqlite_rate)
+    figure("slots8_postgresql_submit_done_p50", figures["p50"] * 1e3, "ms")
 
 
 if __name__ == "__main__":
@@ -137,5 +162,8 @@ if __name__ == "__main__":
     parser.add_argument("--prompts", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--comfyui", metavar="URL", help="a running ComfyUI to measure too")
+    parser.add_argument("--store", metavar="URL", help="a PostgreSQL server to compare with")
     options = parser.parse_args()
-    asyncio.run(main(options.prompts, options.in_flight, options.comfyui))
+    sqlite_rate = asyncio.run(main(options.prompts, options.in_flight, options.comfyui))
+    if options.store:
+        compare_stores(options.prompts, options.in_flight, options.store, sqlite_rate)

@@ -69,7 +69,7 @@ class Admission:
         state.pending += 1
         state.observers.job_submitted(job)
         state.queue_changed()
-        state.work_arrived(job.dispatch_key())
+        state.work_arrived(job.dispatch_key(), job)
         self._reservations.make_way_for(job)
         self._reservations.reserve_ahead()
         return job

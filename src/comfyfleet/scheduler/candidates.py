@@ -6,6 +6,7 @@ one lost to a race (another gateway took it, or it was cancelled) is passed by."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from comfyfleet.domain.jobs import DispatchKey, Job
@@ -29,6 +30,7 @@ class Candidates:
         # For each read of the front under way, the places of the jobs that became
         # claimable meanwhile (None: unknown): the page read is kept only if all go after it.
         self._reads: list[list[DispatchKey | None]] = []
+        self._front: asyncio.Task[list[Job]] | None = None  # a read of the front under way
         state.on_arrival = self._arrived
 
     async def take_first(
@@ -58,6 +60,20 @@ class Candidates:
         return None, left
 
     async def _read_front(self) -> list[Job]:
+        """The queue's first page (slots that ask while it is read share the read: a
+        burst of wake-ups costs the store one read, not one per slot)."""
+        if self._front is None:
+            self._front = asyncio.create_task(self._read_front_now(), name="queue-front")
+            self._front.add_done_callback(self._front_read)
+        return list(await asyncio.shield(self._front))
+
+    def _front_read(self, task: asyncio.Task[list[Job]]) -> None:
+        if self._front is task:
+            self._front = None
+        if not task.cancelled():
+            task.exception()  # seen here, whoever waited for it
+
+    async def _read_front_now(self) -> list[Job]:
         """The queue's first page, kept for the next claims unless a job that may go
         before its end arrived while it was read (it may or may not be in it)."""
         arrived: list[DispatchKey | None] = []

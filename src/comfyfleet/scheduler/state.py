@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from comfyfleet.domain.jobs import DispatchKey, JobStatus
+from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
 from comfyfleet.scheduler.observers import Observers
@@ -29,6 +29,7 @@ class SchedulerState:
         # Lanes a re-queued job should leave to others while another lane can run it.
         self.avoid: dict[str, frozenset[str]] = {}
         self.wakes = 0  # counts `wake` calls, so a slot notices one that came mid-claim
+        self._woken = 0  # where the next wake for one job starts among the lanes
         self.stopping = False
         # Writes under way that must land before the store closes (ends being recorded,
         # reservations given back).
@@ -58,20 +59,46 @@ class SchedulerState:
     def queue_changed(self) -> None:
         self.observers.queue_changed(self.queue_remaining)
 
-    def wake(self) -> None:
-        """Parked slots look at the queue again."""
+    def wake(self, job: Job | None = None) -> None:
+        """Parked slots look at the queue again: every one, or for one new `job` one slot
+        of a lane that can run it (a thousand idle backends would otherwise all read the
+        queue for each job; the one woken wakes the rest if it leaves the job to them)."""
         self.wakes += 1
-        for entry in self.lanes.values():
-            while entry.parked:
-                parked = entry.parked.popleft()
-                if not parked.started.done():
-                    parked.started.set_result(None)
+        lanes = list(self.lanes.values())
+        if job is not None:  # from the lane after the last one woken: each gets its turn
+            start = self._woken % len(lanes) if lanes else 0
+            turns = lanes[start:] + lanes[:start]
+            for at_once in (True, False):  # a lane that starts it at once first
+                for turn, entry in enumerate(turns):
+                    if (
+                        entry.parked
+                        and not entry.retiring
+                        and entry.would_queue is not at_once
+                        and entry.lane.can_run(job)
+                        and _wake_one(entry)
+                    ):
+                        self._woken = start + turn + 1
+                        return
+        for entry in lanes:
+            while _wake_one(entry):
+                pass
 
-    def work_arrived(self, key: DispatchKey | None) -> None:
+    def work_arrived(self, key: DispatchKey | None, job: Job | None = None) -> None:
         """A job became claimable (queued, re-queued, given back): `key` is its place in
-        the queue (None when not known here, e.g. another gateway's). Slots are woken."""
+        the queue (None when not known here, e.g. another gateway's). Slots are woken:
+        one that can run it, when the job is known here."""
         self.on_arrival(key)
-        self.wake()
+        self.wake(job)
 
     def avoid_lane(self, prompt_id: str, lane: str) -> None:
         self.avoid[prompt_id] = self.avoid.get(prompt_id, frozenset()) | {lane}
+
+
+def _wake_one(entry: LaneSlots) -> bool:
+    """Wake one of the lane's parked slots; False when none was waiting."""
+    while entry.parked:
+        parked = entry.parked.popleft()
+        if not parked.started.done():
+            parked.started.set_result(None)
+            return True
+    return False
