@@ -1,0 +1,95 @@
+"""Wake-ups at scale: a new job wakes one parked slot of a lane that can run it (not every
+idle slot of the fleet), and slots that look at the queue together share one read."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from comfyfleet.domain.jobs import Job, JobStatus, NewJob
+from comfyfleet.engine.executor import Engine
+from comfyfleet.folders import Folders
+from comfyfleet.lanes.local import LocalLane
+from comfyfleet.nodes import build_registry
+from comfyfleet.scheduler.candidates import Candidates
+from comfyfleet.scheduler.choosing import Verdict
+from comfyfleet.scheduler.observers import Observers
+from comfyfleet.scheduler.slots import Parked, Slot
+from comfyfleet.scheduler.state import SchedulerState
+from comfyfleet.store.sqlite import SQLiteStore
+
+
+def job(class_type: str) -> Job:
+    prompt = {"1": {"class_type": class_type, "inputs": {}}}
+    return NewJob(str(uuid.uuid4()), 0, False, prompt, {}, ["1"]).pending(1, 0.0)
+
+
+async def park_every_slot(state: SchedulerState) -> list[Parked]:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    parked = []
+    for entry in state.lanes.values():
+        for _ in range(entry.lane.slots):
+            parked.append(Parked(Slot(), loop.create_future(), task))
+            entry.parked.append(parked[-1])
+    return parked
+
+
+async def test_a_new_job_wakes_one_slot_of_a_lane_that_can_run_it(tmp_path: Path) -> None:
+    testing = Engine(build_registry(testing=True), Folders.under(tmp_path / "t"))
+    plain = Engine(build_registry(), Folders.under(tmp_path / "p"))
+    store = SQLiteStore(tmp_path / "jobs.db")
+    lanes = [LocalLane(plain, 2, name=f"plain{k}") for k in range(50)]
+    lanes.append(LocalLane(testing, 2, name="testing"))
+    state = SchedulerState(store, Observers(), lanes)
+    try:
+        parked = await park_every_slot(state)
+        state.work_arrived(None, job("Sleep"))  # only the testing lane has Sleep
+        woken = [p for p in parked if p.started.done()]
+        assert len(woken) == 1 and woken[0] in parked[-2:]
+
+        state.work_arrived(None, job("PreviewAny"))  # any lane: the next one in turn
+        state.work_arrived(None, job("PreviewAny"))
+        woken = [i for i, p in enumerate(parked) if p.started.done()]
+        assert len(woken) == 3 and woken[1] // 2 != woken[2] // 2  # two different lanes
+
+        state.work_arrived(None)  # a job not known here: every slot looks
+        assert all(p.started.done() for p in parked)
+    finally:
+        testing.close()
+        plain.close()
+
+
+async def test_slots_that_look_at_the_queue_together_share_one_read(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    try:
+        for k in range(3):
+            await store.submit(NewJob(f"p{k}", k, False, {}, {}, []))
+        state = SchedulerState(store, Observers(), [])
+        candidates = Candidates(state)
+        reads = 0
+        read = store.candidates
+
+        async def counted(limit: int, after: Job | None = None) -> list[Job]:
+            nonlocal reads
+            reads += 1
+            return await read(limit, after)
+
+        store.candidates = counted  # type: ignore[method-assign]
+
+        async def claim() -> Job | None:
+            found, _ = await candidates.take_first(
+                lambda _job: Verdict.TAKE, lambda job: store.claim_job(job, "lane")
+            )
+            return found
+
+        taken = await asyncio.gather(*(claim() for _ in range(8)))
+        assert sorted(j.prompt_id for j in taken if j is not None) == ["p0", "p1", "p2"]
+        assert reads <= 2  # one read of the front for all eight (and one past it)
+        _, total = await store.jobs(statuses=[JobStatus.RUNNING])
+        assert total == 3
+    finally:
+        await store.close()
