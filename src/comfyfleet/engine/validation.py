@@ -130,34 +130,33 @@ async def validate_prompt(
 async def _drive(steps: _Steps) -> ValidationResult:
     """Run the validation on the event loop, awaiting what it asks for."""
     outcome: _Outcome | None = None
-    while True:
-        try:
-            pending = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            outcome = _Outcome(await pending.awaitable)
-        except Exception as exc:
-            outcome = _Outcome(error=exc)
+    while not isinstance(asked := _resume(steps, outcome), ValidationResult):
+        outcome = await _settled(asked.awaitable)
+    return asked
 
 
 def _drive_in_thread(steps: _Steps, loop: asyncio.AbstractEventLoop) -> ValidationResult:
     """Run the validation on this worker thread; what it awaits runs on `loop`."""
     outcome: _Outcome | None = None
-    while True:
-        try:
-            pending = steps.send(outcome)  # type: ignore[arg-type]  # None starts it
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            awaited = asyncio.run_coroutine_threadsafe(_awaited(pending.awaitable), loop)
-            outcome = _Outcome(awaited.result())
-        except Exception as exc:
-            outcome = _Outcome(error=exc)
+    while not isinstance(asked := _resume(steps, outcome), ValidationResult):
+        outcome = asyncio.run_coroutine_threadsafe(_settled(asked.awaitable), loop).result()
+    return asked
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+def _resume(steps: _Steps, outcome: _Outcome | None) -> _Pending | ValidationResult:
+    """The next awaitable the validation asks for, or its result (None starts it)."""
+    try:
+        return steps.send(outcome)  # type: ignore[arg-type]
+    except StopIteration as done:
+        result: ValidationResult = done.value
+        return result
+
+
+async def _settled(awaitable: Awaitable[Any]) -> _Outcome:
+    try:
+        return _Outcome(await awaitable)
+    except Exception as exc:
+        return _Outcome(error=exc)
 
 
 def _validate(registry: NodeRegistry, prompt: Any, partial_targets: Any) -> _Steps:
