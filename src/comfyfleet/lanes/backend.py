@@ -156,6 +156,22 @@ class BackendClient:
         except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
 
+    async def json_bytes(self, path: str, *, timeout: float = 30.0) -> bytes:
+        """The body of a 2xx answer to GET `path`, unparsed (the caller may know it
+        already: a fleet of backends with the same nodes sends the same object_info)."""
+        try:
+            async with self.session.get(
+                self.base + path,
+                headers=self.spec.headers(),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
+                body = await _read_capped(response, MAX_JSON_BYTES, f"GET {path}")
+                if response.status >= 400:
+                    raise BackendError(f"GET {path}: HTTP {response.status}: {body[:300]!r}")
+                return body
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+
     async def read_bytes(self, path: str, params: dict[str, str], timeout: float = 60.0) -> bytes:
         try:
             async with self.session.get(

@@ -8,6 +8,10 @@ is among the values that backend offers. Combos of upload inputs
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +43,7 @@ class Capabilities:
     models: dict[str, list[str]] = field(default_factory=dict)  # folder -> files
     _combos: dict[tuple[str, str], frozenset[Any]] = field(default_factory=dict, repr=False)
     _model_files: frozenset[str] = field(default_factory=frozenset, repr=False)
+    _last: tuple[dict[str, Any], bool] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_object_info(
@@ -86,8 +91,57 @@ class Capabilities:
         )
 
     def can_run(self, prompt: dict[str, Any]) -> bool:
-        return not self.missing_for(prompt)
+        """Whether it has all `prompt` needs. The last answer is kept: lanes of backends
+        with the same nodes share these capabilities, and a choice among a thousand of
+        them asks each about the same prompt (a prompt is not changed once queued)."""
+        last = self._last
+        if last is not None and last[0] is prompt:
+            return last[1]
+        answer = not self.missing_for(prompt)
+        self._last = (prompt, answer)
+        return answer
 
 
 def _hashable(value: Any) -> Any:
     return value if isinstance(value, str | int | float | bool | type(None)) else repr(value)
+
+
+class KnownCapabilities:
+    """Capabilities by the bytes of the object_info they were read from (and the model
+    files listed with it), shared by the lanes of one fleet: a thousand backends with
+    the same nodes are parsed and indexed once, and kept in memory once."""
+
+    def __init__(self) -> None:
+        self._known: weakref.WeakValueDictionary[Key, Capabilities] = weakref.WeakValueDictionary()
+        self._reading: dict[Key, asyncio.Future[Capabilities]] = {}
+
+    @staticmethod
+    def key(object_info: bytes, models: dict[str, list[str]]) -> Key:
+        return hashlib.sha256(object_info).digest(), json.dumps(models, sort_keys=True)
+
+    async def of(self, key: Key, object_info: bytes, models: dict[str, list[str]]) -> Capabilities:
+        """The capabilities of this object_info: known, being read for another lane, or
+        read now (in a worker thread: a real object_info is megabytes). ValueError when
+        it is not a JSON object."""
+        known = self._known.get(key)
+        if known is not None:
+            return known
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = self._reading[key] = asyncio.ensure_future(
+                asyncio.to_thread(_read, object_info, models)
+            )
+            reading.add_done_callback(lambda _done: self._reading.pop(key, None))
+        found = await asyncio.shield(reading)
+        self._known[key] = found
+        return found
+
+
+Key = tuple[bytes, str]
+
+
+def _read(object_info: bytes, models: dict[str, list[str]]) -> Capabilities:
+    parsed = json.loads(object_info) if object_info.strip() else None
+    if not isinstance(parsed, dict):
+        raise ValueError("object_info is not a JSON object")
+    return Capabilities.from_object_info(parsed, models)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,7 +27,7 @@ from comfyfleet.lanes.backend import (
     Withdrawn,
 )
 from comfyfleet.lanes.base import Adopt, LaneRun, adopt_none
-from comfyfleet.lanes.capabilities import Capabilities
+from comfyfleet.lanes.capabilities import Capabilities, Key, KnownCapabilities
 from comfyfleet.lanes.endings import (
     foreign_file_answer,
     refused_result,
@@ -75,25 +77,42 @@ class PromptRefused(Exception):
 class Submits:
     """Prompts being submitted to the backends of one fleet. A finished prompt's history
     read lets those already under way go first: a submit is what keeps a backend busy,
-    and when many backends finish at once their hand-overs all compete for the CPU."""
+    and when many backends finish at once their hand-overs all compete for the CPU.
+
+    Submits are numbered as they start; a wait ends when the oldest still under way is
+    newer than the newest at its start (one future per wait, whatever the number of
+    submits: a thousand backends finishing together each wait once)."""
 
     def __init__(self) -> None:
-        self._under_way: set[asyncio.Future[None]] = set()
+        self._numbers = itertools.count()
+        self._under_way: dict[int, None] = {}  # in the order they started
+        self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @contextlib.contextmanager
     def sending(self) -> Iterator[None]:
-        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._under_way.add(sent)
+        number = next(self._numbers)
+        self._under_way[number] = None
         try:
             yield
         finally:
-            self._under_way.discard(sent)
-            sent.set_result(None)
+            del self._under_way[number]
+            self._release()
+
+    def _release(self) -> None:
+        oldest = next(iter(self._under_way), None)
+        while self._waiting and (oldest is None or self._waiting[0][0] < oldest):
+            _, waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def let_pass(self, timeout: float = 1.0) -> None:
         """Wait for the submits under way now (never for a stream of later ones)."""
-        if self._under_way:
-            await asyncio.wait(list(self._under_way), timeout=timeout)
+        if not self._under_way:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append((next(reversed(self._under_way)), waiter))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, timeout)
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,9 @@ class ComfyUILane:
         self.slots = client.spec.slots + client.spec.prefetch
         self.runs_at_once = client.spec.slots
         self.capabilities = Capabilities()
+        self._capabilities_key: Key | None = None  # what they were read from
+        # Where lanes of one fleet share what their backends can run (see `_refresh`).
+        self.known = KnownCapabilities()
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
         self.draining = False
@@ -312,8 +334,8 @@ class ComfyUILane:
         backoff = 0.5
         while True:
             try:
-                await self._refresh()
-                await self.on_change()
+                if await self._refresh():
+                    await self.on_change()
                 wait, backoff = self.settings.refresh_interval, 0.5
             except BackendError as exc:
                 log.debug("backend %s unavailable: %s", self.client.spec.name, exc)
@@ -355,8 +377,8 @@ class ComfyUILane:
                 backoff = min(self.settings.max_backoff, backoff * 2)
 
     async def _connect_and_refresh(self) -> None:
-        await self._refresh()
-        await self.on_change()  # the node union knows it before it takes work
+        if await self._refresh():
+            await self.on_change()  # the node union knows it before it takes work
         await self.client.connect()
         await self._reconcile()
         self.ready.set()
@@ -416,17 +438,16 @@ class ComfyUILane:
             return False, answer
         return None
 
-    async def _refresh(self) -> None:
+    async def _refresh(self) -> bool:
         """Read what the backend can run: its nodes, the files of its model folders, and
-        whether it has the companion pack (it then validates prompts for the gateway)."""
+        whether it has the companion pack (it then validates prompts for the gateway).
+        Whether its nodes or files changed (the fleet's node union is built anew then)."""
         try:
             pack = await self.client.request("GET", PACK_ROUTE, timeout=10.0)
         except BackendError:
             pack = None
         self.validates = isinstance(pack, dict) and pack.get("pack") == "comfyfleet"
-        object_info = await self.client.request("GET", "/object_info", timeout=60.0)
-        if not isinstance(object_info, dict):
-            raise BackendError("object_info is not a JSON object")
+        object_info = await self.client.json_bytes("/object_info", timeout=60.0)
         models: dict[str, list[str]] = {}
         folders = await self.client.request("GET", "/models", timeout=30.0)
         for folder in folders if isinstance(folders, list) else []:
@@ -436,10 +457,15 @@ class ComfyUILane:
                 continue  # a folder it lists but cannot read: no files known there
             if isinstance(files, list):
                 models[str(folder)] = [str(f) for f in files]
-        # A real ComfyUI's object_info is megabytes: index it off the event loop.
-        self.capabilities = await asyncio.to_thread(
-            Capabilities.from_object_info, object_info, models
-        )
+        key = KnownCapabilities.key(object_info, models)
+        if key == self._capabilities_key:
+            return False
+        try:
+            self.capabilities = await self.known.of(key, object_info, models)
+        except (ValueError, RecursionError) as exc:
+            raise BackendError(f"GET /object_info: {type(exc).__name__}: {exc}") from exc
+        self._capabilities_key = key
+        return True
 
     async def _watch_health(self) -> None:
         """Return when the backend stops answering (HTTP or WebSocket)."""
@@ -454,8 +480,8 @@ class ComfyUILane:
                 continue
             await self.client.request("GET", "/prompt", timeout=10.0)
             if time.monotonic() - refreshed > self.settings.refresh_interval:
-                await self._refresh()
-                await self.on_change()
+                if await self._refresh():
+                    await self.on_change()
                 refreshed = time.monotonic()
         raise BackendError("websocket closed")
 

@@ -17,6 +17,7 @@ from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec, FileAnswer
 from comfyfleet.lanes.base import Lane
+from comfyfleet.lanes.capabilities import KnownCapabilities
 from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings, Submits
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.lanes.remote_nodes import union_registry
@@ -141,6 +142,9 @@ class Fleet:
         self._session: aiohttp.ClientSession | None = None
         self._submits = Submits()
         self._agent = agent  # the User-Agent backends see (None: aiohttp's)
+        self._known = KnownCapabilities()  # shared by the backends' lanes
+        self._rebuilding: asyncio.Task[None] | None = None
+        self._again = False  # a lane changed while the union was being built
 
     def lanes(self) -> list[Lane]:
         lanes: list[Lane] = [self.local] if self.local else []
@@ -162,6 +166,7 @@ class Fleet:
             client, self.folders, self.settings, self.tenants, self._submits, self.fetch_inputs
         )
         lane.on_change = self.rebuild
+        lane.known = self._known
         self.backends[spec.name] = lane
         return lane
 
@@ -177,11 +182,30 @@ class Fleet:
         await self.rebuild()
 
     async def rebuild(self) -> None:
-        """The node union: local nodes plus stand-ins for what only backends have (built
-        in a thread: it copies every backend's node definitions)."""
-        remote = [lane.capabilities.object_info for lane in self.backends.values()]
-        local = self.engine.registry
-        self.registry = await asyncio.to_thread(union_registry, local, remote) if remote else local
+        """The node union: local nodes plus stand-ins for what only backends have. Lanes
+        that change while it is built get one build more after it, not one each (a
+        thousand backends start together); returns once a build that began after the
+        call is done."""
+        self._again = self._rebuilding is not None
+        while (building := self._rebuilding) is not None:
+            await asyncio.shield(building)  # the build clears `_rebuilding` as it ends
+            if not self._again:
+                return
+        building = self._rebuilding = asyncio.create_task(self._build(), name="fleet-nodes")
+        await asyncio.shield(building)
+
+    async def _build(self) -> None:
+        """Built in a thread: it copies backends' node definitions, each distinct set once
+        (backends with the same nodes share one)."""
+        try:
+            self._again = False
+            distinct = {id(lane.capabilities): lane.capabilities for lane in self.backends.values()}
+            remote = [capabilities.object_info for capabilities in distinct.values()]
+            local = self.engine.registry
+            built = await asyncio.to_thread(union_registry, local, remote) if remote else local
+            self.registry = built
+        finally:
+            self._rebuilding = None
 
     def runs_remotely(self, prompt: dict[str, Any]) -> bool:
         """Whether `prompt` can only run on a backend (the local lane lacks a class)."""

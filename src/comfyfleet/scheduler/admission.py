@@ -80,9 +80,9 @@ class Admission:
         if self._state.pending > 0 or self._submitting:
             return None
         job = new.pending(0, 0.0)
-        ready = [
+        ready = [  # a parked slot holds no job: its lane is free
             entry
-            for entry in self._state.lanes.values()
+            for entry in self._state.free.values()
             if entry.parked and not entry.retiring and entry.lane.can_run(job)
         ]
         if not ready:

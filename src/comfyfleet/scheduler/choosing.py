@@ -43,7 +43,7 @@ def eligible(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
     # not to one the job avoids (it would leave the job too, and no lane would take it).
     rivals = [
         other
-        for other in state.lanes.values()
+        for other in state.free.values()
         if other is not entry and not (avoid and other.lane.name in avoid) and other.free_for(job)
     ]
     if not entry.would_queue:  # only lanes that would start it at once compete
@@ -64,6 +64,6 @@ def reservable(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
     to it."""
     if not may_take(state, entry, job):
         return Verdict.PASS
-    if any(o is not entry and o.free_for(job) for o in state.lanes.values()):
+    if any(o is not entry and o.free_for(job) for o in state.free.values()):
         return Verdict.PASS  # its slot takes it without a wake-up
     return Verdict.TAKE

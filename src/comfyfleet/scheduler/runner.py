@@ -71,7 +71,7 @@ class Runner:
         state.observers.job_started(job)
         slots = state.lanes.get(lane.name)
         if slots is not None:
-            slots.busy += 1
+            state.taken(slots)
             slots.warmth = Warmth.of(job.prompt)
             if slot is not None and not lane.in_process:
                 entry.handle.on_accept(lambda: self._accepted(slots, slot, entry.handle))
@@ -132,7 +132,7 @@ class Runner:
     def _slot_freed(self, started: Started, slot: Slot | None) -> None:
         slots = self._state.lanes.get(started.entry.lane.name)
         if slots is not None:
-            slots.busy -= 1
+            self._state.released(slots)
             if slot is not None:
                 slots.accepted.discard(slot)
 

@@ -68,7 +68,7 @@ class Scheduler:
         """Add a lane before `start` (at run time, use `add_lane`)."""
         if lane.name in self.state.lanes:
             raise ValueError(f"lane {lane.name} already exists")
-        self.state.lanes[lane.name] = LaneSlots(lane)
+        self.state.add_lane(LaneSlots(lane))
 
     @property
     def lanes(self) -> list[Lane]:
@@ -104,7 +104,8 @@ class Scheduler:
     async def add_lane(self, lane: Lane) -> None:
         if lane.name in self.state.lanes:
             raise ValueError(f"lane {lane.name} already exists")
-        entry = self.state.lanes[lane.name] = LaneSlots(lane)
+        entry = LaneSlots(lane)
+        self.state.add_lane(entry)
         await self._start_lane(entry)
         self.state.wake()
 
@@ -112,10 +113,11 @@ class Scheduler:
         """Stop giving the lane work, let its running jobs end (or re-queue them after
         `timeout`), then close it."""
         entry = self.state.lanes[name]
-        entry.retiring = True
+        self.state.retire(entry)
         await self._wind_down(entry.tasks, timeout, lambda r: r.lane is entry.lane)
         await self._reservations.give_back(lambda r: r.owner is entry, settle=True)
         del self.state.lanes[name]
+        self.state.free.pop(name, None)
         await entry.lane.close()
 
     async def stop(self, grace: float, before_requeue: Callable[[], None] | None = None) -> None:

@@ -20,6 +20,9 @@ class SchedulerState:
         self.store = store
         self.observers = observers
         self.lanes = {lane.name: LaneSlots(lane) for lane in lanes}
+        # The lanes with a slot free (by name): what looks for a free lane looks here,
+        # not at every lane of a fleet of thousands. Kept by `taken` and `released`.
+        self.free: dict[str, LaneSlots] = dict(self.lanes)
         self.running: dict[str, Running] = {}
         # Jobs set aside for busy remote lanes (still pending in the store), by id.
         self.reserved: dict[str, Reservation] = {}
@@ -64,8 +67,8 @@ class SchedulerState:
         of a lane that can run it (a thousand idle backends would otherwise all read the
         queue for each job; the one woken wakes the rest if it leaves the job to them)."""
         self.wakes += 1
-        lanes = list(self.lanes.values())
         if job is not None:  # from the lane after the last one woken: each gets its turn
+            lanes = list(self.free.values())  # a parked slot holds no job: its lane is free
             start = self._woken % len(lanes) if lanes else 0
             turns = lanes[start:] + lanes[:start]
             for at_once in (True, False):  # a lane that starts it at once first
@@ -79,9 +82,29 @@ class SchedulerState:
                     ):
                         self._woken = start + turn + 1
                         return
-        for entry in lanes:
+        for entry in self.lanes.values():
             while _wake_one(entry):
                 pass
+
+    def add_lane(self, entry: LaneSlots) -> None:
+        self.lanes[entry.lane.name] = self.free[entry.lane.name] = entry
+
+    def retire(self, entry: LaneSlots) -> None:
+        entry.retiring = True
+        self.free.pop(entry.lane.name, None)
+
+    def taken(self, entry: LaneSlots) -> None:
+        """One more job runs on the lane."""
+        entry.busy += 1
+        if entry.busy >= entry.lane.slots:
+            self.free.pop(entry.lane.name, None)
+
+    def released(self, entry: LaneSlots) -> None:
+        """One job fewer runs on the lane."""
+        entry.busy -= 1
+        name = entry.lane.name
+        if entry.busy < entry.lane.slots and not entry.retiring and self.lanes.get(name) is entry:
+            self.free[name] = entry
 
     def work_arrived(self, key: DispatchKey | None, job: Job | None = None) -> None:
         """A job became claimable (queued, re-queued, given back): `key` is its place in
