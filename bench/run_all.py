@@ -41,7 +41,10 @@ BENCHMARKS: list[tuple[str, str]] = [
         "bench_store.py --store postgresql://postgres@127.0.0.1:5432/postgres",
         "Store: PostgreSQL against SQLite",
     ),
-    ("bench_gateway.py --prompts 1000", "Server end to end, 1 and 8 slots"),
+    (
+        "bench_gateway.py --prompts 1000 --store postgresql://postgres@127.0.0.1:5432/postgres",
+        "Server end to end, 1 and 8 slots (8 also on PostgreSQL)",
+    ),
     ("bench_big_prompt.py", "One 10,000-node prompt: stalls, event log, memory (SQLite)"),
     (
         "bench_big_prompt.py --store postgresql://postgres@127.0.0.1:5432/postgres",
@@ -63,6 +66,7 @@ BENCHMARKS: list[tuple[str, str]] = [
         "--store postgresql://postgres@127.0.0.1:5432/postgres",
         "Scale-out at N = 16 with the store on PostgreSQL, prefetch 1",
     ),
+    ("bench_fleet_scale.py", "Up to 1,000 simulated ComfyUI backends behind one gateway"),
     ("bench_gateways.py", "Several gateways on PostgreSQL"),
     ("bench_managed.py", "Managed backends: start-up and scale-out"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
