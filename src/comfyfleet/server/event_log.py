@@ -18,11 +18,8 @@ recording the end and writing the log, or the job was cancelled while queued), t
 first follower to notice (SETTLE_AFTER seconds after the end at the earliest) appends
 what is missing: the end event kept in the history, then the done signal.
 
-The log grows by what happened, not by ComfyUI's frames: ComfyUI's `progress_state`
-lists every started node on each node's start, progress and finish (O(N²) for N
-nodes), so the log keeps only the entries that changed (data `"changes": true`); the
-first of an attempt, or one that drops a node, is kept whole. A follower gets the whole
-frames back (`ProgressFrames`), exactly as the running gateway's clients got them.
+The log grows by what happened, not by ComfyUI's frames: of `progress_state` it keeps
+the entries that changed, and a follower gets the whole frames back (log_progress.py).
 
 A prompt's log is capped (`max_prompt_bytes`, counting JSON and binary frames): past
 it, what only shows progress is left out (`progress` frames, previews, progress text,
@@ -44,12 +41,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, replace
-from typing import Any
 
 from comfyfleet.domain.jobs import TERMINAL, Job, JobResult
 from comfyfleet.domain.prompt_events import (
-    PROGRESS_CHANGES,
     EventsAppended,
     NewPromptEvent,
     PromptEvent,
@@ -57,9 +51,10 @@ from comfyfleet.domain.prompt_events import (
 )
 from comfyfleet.engine.events import EngineEvent, Message, NodeProgress
 from comfyfleet.protocol import events
-from comfyfleet.protocol.progress import Entry, ProgressState
+from comfyfleet.protocol.progress import ProgressState
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.server import log_frames
+from comfyfleet.server.log_progress import PROGRESS, Attempt, ProgressFrames
 from comfyfleet.store.base import JobStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -89,67 +84,6 @@ SETTLE_AFTER = 5.0
 RETRY_MAX = 2.0
 #: Bytes one prompt's log may take before what only shows progress is left out.
 MAX_PROMPT_BYTES = 64 << 20
-PROGRESS = "progress_state"
-
-
-class ProgressFrames:
-    """Turns a prompt's logged progress changes back into ComfyUI's whole frames."""
-
-    def __init__(self, prompt_id: str) -> None:
-        self.state = ProgressState(prompt_id)
-
-    def apply(self, event: PromptEvent) -> bool:
-        """Take in a logged event; whether it was a `progress_state`."""
-        if event.frame is not None or event.type != PROGRESS:
-            return False
-        nodes = event.data.get("nodes")
-        nodes = nodes if isinstance(nodes, dict) else {}
-        if event.data.get(PROGRESS_CHANGES):
-            for node_id, entry in nodes.items():
-                self.state.change(node_id, entry)
-        else:  # kept whole (or logged before changes were)
-            self.state.replace(nodes)
-        return True
-
-    def as_sent(self, event: PromptEvent) -> PromptEvent:
-        """`event` as the prompt's client got it: a progress change as the whole frame."""
-        return replace(event, data=self.state.frame()) if self.apply(event) else event
-
-
-@dataclass
-class _Attempt:
-    """What this process is logging of one attempt of a prompt."""
-
-    progress: ProgressState
-    size: int = 0  # bytes appended
-
-    def progress_event(self, node_id: str, entry: Entry) -> NewPromptEvent:
-        """The log's form of a node's change: the change alone, or the first whole."""
-        first = not self.progress.nodes
-        self.progress.change(node_id, entry)
-        nodes = {node_id: entry}
-        data = {"prompt_id": self.progress.prompt_id, "nodes": nodes}
-        return NewPromptEvent(self.progress.prompt_id, PROGRESS, data if first else _changes(data))
-
-    def whole_frame(self, data: dict[str, Any]) -> NewPromptEvent:
-        """The log's form of a whole frame (a backend's): the entries it changed."""
-        nodes = data.get("nodes")
-        nodes = nodes if isinstance(nodes, dict) else {}
-        changed = self.progress.changes_to(nodes) if self.progress.nodes else None
-        self.progress.replace(nodes)
-        if changed is None:
-            return NewPromptEvent(self.progress.prompt_id, PROGRESS, data)
-        frame = {"prompt_id": self.progress.prompt_id, "nodes": changed}
-        return NewPromptEvent(self.progress.prompt_id, PROGRESS, _changes(frame))
-
-    def shows_state(self, event: NodeProgress) -> bool:
-        """Whether the change starts or finishes its node (not a running value update)."""
-        known = self.progress.nodes.get(event.node_id)
-        return known is None or known.get("state") != event.entry.get("state")
-
-
-def _changes(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, PROGRESS_CHANGES: True}
 
 
 class _Listener:
@@ -211,7 +145,7 @@ class EventLog(JobObserver):
         self._settling = asyncio.Lock()
         self._listeners: dict[str, set[_Listener]] = {}
         self._open: set[str] = set()  # prompts whose end this process may still write
-        self._attempts: dict[str, _Attempt] = {}  # by prompt id: those running here
+        self._attempts: dict[str, Attempt] = {}  # by prompt id: those running here
         self._dropped = 0
         self._closed = False
 
@@ -239,7 +173,7 @@ class EventLog(JobObserver):
         self._open.add(job.prompt_id)
         attempt = self._attempts.get(job.prompt_id)
         if attempt is None:
-            attempt = self._attempts[job.prompt_id] = _Attempt(ProgressState(job.prompt_id))
+            attempt = self._attempts[job.prompt_id] = Attempt(ProgressState(job.prompt_id))
         full = attempt.size > self.max_prompt_bytes
         logged: NewPromptEvent | None
         if isinstance(event, NodeProgress):
