@@ -10,6 +10,7 @@ ahead of a reserved one in queue order sends the reservation back.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import Counter
@@ -46,16 +47,19 @@ class Reservations:
         """The reservation a free slot starts next, taken out of the pool: its lane's
         earliest, unless another lane's (which this one can run) is due first, because
         this lane has none or because it has waited long."""
-        mine = others = None
-        for reservation in self._state.reserved.values():
-            if not may_take(self._state, entry, reservation.job):
-                continue
-            key = reservation.job.dispatch_key()
-            if reservation.owner is entry:
-                if mine is None or key < mine.job.dispatch_key():
-                    mine = reservation
-            elif others is None or key < others.job.dispatch_key():
-                others = reservation
+        state = self._state
+        # In queue order, so whether this lane can run one (node code's classes, model
+        # files) is asked of the first few only, not of a thousand lanes' reservations.
+        held = sorted(state.reserved.values(), key=lambda r: r.job.dispatch_key())
+        mine = next((r for r in held if r.owner is entry and may_take(state, entry, r.job)), None)
+        others = next(
+            (
+                r
+                for r in itertools.takewhile(lambda r: r is not mine, held)
+                if r.owner is not entry and may_take(state, entry, r.job)
+            ),
+            None,
+        )
         chosen = mine
         if others is not None and (
             mine is None

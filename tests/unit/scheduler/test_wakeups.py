@@ -93,3 +93,38 @@ async def test_slots_that_look_at_the_queue_together_share_one_read(tmp_path: Pa
         assert total == 3
     finally:
         await store.close()
+
+
+async def test_a_slot_picks_its_reservation_asking_few_lanes_whether_they_can_run_it(
+    tmp_path: Path,
+) -> None:
+    from comfyfleet.scheduler.reservations import Reservations
+    from comfyfleet.scheduler.slots import Reservation
+
+    plain = Engine(build_registry(), Folders.under(tmp_path / "p"))
+    store = SQLiteStore(tmp_path / "jobs.db")
+    lanes = [LocalLane(plain, 1, name=f"lane{k}") for k in range(500)]
+    state = SchedulerState(store, Observers(), lanes)
+    asked = 0
+    for lane in lanes:
+        can_run = lane.can_run
+
+        def counted(job: Job, can_run=can_run) -> bool:  # type: ignore[no-untyped-def]
+            nonlocal asked
+            asked += 1
+            return can_run(job)
+
+        lane.can_run = counted  # type: ignore[method-assign]
+    entries = list(state.lanes.values())
+    for k, entry in enumerate(entries):  # each lane holds one, in queue order
+        reserved = NewJob(f"p{k}", k, False, job("PreviewAny").prompt, {}, ["1"]).pending(k, 0.0)
+        state.reserved[reserved.prompt_id] = Reservation(reserved, entry, 0.0)
+    try:
+        reservations = Reservations(state, Candidates(state))
+        chosen = reservations.pick(entries[-1], Slot(last_run=1e9))  # its own: none waited long
+        assert chosen is not None and chosen.job.prompt_id == "p499"
+        assert asked <= 2  # its own, and the earliest other (500 before)
+        stolen = reservations.pick(entries[-2], Slot(last_run=0.0))  # others have waited
+        assert stolen is not None and stolen.job.prompt_id == "p0"
+    finally:
+        plain.close()
