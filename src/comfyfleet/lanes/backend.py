@@ -139,6 +139,21 @@ class BackendClient:
 
     async def request(self, method: str, path: str, *, timeout: float = 30.0, **kwargs: Any) -> Any:
         """JSON of a 2xx answer (None when empty); BackendError otherwise."""
+        body = await self._body(method, path, timeout, **kwargs)
+        try:
+            if len(body) > LARGE_JSON:  # e.g. object_info: parse it off the event loop
+                return await asyncio.to_thread(json.loads, body)
+            return json.loads(body) if body.strip() else None
+        except (ValueError, RecursionError) as exc:
+            raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+
+    async def json_bytes(self, path: str, *, timeout: float = 30.0) -> bytes:
+        """The body of a 2xx answer to GET `path`, unparsed (the caller may know it
+        already: a fleet of backends with the same nodes sends the same object_info)."""
+        return await self._body("GET", path, timeout)
+
+    async def _body(self, method: str, path: str, timeout: float, **kwargs: Any) -> bytes:
+        """The body of a 2xx answer, at most MAX_JSON_BYTES; BackendError otherwise."""
         try:
             async with self.session.request(
                 method,
@@ -150,27 +165,9 @@ class BackendClient:
                 body = await _read_capped(response, MAX_JSON_BYTES, f"{method} {path}")
                 if response.status >= 400:
                     raise BackendError(f"{method} {path}: HTTP {response.status}: {body[:300]!r}")
-                if len(body) > LARGE_JSON:  # e.g. object_info: parse it off the event loop
-                    return await asyncio.to_thread(json.loads, body)
-                return json.loads(body) if body.strip() else None
-        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
-            raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-
-    async def json_bytes(self, path: str, *, timeout: float = 30.0) -> bytes:
-        """The body of a 2xx answer to GET `path`, unparsed (the caller may know it
-        already: a fleet of backends with the same nodes sends the same object_info)."""
-        try:
-            async with self.session.get(
-                self.base + path,
-                headers=self.spec.headers(),
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as response:
-                body = await _read_capped(response, MAX_JSON_BYTES, f"GET {path}")
-                if response.status >= 400:
-                    raise BackendError(f"GET {path}: HTTP {response.status}: {body[:300]!r}")
                 return body
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BackendError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
 
     async def read_bytes(self, path: str, params: dict[str, str], timeout: float = 60.0) -> bytes:
         try:

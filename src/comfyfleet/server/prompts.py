@@ -109,9 +109,9 @@ async def _submit(
         return bad_request("invalid_webhook", str(exc))
     answer = {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     keyed_request = None if keyed is None else IdempotentRequest(*keyed, answer)
-    new = replace(new, tenant=tenant, idempotency=keyed_request)
-    scrubbed = new
-    new = await _walking(new.prompt, lambda: scrub_new_job(gw.engine, scrubbed))  # keys stay out
+    keyed_job = replace(new, tenant=tenant, idempotency=keyed_request)
+    # Typed keys stay out of storage.
+    new = await _walking(new.prompt, lambda: scrub_new_job(gw.engine, keyed_job))
     try:
         await gw.scheduler.submit(new)
     except DuplicateJob:

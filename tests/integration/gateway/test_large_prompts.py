@@ -8,6 +8,7 @@ Its followers still get the whole frames, exactly as a client connected while it
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ async def longest_wait(served: Served, until: asyncio.Event) -> float:
 
 async def logged_bytes(served: Served, prompt_id: str) -> int:
     events = await served.gateway.store.prompt_events(prompt_id, limit=1_000_000)
-    return sum(len(e.data and str(e.data)) + len(e.frame or b"") for e in events)
+    return sum(len(json.dumps(e.data)) + len(e.frame or b"") for e in events)
 
 
 async def test_a_wide_prompt_logs_its_changes_and_stalls_no_client(tmp_path: Path) -> None:

@@ -167,27 +167,20 @@ class AsyncValidated:
     FUNCTION = "run"
 
 
-class ThreadNoting:
-    """Notes the thread its INPUT_TYPES and its async VALIDATE_INPUTS run on."""
+class ThreadNoting(AsyncValidated):
+    """AsyncValidated, noting the thread its INPUT_TYPES and VALIDATE_INPUTS run on."""
 
     threads: list[tuple[str, int]] = []
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
         cls.threads.append(("INPUT_TYPES", threading.get_ident()))
-        return {"required": {"name": ("STRING", {})}}
+        return super().INPUT_TYPES()
 
     @classmethod
     async def VALIDATE_INPUTS(cls, name: str) -> Any:
-        asyncio.get_running_loop()  # raises off a loop
         cls.threads.append(("VALIDATE_INPUTS", threading.get_ident()))
-        await asyncio.sleep(0)
-        if name == "boom":
-            raise ValueError("async boom")
-        return True if name == "good" else f"bad name {name}"
-
-    RETURN_TYPES = ("IMAGE",)
-    FUNCTION = "run"
+        return await super().VALIDATE_INPUTS(name)
 
 
 class ListValidated:

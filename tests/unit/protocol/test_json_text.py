@@ -35,7 +35,6 @@ def finite(value: Any) -> Any:
 @given(values)
 def test_any_value_encodes_as_json_every_parser_reads_back(value: Any) -> None:
     text = json_text.dumps(value)
-    assert "NaN" not in text.replace('"NaN"', "") or isinstance(value, str)
     parsed = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     expected = finite(value)
     if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
