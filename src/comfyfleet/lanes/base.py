@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.engine.events import EventSink
@@ -62,6 +62,15 @@ Adopt = Callable[[Sequence[str]], Awaitable[set[str]]]
 
 async def adopt_none(found: Sequence[str]) -> set[str]:
     return set()
+
+
+@runtime_checkable
+class DiscardsOutputs(Protocol):
+    """A lane whose attempts write files where this gateway serves them (in-process)."""
+
+    async def discard_outputs(self, job: Job, result: JobResult) -> None:
+        """Remove the files of an attempt whose end was not recorded (given back, or
+        fenced out by a newer attempt): they are no one's, and must never be served."""
 
 
 class Lane(Protocol):

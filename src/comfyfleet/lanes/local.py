@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from comfyfleet.domain.jobs import Job, JobResult, JobStatus
+import asyncio
+import logging
+import os
+
+from comfyfleet.domain.jobs import Job, JobResult, JobStatus, OutputFile
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, RunHandle
+from comfyfleet.folders import Folders, UnsafePath
 from comfyfleet.lanes.base import Adopt, adopt_none
 from comfyfleet.lanes.outputs import output_files
 from comfyfleet.lanes.uploads import FetchInputs, UploadInputs
 from comfyfleet.tenants import TenantFolders
+
+log = logging.getLogger(__name__)
 
 STATUS = {
     "success": JobStatus.SUCCESS,
@@ -60,8 +67,33 @@ class LocalLane:
         result = await self.engine.execute(request, sink, handle, folders)
         return job_result(result)
 
+    async def discard_outputs(self, job: Job, result: JobResult) -> None:
+        folders = self.engine.folders if self.tenants is None else self.tenants.of(job.tenant)
+        removed = await asyncio.to_thread(remove_files, folders, result.files)
+        if removed:
+            log.warning(
+                "removed %d files of attempt %d of %s: its end was not recorded",
+                removed,
+                job.attempt,
+                job.prompt_id,
+            )
+
     async def close(self) -> None:
         self.engine.close()
+
+
+def remove_files(folders: Folders, files: list[OutputFile]) -> int:
+    """Remove `files` (each resolved inside its folder, a link removed as the link);
+    returns how many were removed."""
+    removed = 0
+    for item in files:
+        try:
+            relative = os.path.join(item.subfolder, item.filename)
+            folders.resolve_inside(item.type, relative, follow_last=False).unlink()
+        except (UnsafePath, OSError):
+            continue
+        removed += 1
+    return removed
 
 
 def job_result(result: ExecutionResult) -> JobResult:

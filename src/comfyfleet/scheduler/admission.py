@@ -77,7 +77,7 @@ class Admission:
     def _idle_slot_for(self, new: NewJob) -> tuple[LaneSlots, Parked] | None:
         """A parked slot to give a new job straight to, when nothing else is queued or
         being queued: the job would be the next one claimed anyway. The warmest wins."""
-        if self._state.pending > 0 or self._submitting:
+        if self._state.pending > 0 or self._submitting or not self._state.lease.held:
             return None
         job = new.pending(0, 0.0)
         ready = [  # a parked slot holds no job: its lane is free

@@ -82,6 +82,7 @@ class Running:
     # record, under way once the backend has the prompt (see Runner.start).
     reserved: Job | None = None
     starting: asyncio.Future[Job | None] | None = None
+    ended = False  # the lane reported its end (being recorded: not to be given back)
 
     def to(self, state: AttemptState) -> bool:
         """Move to `state` if the change is allowed (see the module's diagram); False, and

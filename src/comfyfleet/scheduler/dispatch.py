@@ -58,6 +58,9 @@ class Dispatcher:
         """Take and start the next job while the previous one's end is still being
         written; the new job's events wait for the previous done signal (EventGate)."""
         state, lane = self._state, entry.lane
+        if not state.lease.held:
+            async with entry.waiting():  # fenced out: no work until the lease holds again
+                await state.lease.wait_held()
         if slot.reserving is not None and not slot.reserving.done():
             await asyncio.wait([slot.reserving])  # a reservation being made lands first
         await self._reservations.give_back(

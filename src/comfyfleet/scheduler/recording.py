@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus
+from comfyfleet.lanes.base import DiscardsOutputs
 from comfyfleet.scheduler.attempts import AttemptState, Running
 from comfyfleet.scheduler.retry import RetryPolicy
 from comfyfleet.scheduler.state import SchedulerState
@@ -57,6 +58,8 @@ class Recorder:
             finished = await self._retrying(
                 "the end", job.prompt_id, lambda: self._settle(entry, result, failure)
             )
+            if finished is None and result is not None and isinstance(entry.lane, DiscardsOutputs):
+                await entry.lane.discard_outputs(job, result)  # given back, or fenced out
         except Exception:
             # The job stays running in the store and is recovered at the next start.
             log.exception("could not record the end of %s", job.prompt_id)

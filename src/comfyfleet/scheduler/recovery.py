@@ -45,7 +45,10 @@ class Recovery:
         orphans = {job.prompt_id for job in await store.orphaned()}
 
         def ours(job: Job) -> bool:
-            return job.owner == store.owner or job.prompt_id in orphans
+            # Other gateways' jobs wait for the lease keeper, once this one has held its
+            # own lease a whole lease (they may be alive and not yet renewed).
+            orphan = job.prompt_id in orphans and state.lease.may_sweep()
+            return job.owner == store.owner or orphan
 
         running = [job for job in running if ours(job)]
         running += await self._recover_reserved([j for j in pending if j.lane and ours(j)])
@@ -145,7 +148,10 @@ class Recovery:
             await asyncio.sleep(wait)
             wait = self.lease / 3
             try:
-                if not await store.heartbeat(self.lease):
+                sent_at = state.lease.now()
+                if await store.heartbeat(self.lease):
+                    state.lease.renewed(sent_at)
+                else:
                     log.error(
                         "gateway id %s is now another process's: give each gateway an id "
                         "of its own (--gateway-id)",
@@ -153,12 +159,14 @@ class Recovery:
                     )
                 live = await store.gateways()
                 wait = next_look(store.owner, live, self.lease, time.time())
-                await self.take_over_orphans()
+                if state.lease.may_sweep():
+                    await self.take_over_orphans()
                 if len(live) > 1 or state.running_elsewhere:  # the others' jobs count too
                     before = state.queue_remaining
                     if await state.recount() != before:
                         state.queue_changed()
             except StoreError as exc:
+                state.lease.failed()
                 log.warning("could not renew the lease of gateway %s: %s", store.owner, exc)
 
     async def take_over_orphans(self) -> None:

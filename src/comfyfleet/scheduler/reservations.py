@@ -132,7 +132,7 @@ class Reservations:
         """Set the slot's next job aside (it holds `held` already), if there is one no
         free slot is about to take."""
         state = self._state
-        if state.stopping or entry.retiring:
+        if state.stopping or entry.retiring or not state.lease.held:
             return
         if slot.reserving is not None and not slot.reserving.done():
             return

@@ -141,6 +141,7 @@ class Runner:
         tag_job(entry.job)  # this task is the attempt: its log lines name the job
         try:
             result, failure = await self._attempt(entry, resume)
+            entry.ended = True
         except BaseException:
             state.running.pop(entry.job.prompt_id, None)
             state.queue_changed()
@@ -178,8 +179,11 @@ class Runner:
 
     def _sink_for(self, entry: Running) -> Callable[[EngineEvent], None]:
         job = entry.job
+        lease = self._state.lease
 
         def sink(event: EngineEvent) -> None:
+            if entry.lane.in_process and not lease.held:
+                return  # another gateway may run it now: its frames are the ones sent
             # The done signal waits until the end is recorded (`Recorder.record` sends it).
             if (
                 isinstance(event, Message)

@@ -7,7 +7,8 @@ done by its parts, each in a module of its own:
   choosing.py says which lane should take which job), taking back a prefetched prompt;
 - reservations.py: jobs set aside for busy remote lanes;
 - runner.py and recording.py: one attempt, from its start to its recorded end;
-- recovery.py: start-up recovery, adoption, the lease and take-over of dead gateways' jobs.
+- recovery.py: start-up recovery, adoption, the lease and take-over of dead gateways' jobs;
+- lease.py: what this gateway can prove of its lease (fenced: no work, attempts given back).
 
 What they share (lanes, running attempts, the pending count) is in state.py.
 """
@@ -25,6 +26,7 @@ from comfyfleet.scheduler.admission import Admission, QueueFull
 from comfyfleet.scheduler.attempts import AttemptState, Running
 from comfyfleet.scheduler.candidates import Candidates
 from comfyfleet.scheduler.dispatch import Dispatcher
+from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.recording import Recorder
 from comfyfleet.scheduler.recovery import Recovery
@@ -53,7 +55,8 @@ class Scheduler:
         self.observers = Observers(*observers)  # told what happens to each job
         self.streams = PromptStreams(self.observers)
         self.retry = RetryPolicy(store, max_attempts)
-        self.state = SchedulerState(store, self.observers, lanes)
+        guard = LeaseGuard(lease, enforced=store.shared)
+        self.state = SchedulerState(store, self.observers, lanes, guard)
         candidates = Candidates(self.state)
         self._reservations = Reservations(self.state, candidates)
         self._recorder = Recorder(self.state, self.streams, self.retry)
@@ -88,6 +91,11 @@ class Scheduler:
         """This gateway's lease on its jobs, in seconds."""
         return self._recovery.lease
 
+    @property
+    def lease_guard(self) -> LeaseGuard:
+        """What this gateway can prove of its lease now (see scheduler/lease.py)."""
+        return self.state.lease
+
     # -- life cycle --------------------------------------------------------
 
     async def start(self) -> None:
@@ -95,7 +103,18 @@ class Scheduler:
         for entry in self.state.lanes.values():
             await self._start_lane(entry)
         await self.store.watch_work(self._recovery.work_elsewhere)
+        self.state.lease.on_lost = self._give_back_in_process
+        self.state.lease.on_held = self.state.wake
+        self.state.lease.start()
         self._recovery.keep_lease()
+
+    def _give_back_in_process(self) -> None:
+        """The lease cannot be proven: what runs in this process goes back to the queue
+        (fenced: refused if another gateway took it meanwhile). A backend's prompts run
+        on there and are followed by whoever holds them next."""
+        for entry in self.state.running.values():
+            if entry.lane.in_process and not entry.ended and entry.to(AttemptState.GIVING_BACK):
+                entry.handle.interrupt()
 
     async def _start_lane(self, entry: LaneSlots) -> None:
         await entry.lane.start(functools.partial(self._recovery.adopt, entry.lane))
@@ -125,6 +144,7 @@ class Scheduler:
         (`before_requeue` is called first: what they started must outlive the process)."""
         self.state.stopping = True
         await self._recovery.stop_keeping()
+        self.state.lease.stop()
         lanes = self.state.lanes.values()
         tasks = [t for entry in lanes for t in entry.tasks] + list(self._runner.resumes)
         await self._wind_down(tasks, grace, lambda _r: True, before_requeue)

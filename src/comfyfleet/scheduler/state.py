@@ -7,17 +7,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from comfyfleet.domain.gateways import DEFAULT_LEASE
 from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
+from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import Observers
 from comfyfleet.scheduler.slots import LaneSlots, Reservation
 from comfyfleet.store.base import JobStore
 
 
 class SchedulerState:
-    def __init__(self, store: JobStore, observers: Observers, lanes: Sequence[Lane]) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        observers: Observers,
+        lanes: Sequence[Lane],
+        lease: LeaseGuard | None = None,
+    ) -> None:
         self.store = store
+        # What this gateway can prove of its lease (by default: no one else to prove it to).
+        self.lease = lease or LeaseGuard(DEFAULT_LEASE, enforced=False)
         self.observers = observers
         self.lanes = {lane.name: LaneSlots(lane) for lane in lanes}
         # The lanes with a slot free (by name): what looks for a free lane looks here,

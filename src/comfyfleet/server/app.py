@@ -19,6 +19,7 @@ from comfyfleet.server.fleet_api import fleet_routes
 from comfyfleet.server.follow import follow_routes
 from comfyfleet.server.frontend import frontend_routes, web_root
 from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.health import health_routes
 from comfyfleet.server.jobs import job_routes
 from comfyfleet.server.logbuffer import LogBuffer, LogFeed
 from comfyfleet.server.login import login_routes
@@ -74,6 +75,7 @@ def build_app(gateway: Gateway) -> web.Application:
         redact=lambda args: [redact_urls_in(arg) for arg in tokens.redact(args)],
     )
     routes += login_routes(tokens)
+    routes += health_routes()
     watch = FleetWatch()
     gateway.scheduler.observers.add(watch)
     dashboards = DashboardFeed(gateway, watch)

@@ -22,9 +22,11 @@ from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
 from comfyfleet.lanes.uploads import UploadInputs
 from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
+from comfyfleet.nodes.core.saving import SHARED_COUNTERS
 from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.peers import PeerFiles, PeerKey
 from comfyfleet.peers.copies import prune_copies
+from comfyfleet.peers.names import FleetNames
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.backend_owners import BackendOwnership
 from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
@@ -66,6 +68,7 @@ class Gateway:
     relay: ClientRelay | None  # other gateways' prompts to this one's clients (None: no others)
     peers: PeerFiles  # files another gateway of the store holds, fetched when asked for
     peer_key: PeerKey  # the key signing requests between the gateways of the store
+    serving: bool = False  # from the end of `start` to the beginning of `drain`
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _uploads: UploadInputs = field(default_factory=UploadInputs)
 
@@ -155,6 +158,9 @@ class Gateway:
     async def start(self) -> None:
         await self.store.open()
         await self._join()
+        if self.store.shared:  # other gateways save files too: names come from the store
+            names = FleetNames(self.store, self.config.data_dir, asyncio.get_running_loop())
+            self.engine.services[SHARED_COUNTERS] = names
         if self.events is not None:
             await self.events.start()
         if self.relay is not None:
@@ -184,11 +190,14 @@ class Gateway:
         await self.managed.start(self.scheduler)
         await self.owners.start()
         self._tasks.append(asyncio.create_task(self._retention(), name="retention"))
+        self.serving = True
 
     async def _join(self) -> None:
         """Take this gateway's place among those sharing the store. The same id held by a
         process of this host that is gone (a restart after a crash) is taken over at
         once; one held elsewhere, or by a live process, refuses the start."""
+        guard = self.scheduler.lease_guard
+        sent_at = guard.now()
         try:
             await self.store.join(self.identity, self.config.lease)
         except GatewayIdInUse as refused:
@@ -196,7 +205,9 @@ class Gateway:
             if holder.host != self.identity.host or process_alive(holder.pid):
                 raise
             log.info("gateway %s: its earlier process %d is gone", holder.id, holder.pid)
+            sent_at = guard.now()
             await self.store.join(self.identity, self.config.lease, replace=holder.instance)
+        guard.renewed(sent_at)  # the lease runs from here
 
     async def validate(
         self, prompt: Any, targets: list[str] | None, tenant: str = DEFAULT_TENANT
@@ -229,6 +240,7 @@ class Gateway:
 
     async def drain(self) -> None:
         """Stop taking work: running prompts get the grace period, sockets close."""
+        self.serving = False
         await self.owners.stop()  # no backend is taken or let go from here on
         # Prompts re-queued at shutdown leave their paid jobs running for the next process.
         await self.scheduler.stop(self.config.shutdown_grace, self.fanout.detach_soon)

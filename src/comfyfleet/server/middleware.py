@@ -15,7 +15,22 @@ from urllib.parse import urlsplit
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from comfyfleet.store.base import StoreError
+
 log = logging.getLogger(__name__)
+
+#: While the store does not answer: ComfyUI's error shape, and when to come back (s).
+_STORE_UNAVAILABLE = {
+    "error": {
+        "type": "store_unavailable",
+        "message": "The job store does not answer; try again shortly",
+        "details": "",
+        "extra_info": {},
+    },
+    "node_errors": {},
+}
+#: Seconds a client is asked to wait when the store refuses or does not answer.
+STORE_RETRY_AFTER = 5
 
 _SERVER_ERROR = {
     "error": {
@@ -174,6 +189,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         raise
     except ConnectionResetError:  # the client left: there is no one to answer
         raise
+    except StoreError as exc:
+        if request.writer.output_size > 0:
+            raise
+        log.warning("%s %s: the store does not answer: %s", request.method, request.path, exc)
+        headers = {hdrs.RETRY_AFTER: str(STORE_RETRY_AFTER)}
+        return web.json_response(_STORE_UNAVAILABLE, status=503, headers=headers)
     except Exception:
         if request.writer.output_size > 0:  # a reply was already started; aiohttp closes it
             raise

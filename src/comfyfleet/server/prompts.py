@@ -30,6 +30,7 @@ from comfyfleet.server.idempotency import (
     idempotency_key,
     reused_key,
 )
+from comfyfleet.server.middleware import STORE_RETRY_AFTER
 from comfyfleet.server.routing import Route, empty_ok, json_reply
 from comfyfleet.server.waits import WAITS, BadWait, wait_seconds
 from comfyfleet.store.base import DuplicateJob, StoreError
@@ -39,8 +40,6 @@ from comfyfleet.webhooks.submit import check_prompt_webhook
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Seconds a client is asked to wait when the store refuses a new prompt (disk full, ...).
-STORE_RETRY_AFTER = 5
 #: The largest integer SQLite stores; larger counts and offsets are clamped to it.
 SQL_INT_MAX = 2**63 - 1
 #: ComfyUI's own cap for GET /history without max_items.
@@ -293,6 +292,8 @@ def _new_job(
 async def get_prompt(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     tenant = scope(request)
+    if not gw.scheduler.lease_guard.held:  # the count here may be stale: say so
+        raise StoreError("this gateway cannot prove its lease: its queue count may be stale")
     if tenant is None:
         remaining = gw.scheduler.queue_remaining
     else:

@@ -93,6 +93,11 @@ class GatewayLeases(Protocol):
         """The secret stored under `name` that every gateway on this store shares:
         `candidate` is stored when there is none yet (the first caller's wins)."""
 
+    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
+        """Reserve `count` output name counters for `key` (a folder and file name prefix,
+        the same on every gateway); returns the first, never below `floor` (one past the
+        highest this gateway's folder holds), never one handed out before."""
+
     async def orphaned(self) -> list[Job]:
         """Jobs whose owner's lease has run out (or that have no owner): running ones, in
         start order, and pending ones set aside for a lane (a reservation, which
@@ -404,6 +409,9 @@ class JobStore(
 
     async def counts(self) -> dict[JobStatus, int]:
         """Jobs per status; every status is present (0 when none)."""
+
+    async def ping(self) -> None:
+        """Return once the store answers a trivial query (StoreError when it cannot)."""
 
     async def next_number(self) -> int:
         """ComfyUI's submission counter: advances on every call (accepted prompt or

@@ -516,6 +516,9 @@ class PostgresStore:
         mine = {from_db(row[0]) for row in rows}
         return [prompt_id for prompt_id in ids if prompt_id in mine]
 
+    async def ping(self) -> None:
+        await self._run(lambda db: db.fetchval(Q["ping"]))
+
     async def counts(self) -> dict[JobStatus, int]:
         """Jobs per status; every status is present."""
         rows = await self._run(lambda db: db.fetch(Q["count_statuses"]))
@@ -587,6 +590,10 @@ class PostgresStore:
     async def fleet_key(self, name: str, candidate: bytes) -> bytes:
         now = self._clock()
         return await self._write(lambda conn: fleet_keys.keep(conn, to_db(name), candidate, now))
+
+    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
+        params = (to_db(key), floor, count)
+        return int(await self._commit(lambda db: db.fetchval(Q["reserve_file_counter"], *params)))
 
     async def orphaned(self) -> list[Job]:
         rows = await self._run(lambda db: db.fetch(Q["orphaned"], self._clock()))

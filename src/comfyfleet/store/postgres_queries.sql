@@ -433,6 +433,15 @@ WHERE (status = 'running' OR (status = 'pending' AND lane IS NOT NULL))
       SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= $1))
 ORDER BY started_at, seq
 
+-- name: ping
+SELECT 1
+
+-- name: reserve_file_counter
+-- Output name counters every gateway shares (see sqlite_file_counters.py).
+INSERT INTO file_counters (key, next) VALUES ($1, $2::bigint + $3::bigint)
+ON CONFLICT (key) DO UPDATE SET next = greatest(file_counters.next, $2::bigint) + $3::bigint
+RETURNING next - $3::bigint
+
 -- name: requeue_orphaned
 WITH job AS (
     UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL

@@ -282,3 +282,11 @@ CREATE OR REPLACE FUNCTION comfyfleet_work_payload(
 LANGUAGE sql IMMUTABLE SET extra_float_digits = 1 AS $$
     SELECT gateway || ' ' || CASE WHEN front THEN 0 ELSE 1 END || ' ' || order_key || ' ' || seq
 $$;
+
+-- name: migration_12
+-- Output name counters every gateway shares: two gateways never give two files one
+-- name (see sqlite_file_counters.py).
+CREATE TABLE file_counters (
+    key  TEXT COLLATE "C" PRIMARY KEY,
+    next BIGINT NOT NULL
+);

@@ -224,3 +224,9 @@ CREATE TABLE fleet_keys (
     key        BLOB NOT NULL,
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- Output name counters every gateway shares; see sqlite_file_counters.py.
+CREATE TABLE file_counters (
+    key  TEXT PRIMARY KEY,
+    next INTEGER NOT NULL
+) WITHOUT ROWID;

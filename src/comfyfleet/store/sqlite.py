@@ -49,6 +49,7 @@ from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store import event_wakeups
 from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
+from comfyfleet.store import sqlite_file_counters as file_counters
 from comfyfleet.store import sqlite_fleet_keys as fleet_keys
 from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
@@ -70,7 +71,7 @@ from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 T = TypeVar("T")
 
 #: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 #: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
 #: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
@@ -108,6 +109,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     10: journal.migrate_owners,  # remote-job owners: one journal for every gateway
     11: fleet_keys.migrate,  # keys the gateways sharing the store agree on
     12: event_log.add_frames,  # binary frames in the event log
+    13: file_counters.migrate,  # output name counters every gateway shares
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -731,6 +733,9 @@ class SQLiteStore:
         """Jobs per status; every status is present."""
         return await self._read(_counts)
 
+    async def ping(self) -> None:
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
     async def next_number(self) -> int:
         """The next value of ComfyUI's submission counter (advances on every call)."""
         number = self._number
@@ -766,6 +771,10 @@ class SQLiteStore:
 
     async def fleet_key(self, name: str, candidate: bytes) -> bytes:
         op = functools.partial(fleet_keys.keep, name=name, candidate=candidate, now=self._clock())
+        return await self._write(op)
+
+    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
+        op = functools.partial(file_counters.reserve, key=key, floor=floor, count=count)
         return await self._write(op)
 
     async def orphaned(self) -> list[Job]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import websocket
@@ -91,3 +93,20 @@ def wait_completed(server: ServerProcess, prompt_id: str, timeout: float = TIMEO
         what=f"{prompt_id} to complete",
         timeout=timeout,
     )
+
+
+@contextmanager
+def gateways(
+    tmp_path: Path, url: str, count: int, *args: str, lease: float = 2.0
+) -> Iterator[list[ServerProcess]]:
+    """`count` gateway processes on the store at `url` (ids gw-0, gw-1, ...), each with
+    `args`, started in turn and stopped together."""
+    with ExitStack() as stack:
+        started = []
+        for n in range(count):
+            server = ServerProcess(
+                tmp_path / f"gateway-{n}",
+                *("--store", url, "--lease", f"{lease}s", "--gateway-id", f"gw-{n}", *args),
+            )
+            started.append(stack.enter_context(server))
+        yield started

@@ -76,6 +76,8 @@ def assert_unauthorized(status: int, headers: Any, body: Any) -> None:
 #: The login page's routes need no token; the pages send a browser without one there.
 LOGIN = {("GET", "/login"), ("POST", "/login"), ("POST", "/logout")}
 PAGES = {("GET", "/"), ("GET", "/fleet")}
+#: Probes for load balancers: yes or no and why, nothing else, no token.
+PROBES = {("GET", "/healthz"), ("GET", "/readyz")}
 #: Routes between the gateways of one store: no user token, the fleet's signature instead.
 INTERNAL = {("GET", "/comfyfleet/peer/file")}
 
@@ -98,6 +100,10 @@ async def test_every_route_and_the_websocket_need_a_token(tmp_path: Path) -> Non
         assert len(routes) >= 40  # ComfyUI's routes, their /api twins, jobs and fleet
         for method, path in [*routes, ("GET", "/no/such/route")]:
             if (method, path) in LOGIN:
+                continue
+            if (method, path) in PROBES:
+                reply = await anonymous.request(method, path, {})
+                assert reply.status == 200 and set(reply.json) == {"status"}
                 continue
             if (method, path) in INTERNAL:  # refused without the fleet's signature
                 assert (await anonymous.request(method, path, {})).status == 403
@@ -487,7 +493,7 @@ async def test_openapi_documents_authentication(tmp_path: Path) -> None:
     for (method, path), operation in documented_operations(spec).items():
         responses = operation["responses"]
         if operation.get("security") == []:  # the login page's routes need no token
-            assert "401" not in responses and (method, path) in LOGIN, path
+            assert "401" not in responses and (method, path) in LOGIN | PROBES, path
             continue
         assert responses["401"] == {"$ref": "#/components/responses/Unauthorized"}, path
         forbidden = responses.get("403") == {"$ref": "#/components/responses/Forbidden"}

@@ -9,12 +9,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.gateway import processes
 from tests.integration.gateway.processes import Frames, job, poll, submit
 from tests.integration.gateway.queue_backend import QueueBackend
 from tests.integration.gateway.wire import sleep_prompt
@@ -36,21 +38,11 @@ def backends(count: int) -> Iterator[list[QueueBackend]]:
             backend.stop()
 
 
-@contextmanager
 def gateways(
     tmp_path: Path, url: str, count: int, served: list[QueueBackend]
-) -> Iterator[list[ServerProcess]]:
+) -> ContextManager[list[ServerProcess]]:
     urls = [arg for backend in served for arg in ("--backend", backend.url)]
-    with ExitStack() as stack:
-        started = []
-        for n in range(count):
-            server = ServerProcess(
-                tmp_path / f"gateway-{n}",
-                *("--store", url, "--local-slots", "0", "--lease", f"{LEASE}s"),
-                *("--gateway-id", f"gw-{n}", *urls),
-            )
-            started.append(stack.enter_context(server))
-        yield started
+    return processes.gateways(tmp_path, url, count, "--local-slots", "0", *urls, lease=LEASE)
 
 
 def owned(server: ServerProcess) -> dict[str, list[str]]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 
+from tests.integration.gateway import processes
 from tests.integration.gateway.processes import Frames, job, poll, submit
 from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
@@ -18,18 +18,10 @@ from tests.servers import ServerProcess
 LEASE = 2.0
 
 
-@contextmanager
-def gateways(tmp_path: Path, url: str, count: int, slots: int) -> Iterator[list[ServerProcess]]:
-    with ExitStack() as stack:
-        started = []
-        for n in range(count):
-            server = ServerProcess(
-                tmp_path / f"gateway-{n}",
-                *("--store", url, "--local-slots", str(slots), "--lease", f"{LEASE}s"),
-                *("--gateway-id", f"gw-{n}"),
-            )
-            started.append(stack.enter_context(server))
-        yield started
+def gateways(
+    tmp_path: Path, url: str, count: int, slots: int
+) -> ContextManager[list[ServerProcess]]:
+    return processes.gateways(tmp_path, url, count, "--local-slots", str(slots), lease=LEASE)
 
 
 def reached(frames: Frames, prompt_id: str) -> list[str]:

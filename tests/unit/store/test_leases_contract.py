@@ -198,3 +198,17 @@ async def test_the_first_fleet_key_stored_is_every_gateways(
     assert first == second and first in (b"a" * 32, b"b" * 32)
     assert await b.fleet_key("peer", b"c" * 32) == first  # never replaced
     assert await a.fleet_key("other", b"d" * 32) == b"d" * 32  # one per name
+
+
+async def test_file_counters_are_handed_out_once_for_every_gateway(
+    pair: tuple[JobStore, JobStore],
+) -> None:
+    a, b = pair
+    firsts = await asyncio.gather(
+        *(store.reserve_file_counter("output/ComfyUI", 1, 2) for store in (a, b, a, b))
+    )
+    taken = sorted(n for first in firsts for n in (first, first + 1))
+    assert taken == list(range(1, 9))  # no counter twice, none skipped
+    assert await b.reserve_file_counter("output/ComfyUI", 50, 1) == 50  # the folder's floor
+    assert await a.reserve_file_counter("output/ComfyUI", 1, 1) == 51  # never back
+    assert await a.reserve_file_counter("output/other", 1, 1) == 1  # one count per key

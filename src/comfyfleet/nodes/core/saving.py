@@ -8,8 +8,9 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from comfyfleet.engine.services import optional_service
 from comfyfleet.folders import UnsafePath, resolve_inside
 
 _VARIABLE = re.compile(r"%([^%]+)%")
@@ -78,6 +79,16 @@ def format_prefix(
     return _VARIABLE.sub(expand, prefix)
 
 
+#: The engine service naming saved files on every gateway of a shared store at once.
+SHARED_COUNTERS = "shared_file_counters"
+
+
+class SharedCounters(Protocol):
+    def reserve(self, folder: Path, name: str, floor: int, count: int) -> int:
+        """The first of `count` counters for `name` in `folder`, none below `floor`,
+        never one another gateway was given for the same folder and name."""
+
+
 # Next free counter per (folder, name): a hint that saves rescanning the folder.
 _COUNTERS: dict[tuple[str, str], int] = {}
 _COUNTERS_LOCK = threading.Lock()
@@ -121,6 +132,11 @@ class SaveTarget:
             if start is None:
                 start = self._scan()
             _COUNTERS[key] = start + count
+        shared: SharedCounters | None = optional_service(SHARED_COUNTERS)
+        if shared is not None:  # other gateways name files too: the store hands them out
+            start = shared.reserve(self.folder, self.name, start, count)
+            with _COUNTERS_LOCK:
+                _COUNTERS[key] = max(_COUNTERS[key], start + count)
         return start
 
     def _scan(self) -> int:

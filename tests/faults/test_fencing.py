@@ -1,0 +1,170 @@
+"""Fencing what a gateway does outside the store: gateways on one PostgreSQL, each a
+process of its own, paused past their lease and cut off from the store for longer than
+it. Side effects are counted outside the processes: the files in each data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from contextlib import AbstractContextManager as ContextManager
+from pathlib import Path
+from typing import Any
+from urllib.error import HTTPError
+from urllib.parse import urlencode
+from urllib.request import Request, urlopen
+
+import pytest
+
+from tests.faults.helpers import save_sleep_prompt
+from tests.integration.gateway import processes
+from tests.integration.gateway.processes import job, poll, submit
+from tests.integration.gateway.wire import save_prompt, sleep_prompt
+from tests.servers import ServerProcess
+from tests.store_link import StoreLink
+
+pytestmark = pytest.mark.faults
+
+LEASE = 2.0
+
+
+def gateways(
+    tmp_path: Path, url: str, count: int, lease: float = LEASE
+) -> ContextManager[list[ServerProcess]]:
+    return processes.gateways(tmp_path, url, count, "--local-slots", "2", lease=lease)
+
+
+def view(server: ServerProcess, image: dict[str, str]) -> bytes:
+    with urlopen(f"{server.url}/view?{urlencode(image)}", timeout=30) as answer:
+        return bytes(answer.read())
+
+
+def saved(data_dirs: list[Path], prefix: str) -> list[Path]:
+    """The files saved under `prefix` in every gateway's output folder."""
+    return sorted(p for d in data_dirs for p in (d / "output").glob(f"{prefix}_*"))
+
+
+def images(server: ServerProcess, prompt_id: str) -> list[dict[str, str]]:
+    entry = server.get(f"/history/{prompt_id}")[prompt_id]
+    return [image for out in entry["outputs"].values() for image in out.get("images", [])]
+
+
+def test_two_gateways_never_give_two_files_one_name(tmp_path: Path, postgres_database: str) -> None:
+    """Each gateway counted `ComfyUI_00001_.png` from its own folder: the history of two
+    prompts named one file, and `/view` of it answered each gateway's own image."""
+    with gateways(tmp_path, postgres_database, 2) as (first, second):
+        ids = []
+        for server, color in ((first, 0xFF0000), (second, 0x00FF00), (first, 0x0000FF)):
+            prompt_id = submit(server, save_prompt(color, "same"))
+            poll(lambda p=prompt_id, s=server: p in s.get("/history"), what="the prompt")
+            ids.append(prompt_id)
+        names = [image["filename"] for p in ids for image in images(first, p)]
+        assert len(names) == 3 and len(set(names)) == 3, names
+        for prompt_id in ids:
+            for image in images(second, prompt_id):
+                assert view(first, image) == view(second, image)
+
+
+def test_a_gateway_paused_past_its_lease_leaves_no_file_and_serves_the_recorded_one(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    """Gateway 1, SIGSTOPped mid-prompt for longer than its lease, finished the prompt
+    after SIGCONT and wrote its own image under the name the re-run recorded: `/view` of
+    the history's file answered its unrecorded render there."""
+    with gateways(tmp_path, postgres_database, 2) as servers:
+        data_dirs = [server.data_dir for server in servers]
+        prompt_id = submit(servers[0], save_sleep_prompt("paused", 3.0, 0x112233))
+        poll(lambda: job(servers[0], prompt_id)["status"] == "in_progress", what="its start")
+        runner = servers[int(job(servers[0], prompt_id)["gateway"].removeprefix("gw-"))]
+        other = next(s for s in servers if s is not runner)
+        assert runner.proc is not None
+        time.sleep(0.5)
+        os.kill(runner.proc.pid, signal.SIGSTOP)
+        try:
+            # The other gateway takes it over once the lease has run out, and runs it.
+            poll(lambda: prompt_id in other.get("/history"), what="the re-run", timeout=60)
+        finally:
+            os.kill(runner.proc.pid, signal.SIGCONT)
+        time.sleep(4.0)  # what the paused gateway had left to do, and more
+        record = job(other, prompt_id)
+        assert (record["status"], record["gateway"]) == ("completed", f"gw-{servers.index(other)}")
+        assert record["attempt"] >= 2
+        [image] = images(other, prompt_id)
+        files = saved(data_dirs, "paused")
+        assert [f.parent.parent for f in files] == [other.data_dir], files
+        recorded = view(other, image)
+        assert view(runner, image) == recorded  # fetched from the gateway that holds it
+
+
+def test_a_store_outage_longer_than_the_lease_reruns_nothing_finished(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    """PostgreSQL unreachable for longer than the lease, prompts ending meanwhile: when
+    it came back every lease had run out, and gateways took each other's finished
+    prompts over as orphans and ran them again."""
+    # A lease long enough that the previews end well before it could run out: the last
+    # renewal may come up to a third of it before the cut.
+    lease = 2 * LEASE
+    with StoreLink(postgres_database) as link, gateways(tmp_path, link.url, 3, lease) as servers:
+        data_dirs = [server.data_dir for server in servers]
+        # Previews end without the store; saves name their file from it first (and are
+        # given back, not run twice, if it stays away past the lease).
+        previews = [submit(servers[n % 3], sleep_prompt(1.0, n)) for n in range(6)]
+        saves = [submit(servers[n % 3], save_sleep_prompt(f"outage{n}", 1.0, n)) for n in range(3)]
+        ids = previews + saves
+        poll(
+            lambda: all(job(servers[0], p)["status"] == "in_progress" for p in previews),
+            what="the previews running",
+        )
+        with link.outage():
+            time.sleep(2.5 * lease)  # they end meanwhile; their ends cannot be recorded
+        poll(lambda: all(p in servers[1].get("/history") for p in ids), what="every end")
+        time.sleep(lease)  # a take-over, if any, would have happened by now
+        ran = {p: job(servers[2], p) for p in ids}
+        assert {r["status"] for r in ran.values()} == {"completed"}, ran
+        assert [ran[p]["attempt"] for p in previews] == [1] * len(previews)
+        for n in range(3):
+            assert len(saved(data_dirs, f"outage{n}")) == 1
+
+
+def answer(
+    server: ServerProcess, method: str, path: str, body: object = None
+) -> tuple[int, Any, dict[str, str]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = Request(f"{server.url}{path}", data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read()), dict(reply.headers)
+    except HTTPError as refused:
+        return refused.code, json.loads(refused.read()), dict(refused.headers)
+
+
+def test_during_a_store_outage_requests_get_503_and_the_gateway_is_not_ready(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    """With the store away, `POST /prompt`, `GET /queue`, `/history` and `/api/jobs`
+    answered 500 `server_error`, and `GET /prompt` 200 with a stale count."""
+    with StoreLink(postgres_database) as link, gateways(tmp_path, link.url, 1) as [server]:
+        assert answer(server, "GET", "/readyz")[:2] == (200, {"status": "ready"})
+        with link.outage():
+            time.sleep(LEASE)  # past the part of the lease kept in hand
+            calls = [
+                ("POST", "/prompt", {"prompt": save_prompt(1, "outage")}),
+                ("GET", "/queue", None),
+                ("GET", "/history", None),
+                ("GET", "/api/jobs", None),
+                ("GET", "/prompt", None),
+            ]
+            for method, path, body in calls:
+                status, reply, headers = answer(server, method, path, body)
+                assert status == 503, (path, status, reply)
+                assert reply["error"]["type"] == "store_unavailable" and "node_errors" in reply
+                assert int(headers["Retry-After"]) > 0
+            status, reply, _ = answer(server, "GET", "/readyz")
+            assert status == 503 and "the store does not answer" in reply["problems"]
+            assert answer(server, "GET", "/healthz")[:2] == (200, {"status": "ok"})
+        poll(lambda: answer(server, "GET", "/readyz")[0] == 200, what="ready again")
+        prompt_id = submit(server, save_prompt(2, "after"))
+        poll(lambda: prompt_id in server.get("/history"), what="a prompt after the outage")
