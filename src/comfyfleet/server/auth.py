@@ -11,7 +11,7 @@ opens the WebSocket, loads images and extensions without ever adding a token, an
 browser sends a cookie with each of those. It is HttpOnly (no script reads it) and
 SameSite=Lax (no other site's page sends it along with its requests); and it counts only
 for requests of the server's own pages: one carrying an Origin that is not the server's
-own is not authenticated by it.
+own (scheme, host and port) is not authenticated by it.
 
 Tokens are secrets: only their SHA-256 is kept here, compared in constant time, and no
 token is ever logged or stored.
@@ -31,7 +31,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.config import AuthToken
-from comfyfleet.server.middleware import origin_verdict
+from comfyfleet.server.middleware import same_origin
 from comfyfleet.tenants import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
@@ -134,14 +134,15 @@ def presented_token(request: web.Request) -> str | None:
 
 
 def _cookie_token(request: web.Request) -> str | None:
-    """The cookie's token, unless the request comes from another site's page: a request a
-    page sends elsewhere carries its Origin, which then does not name this server."""
+    """The cookie's token, unless the request comes from another origin's page: a request
+    a page sends elsewhere carries its Origin, which then is not this server's. Another
+    port or scheme of the same host is another origin (the browser sends the cookie
+    there too)."""
     token = request.cookies.get(TOKEN_COOKIE)
     origin = request.headers.get(hdrs.ORIGIN)
     if not token or origin is None:
         return token or None
-    verdict = origin_verdict(request.headers.get(hdrs.HOST, ""), origin)
-    return token if verdict is not None and verdict.same_site else None
+    return token if same_origin(request, origin) else None
 
 
 def set_token_cookie(request: web.Request, response: web.StreamResponse, token: str) -> None:

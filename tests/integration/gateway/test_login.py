@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+import pytest
 
 from tests.integration.gateway.test_auth import ALICE, BOB, ROOT, tenants
 from tests.integration.gateway.wire import Served
@@ -99,6 +100,54 @@ async def test_the_cookie_counts_only_for_the_servers_own_pages(tmp_path: Path) 
         await _log_in(web, ROOT)
         async with web.get("/api/fleet/backends") as admin:
             assert admin.status == 200
+
+
+#: What the editor sends: each also under /api/ (a valid body, or a harmless one).
+STATE_CHANGING = [
+    ("/api/prompt", {"prompt": {}}),
+    ("/api/queue", {"clear": False}),
+    ("/api/interrupt", {}),
+    ("/api/userdata/workflows%2Fcsrf.json", {}),
+    ("/api/settings/Comfy.Csrf", 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("host", "origin", "counts"),
+    [
+        ("fleet.example.com", "http://fleet.example.com", True),
+        ("fleet.example.com", "http://fleet.example.com:80", True),  # the default, spelled out
+        ("fleet.example.com:80", "http://fleet.example.com", True),
+        ("FLEET.example.com", "http://fleet.EXAMPLE.com", True),
+        ("fleet.example.com:8188", "http://fleet.example.com:8188", True),
+        ("fleet.example.com", "http://fleet.example.com:8080", False),  # another port
+        ("fleet.example.com:8080", "http://fleet.example.com", False),
+        ("fleet.example.com", "https://fleet.example.com", False),  # arrived over http
+        ("fleet.example.com:443", "https://fleet.example.com", False),
+        ("fleet.example.com", "http://other.example.com", False),
+        ("fleet.example.com", "http://fleet.example.com/", False),  # not an origin
+        ("fleet.example.com", "ftp://fleet.example.com", False),
+        ("fleet.example.com", "http://fleet.example.com:0", False),
+        ("fleet.example.com", "http://x@fleet.example.com", False),
+        ("fleet.example.com", "null", False),
+        ("127.0.0.1:8188", "http://127.0.0.1", False),  # port 80, not 8188
+    ],
+)
+async def test_the_cookie_counts_only_for_the_servers_own_origin(
+    tmp_path: Path, host: str, origin: str, counts: bool
+) -> None:
+    """Scheme, host and port, as a browser compares origins: a page on another port or
+    scheme of the same host is another site's."""
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        headers = {"Host": host, "Origin": origin, "Cookie": f"comfyfleet_token={ALICE}"}
+        for path, body in STATE_CHANGING:
+            async with served.session.post(served.url + path, json=body, headers=headers) as answer:
+                # An empty prompt is a 400 of a request the cookie authenticated.
+                assert (answer.status != 401) == counts, (path, answer.status)
+        stored = (await clients.alice.request("GET", "/api/userdata/workflows%2Fcsrf.json")).status
+        assert stored == (200 if counts else 404)
+        assert await clients.alice.get("/api/settings") == ({"Comfy.Csrf": 1} if counts else {})
 
 
 async def test_login_goes_back_only_to_this_server_and_logout_forgets(tmp_path: Path) -> None:
