@@ -150,6 +150,115 @@ async def test_the_cookie_counts_only_for_the_servers_own_origin(
         assert await clients.alice.get("/api/settings") == ({"Comfy.Csrf": 1} if counts else {})
 
 
+FLEET = {"Host": "fleet.example.com"}  # not loopback: ComfyUI's guard does not apply
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Origin": "https://evil.example"}, 403),
+        ({"Origin": "null"}, 403),  # a sandboxed page, or a redirect from another site
+        ({"Origin": "http://fleet.example.com:8080"}, 403),  # another port
+        ({"Origin": "https://fleet.example.com"}, 403),  # another scheme
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Sec-Fetch-Site": "same-site"}, 403),  # a sibling host: another origin
+        ({"Sec-Fetch-Site": "same-origin", "Origin": "https://evil.example"}, 403),
+        ({"Origin": "http://fleet.example.com", "Sec-Fetch-Site": "same-origin"}, 303),
+        ({"Origin": "http://fleet.example.com:80"}, 303),
+        ({}, 303),  # not a browser's page: a script logging itself in
+    ],
+)
+async def test_only_the_servers_own_login_form_sets_the_cookie(
+    tmp_path: Path, headers: dict[str, str], status: int
+) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        form = {"token": ALICE, "next": "/"}
+        async with served.session.post(
+            served.url + "/login", data=form, headers={**FLEET, **headers}, allow_redirects=False
+        ) as answer:
+            assert answer.status == status, await answer.text()
+            assert ("Set-Cookie" in answer.headers) == (status == 303)
+            if status == 403:
+                assert "another site" in await answer.text()
+
+
+async def test_a_login_that_says_nothing_of_its_page_replaces_no_other_session(
+    tmp_path: Path,
+) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        form = {"token": ALICE, "next": "/"}
+        for cookie, status in ((BOB, 403), (ALICE, 303), ("stale-token", 303)):
+            headers = {**FLEET, "Cookie": f"comfyfleet_token={cookie}"}
+            async with served.session.post(
+                served.url + "/login", data=form, headers=headers, allow_redirects=False
+            ) as answer:
+                assert answer.status == status, cookie
+                if status == 403:
+                    assert "log out first" in await answer.text()
+                    assert "Set-Cookie" not in answer.headers
+
+
+@pytest.mark.parametrize(
+    ("fetch_site", "cookie", "sets"),
+    [
+        ("cross-site", None, False),  # a link on another site's page
+        ("same-site", None, False),
+        ("cross-site", BOB, False),  # nor does it replace the session the browser has
+        ("none", None, True),  # typed, a bookmark, or opened from another program
+        ("none", BOB, True),
+        ("same-origin", BOB, True),  # a link on the server's own pages
+        (None, None, True),  # a browser that does not say where the link was
+        (None, "stale-token", True),  # ... replacing no session (the cookie's is unknown)
+        (None, BOB, False),  # ... but never another session it has
+        (None, ALICE, True),
+    ],
+)
+async def test_a_token_link_from_another_site_never_sets_or_replaces_the_session(
+    tmp_path: Path, fetch_site: str | None, cookie: str | None, sets: bool
+) -> None:
+    headers = dict(FLEET)
+    if fetch_site is not None:
+        headers["Sec-Fetch-Site"] = fetch_site
+    if cookie is not None:
+        headers["Cookie"] = f"comfyfleet_token={cookie}"
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        async with served.session.get(
+            f"{served.url}/fleet?token={ALICE}&x=1", headers=headers, allow_redirects=False
+        ) as page:
+            assert page.status == 302
+            assert ("Set-Cookie" in page.headers) == sets
+            if sets:
+                assert f"comfyfleet_token={ALICE}" in page.headers["Set-Cookie"]
+            location = urlsplit(page.headers["Location"])
+            if sets or cookie == BOB:  # the page, in the session the browser has
+                assert page.headers["Location"] == "/fleet?x=1"
+            else:  # the login page says why the link did not log in
+                assert location.path == "/login"
+                assert parse_qs(location.query)["next"] == ["/fleet?x=1"]
+                async with served.session.get(
+                    served.url + page.headers["Location"], headers=FLEET
+                ) as login:
+                    assert "another site" in await login.text()
+
+
+async def test_logout_from_another_site_is_refused(tmp_path: Path) -> None:
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+            async with served.session.post(
+                served.url + "/logout", headers={**FLEET, **headers}, allow_redirects=False
+            ) as answer:
+                assert answer.status == 403 and "Set-Cookie" not in answer.headers
+        own = {**FLEET, "Origin": "http://fleet.example.com"}
+        async with served.session.post(
+            served.url + "/logout", headers=own, allow_redirects=False
+        ) as answer:
+            assert answer.status == 303 and "comfyfleet_token=" in answer.headers["Set-Cookie"]
+
+
 async def test_login_goes_back_only_to_this_server_and_logout_forgets(tmp_path: Path) -> None:
     async with tenants(tmp_path, local_slots=0) as clients, browser_like(clients.anonymous) as web:
         for elsewhere in ("//evil.example/x", "https://evil.example/", "/\\evil", "x", ""):
