@@ -233,19 +233,20 @@ def authenticate(
         token = presented_token(request)
         tenant = table.lookup(token) if token is not None else None
         if route_handler in pages and request.method == hdrs.METH_GET:
-            if tenant is None:
-                raise web.HTTPFound(login_url(request.path_qs))
             linked = request.query.get(TOKEN_PARAM)
-            if linked:
+            if linked:  # out of the URL, where it would win over the cookie
                 page = _clean_page_url(request)
                 back = web.HTTPFound(page)
-                if may_set_session(request, linked, table):
+                known = tenant is not None
+                if known and may_set_session(request, linked, table):
                     set_token_cookie(request, back, linked)
                     raise back
                 session = _cookie_token(request)
                 if session is None or table.lookup(session) is None:
-                    raise web.HTTPFound(login_url(page, link_refused=True))
+                    raise web.HTTPFound(login_url(page, link_refused=known))
                 raise back
+            if tenant is None:
+                raise web.HTTPFound(login_url(request.path_qs))
         if tenant is None:
             what = "an unknown token" if token is not None else "no token"
             log.debug("%s %s refused: %s", request.method, request.path, what)

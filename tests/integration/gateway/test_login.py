@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiohttp
 import pytest
@@ -242,6 +242,20 @@ async def test_a_token_link_from_another_site_never_sets_or_replaces_the_session
                     served.url + page.headers["Location"], headers=FLEET
                 ) as login:
                     assert "another site" in await login.text()
+
+
+async def test_an_unknown_token_in_a_page_url_is_dropped_from_it(tmp_path: Path) -> None:
+    """Kept in the URL, it would win over the cookie after logging in: a loop back to the
+    login page."""
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        for cookie, location in ((None, "/login?next=/fleet%3Fx%3D1"), (ALICE, "/fleet?x=1")):
+            headers = {} if cookie is None else {"Cookie": f"comfyfleet_token={cookie}"}
+            async with served.session.get(
+                f"{served.url}/fleet?token=unknown&x=1", headers=headers, allow_redirects=False
+            ) as page:
+                assert page.status == 302 and "Set-Cookie" not in page.headers
+                assert unquote(page.headers["Location"]) == unquote(location)
 
 
 async def test_logout_from_another_site_is_refused(tmp_path: Path) -> None:
