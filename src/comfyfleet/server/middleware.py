@@ -168,16 +168,18 @@ def same_origin(request: web.Request, origin_header: str) -> bool:
     port all equal, as a browser compares origins (`null` never is)."""
     own = request_origin(request)
     origin = parse_origin(origin_header)
-    if own is not None and origin == own:
+    if own is None or origin is None:
+        return False
+    if origin == own:
         return True
-    if own is not None and origin is not None and (own.scheme, origin.scheme) == ("http", "https"):
+    if origin.host == own.host and (own.scheme, origin.scheme) == ("http", "https"):
         _hint_at_proxy(origin_header)
     return False
 
 
 def _hint_at_proxy(origin: str) -> None:
-    """Once: an https page's request arrived over http, the mark of a TLS proxy not
-    listed in trusted_proxies."""
+    """Once: a page of this very host, over https, sent a request that arrived over
+    http: the mark of a TLS proxy not listed in trusted_proxies."""
     global _hinted_at_proxy
     if not _hinted_at_proxy:
         _hinted_at_proxy = True

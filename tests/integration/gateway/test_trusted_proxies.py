@@ -4,12 +4,14 @@ cookie is then Secure, and the origin checks compare against the client's origin
 
 from __future__ import annotations
 
+import logging
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from comfyfleet.server import middleware
 from tests.integration.gateway.test_auth import ALICE, tenants
 from tests.integration.gateway.wire import Served, serve
 
@@ -144,3 +146,19 @@ async def test_unusable_forwarded_values_are_ignored(
         assert "Secure" not in await _login_cookie(served, headers)
         own = {"Origin": f"http://127.0.0.1:{served.server.port}"}
         assert await _cookie_status(served, {**headers, **own}) == 200
+
+
+async def test_an_unlisted_tls_proxy_is_named_in_a_warning_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An https page of the server's own host whose requests arrive over http: what a
+    TLS-terminating proxy missing from trusted_proxies looks like."""
+    monkeypatch.setattr(middleware, "_hinted_at_proxy", False)
+    async with tenants(tmp_path, local_slots=0) as clients:
+        served = clients.anonymous
+        with caplog.at_level(logging.WARNING, logger="comfyfleet.server.middleware"):
+            for origin in ("https://evil.example", "https://fleet.example.com") * 2:
+                headers = {"Host": "fleet.example.com", "Origin": origin}
+                assert await _cookie_status(served, headers) == 401
+    hints = [r.getMessage() for r in caplog.records if "trusted_proxies" in r.getMessage()]
+    assert len(hints) == 1 and "https://fleet.example.com" in hints[0]
