@@ -66,7 +66,7 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
             "a name the filesystem refuses (too long, a folder's) gets ComfyUI's 400: which "
             "names a filesystem takes is not a schema's to say"
         )
-        for operation_id in ("postUserdata", "moveUserdata")
+        for operation_id in ("postUserdata", "moveUserdata", "deleteUserdata")
     },
     ("listUserdataV2", "positive_data_acceptance"): (
         "a path that leads out of the user folder, or names a file, gets ComfyUI's 400"

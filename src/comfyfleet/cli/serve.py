@@ -99,6 +99,14 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="a browser origin allowed to call the API (repeatable; * for any)",
     )
     serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        dest="trusted_proxies",
+        metavar="ADDR",
+        help="a reverse proxy (IP address or CIDR network; repeatable) whose Forwarded or "
+        "X-Forwarded-Proto/-Host headers say the scheme and host the client used",
+    )
+    serve.add_argument(
         "--auth-token",
         action="append",
         metavar="TOKEN",
@@ -174,6 +182,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "max_attempts",
             "output_mode",
             "cors_origins",
+            "trusted_proxies",
             "auth_token",
             "auth_token_file",
             "front_end_root",

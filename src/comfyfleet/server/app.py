@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
@@ -27,6 +28,7 @@ from comfyfleet.server.metrics import GatewayMetrics
 from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
 from comfyfleet.server.peer_files import peer_file_routes
 from comfyfleet.server.prompts import prompt_routes
+from comfyfleet.server.proxies import trusted_proxies
 from comfyfleet.server.routing import Route, install
 from comfyfleet.server.settings import settings_routes
 from comfyfleet.server.system import system_routes
@@ -85,7 +87,10 @@ def build_app(gateway: Gateway) -> web.Application:
     routes += GatewayMetrics(gateway).routes()
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
-    middlewares = [json_errors, cors(config.cors_origins) if config.cors_origins else origin_check]
+    middlewares: list[Middleware] = [json_errors]
+    if config.trusted_proxies:  # first: every check after it sees the client's scheme and host
+        middlewares.append(trusted_proxies(config.trusted_proxies))
+    middlewares.append(cors(config.cors_origins) if config.cors_origins else origin_check)
     if tokens:  # after cross-site checks and CORS answers
         middlewares.append(
             authenticate(

@@ -11,7 +11,8 @@ opens the WebSocket, loads images and extensions without ever adding a token, an
 browser sends a cookie with each of those. It is HttpOnly (no script reads it) and
 SameSite=Lax (no other site's page sends it along with its requests); and it counts only
 for requests of the server's own pages: one carrying an Origin that is not the server's
-own is not authenticated by it.
+own (scheme, host and port) is not authenticated by it. Nor does another site's page set
+or replace it (`may_set_session`).
 
 Tokens are secrets: only their SHA-256 is kept here, compared in constant time, and no
 token is ever logged or stored.
@@ -31,7 +32,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.config import AuthToken
-from comfyfleet.server.middleware import origin_verdict
+from comfyfleet.server.middleware import same_origin
 from comfyfleet.tenants import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
@@ -134,14 +135,43 @@ def presented_token(request: web.Request) -> str | None:
 
 
 def _cookie_token(request: web.Request) -> str | None:
-    """The cookie's token, unless the request comes from another site's page: a request a
-    page sends elsewhere carries its Origin, which then does not name this server."""
+    """The cookie's token, unless the request comes from another origin's page: a request
+    a page sends elsewhere carries its Origin, which then is not this server's. Another
+    port or scheme of the same host is another origin (the browser sends the cookie
+    there too)."""
     token = request.cookies.get(TOKEN_COOKIE)
     origin = request.headers.get(hdrs.ORIGIN)
     if not token or origin is None:
         return token or None
-    verdict = origin_verdict(request.headers.get(hdrs.HOST, ""), origin)
-    return token if verdict is not None and verdict.same_site else None
+    return token if same_origin(request, origin) else None
+
+
+#: What a browser says of where a request comes from (never set by a page's script).
+SEC_FETCH_SITE = "Sec-Fetch-Site"
+
+
+def from_elsewhere(request: web.Request) -> bool:
+    """Whether a browser sent the request for another origin's page: its Sec-Fetch-Site
+    says another site (`same-site` is another origin too), or its Origin is not this
+    server's (`null` included)."""
+    site = request.headers.get(SEC_FETCH_SITE, "").strip().lower()
+    if site and site not in ("same-origin", "none"):  # none: typed, a bookmark, an app
+        return True
+    origin = request.headers.get(hdrs.ORIGIN)
+    return origin is not None and not same_origin(request, origin)
+
+
+def may_set_session(request: web.Request, token: str, table: TokenTable) -> bool:
+    """Whether the request may put `token` in the cookie. Never for another origin's
+    page: it would log the browser in as someone else (login CSRF). A browser that says
+    nothing of where the request comes from (no Sec-Fetch-Site, no Origin) may start a
+    session, never replace another one it has."""
+    if from_elsewhere(request):
+        return False
+    if SEC_FETCH_SITE in request.headers or hdrs.ORIGIN in request.headers:
+        return True
+    current = request.cookies.get(TOKEN_COOKIE)
+    return not current or current == token or table.lookup(current) is None
 
 
 def set_token_cookie(request: web.Request, response: web.StreamResponse, token: str) -> None:
@@ -156,9 +186,14 @@ def set_token_cookie(request: web.Request, response: web.StreamResponse, token: 
     )
 
 
-def login_url(back_to: str) -> str:
+#: `?link=refused` on the login page: a token link did not log in (see `authenticate`).
+LINK_REFUSED = "refused"
+
+
+def login_url(back_to: str, *, link_refused: bool = False) -> str:
     """The login page, which sends the browser back to `back_to` once it has a token."""
-    return "/login?next=" + quote(back_to, safe="/")
+    url = "/login?next=" + quote(back_to, safe="/")
+    return url + "&link=" + LINK_REFUSED if link_refused else url
 
 
 def _clean_page_url(request: web.Request) -> str:
@@ -183,7 +218,8 @@ def authenticate(
     """Every request needs a valid token; `admin_handlers` also need an admin token;
     `public` handlers need none. A page (`pages`) asked for without one sends the browser
     to the login page; with `?token=` it is sent back to itself, the token now in the
-    cookie and out of its URL.
+    cookie and out of its URL. A link from another site sets no cookie (`may_set_session`):
+    the page opens in the session the browser has, else the login page says why.
 
     Placed after the cross-site and CORS middlewares: preflight requests are answered
     there without a token, and a refusal here still gets the CORS headers.
@@ -197,12 +233,20 @@ def authenticate(
         token = presented_token(request)
         tenant = table.lookup(token) if token is not None else None
         if route_handler in pages and request.method == hdrs.METH_GET:
+            linked = request.query.get(TOKEN_PARAM)
+            if linked:  # out of the URL, where it would win over the cookie
+                page = _clean_page_url(request)
+                back = web.HTTPFound(page)
+                known = tenant is not None
+                if known and may_set_session(request, linked, table):
+                    set_token_cookie(request, back, linked)
+                    raise back
+                session = _cookie_token(request)
+                if session is None or table.lookup(session) is None:
+                    raise web.HTTPFound(login_url(page, link_refused=known))
+                raise back
             if tenant is None:
                 raise web.HTTPFound(login_url(request.path_qs))
-            if request.query.get(TOKEN_PARAM):
-                back = web.HTTPFound(_clean_page_url(request))
-                set_token_cookie(request, back, request.query[TOKEN_PARAM])
-                raise back
         if tenant is None:
             what = "an unknown token" if token is not None else "no token"
             log.debug("%s %s refused: %s", request.method, request.path, what)

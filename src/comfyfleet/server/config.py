@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from comfyfleet.webhooks.settings import WebhookConfig
 
 DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
+
+ProxyNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class ConfigError(ValueError):
@@ -75,6 +78,9 @@ class ServerConfig:
     output_mode: str = "copy"
     # Browser origins allowed to call the API across sites ("*" for any); none by default.
     cors_origins: tuple[str, ...] = ()
+    # Reverse proxies (addresses, networks) whose Forwarded / X-Forwarded-Proto and
+    # X-Forwarded-Host headers say the scheme and host the client used; none by default.
+    trusted_proxies: tuple[ProxyNetwork, ...] = ()
     # Fan-out pools, shared by every prompt (COMFYFLEET_IMAGE_CONCURRENCY and so on).
     image_concurrency: int = 30
     image_pending: int = 30
@@ -150,6 +156,8 @@ def _coerce(name: str, value: Any) -> Any:
         if name == "cors_origins":
             items = value if isinstance(value, list | tuple) else str(value).split(",")
             return tuple(str(v).strip() for v in items if str(v).strip())
+        if name == "trusted_proxies":
+            return _proxy_networks(value)
         if name == "comfyui":
             return value if isinstance(value, tuple) else _comfyui_tables(value, Path.cwd())
         if name == "backends":
@@ -174,6 +182,25 @@ def _coerce(name: str, value: Any) -> Any:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for {name}: {value!r} ({exc})") from None
+
+
+def _proxy_networks(value: Any) -> tuple[ProxyNetwork, ...]:
+    """Addresses and CIDR networks: a list, or text separated by commas."""
+    items = value if isinstance(value, list | tuple) else [value]
+    networks: list[ProxyNetwork] = []
+    for item in items:
+        if isinstance(item, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            networks.append(item)
+            continue
+        for text in str(item).split(","):
+            if text.strip():
+                try:  # strict: `10.0.0.5/8` is a typo, not the network 10.0.0.0/8
+                    networks.append(ipaddress.ip_network(text.strip()))
+                except ValueError as exc:
+                    raise ConfigError(
+                        f"trusted_proxies: {text.strip()!r} is not an IP address or network ({exc})"
+                    ) from None
+    return tuple(networks)
 
 
 def _store_location(value: Any) -> str | None:

@@ -145,11 +145,13 @@ def _passed_on(answer: FileAnswer | None) -> web.Response:
 def _refuse_remote(query: Mapping[str, str]) -> int | None:
     """The status refusing a `/view` of a file kept on a backend, None if it may be asked
     for there: plain names only (the gateway cannot resolve paths on the backend), with
-    the statuses of local files (400 for the name, 403 for the subfolder)."""
+    the statuses of local files (400 for the name or the type, 403 for the subfolder)."""
     if "filename" not in query:
         return 404  # as for a local file
     name, subfolder = query["filename"], query["subfolder"]
     if _has_control(name) or _has_control(subfolder):
+        return 400
+    if query.get("type", "output") not in _ANNOTATIONS:  # the backend joins it to a path
         return 400
     try:
         plain_name(name)

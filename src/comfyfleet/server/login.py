@@ -4,6 +4,9 @@
 `comfyfleet.server.auth`), then sends the browser back where it was going; `POST /logout`
 removes the cookie. Opening a page with `?token=` does the same as logging in. Without
 authentication there is nothing to log into: both send the browser on at once.
+
+Neither is taken from another site's page (`auth.may_set_session`): it could log the
+browser in as the other site chooses, or out.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from comfyfleet.server.auth import TOKEN_COOKIE, TokenTable, set_token_cookie
+from comfyfleet.server.auth import (
+    LINK_REFUSED,
+    TOKEN_COOKIE,
+    TokenTable,
+    from_elsewhere,
+    may_set_session,
+    set_token_cookie,
+)
 from comfyfleet.server.routing import Route
 
 #: Bytes of the login form a client may send.
@@ -51,10 +61,23 @@ def safe_next(value: object) -> str:
     return value
 
 
-def _page(next_url: str, error: str = "") -> web.Response:
+_FROM_ELSEWHERE = "Refused: this came from another site's page, not from this server's own."
+_LINK_REFUSED = (
+    "The token in the link was not used: a link on another site cannot log you in. "
+    "Enter the token here."
+)
+_LOGGED_IN = "This browser is logged in with another token: log out first."
+
+
+def _page(next_url: str, error: str = "", status: int = 200) -> web.Response:
     notice = f'<p class="error">{html.escape(error)}</p>' if error else ""
     body = _PAGE.format(error=notice, next=html.escape(next_url, quote=True))
-    return web.Response(text=body, content_type="text/html", headers={"Cache-Control": "no-store"})
+    return web.Response(
+        status=status,
+        text=body,
+        content_type="text/html",
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 def login_routes(tokens: TokenTable) -> list[Route]:
@@ -62,7 +85,8 @@ def login_routes(tokens: TokenTable) -> list[Route]:
         next_url = safe_next(request.query.get("next"))
         if not tokens:
             raise web.HTTPSeeOther(next_url)
-        return _page(next_url)
+        refused = request.query.get("link") == LINK_REFUSED
+        return _page(next_url, _LINK_REFUSED if refused else "")
 
     async def login(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_FORM:
@@ -74,14 +98,20 @@ def login_routes(tokens: TokenTable) -> list[Route]:
         next_url = safe_next(form.get("next"))
         if not tokens:
             raise web.HTTPSeeOther(next_url)
+        if from_elsewhere(request):
+            return _page(next_url, _FROM_ELSEWHERE, status=403)
         token = form.get("token")
         if not isinstance(token, str) or not token or tokens.lookup(token) is None:
             return _page(next_url, "That token is not known here.")
+        if not may_set_session(request, token, tokens):
+            return _page(next_url, _LOGGED_IN, status=403)
         answer = web.HTTPSeeOther(next_url)
         set_token_cookie(request, answer, token)
         raise answer
 
     async def logout(request: web.Request) -> web.StreamResponse:
+        if from_elsewhere(request):
+            return web.Response(status=403, text=_FROM_ELSEWHERE)
         answer = web.HTTPSeeOther("/login")
         answer.del_cookie(TOKEN_COOKIE, path="/")
         raise answer

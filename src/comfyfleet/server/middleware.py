@@ -55,9 +55,10 @@ async def origin_check(request: web.Request, handler: Handler) -> web.StreamResp
     Browsers let any page send requests to 127.0.0.1; such a request carries the page's
     Origin, which then differs from the Host. Only loopback hosts are checked, so reverse
     proxies with their own names keep working. Requests without Origin are not from a
-    cross-site page and pass. OPTIONS gets an empty 200, as in ComfyUI.
+    cross-site page and pass. OPTIONS gets an empty 200, as in ComfyUI. This guard is
+    ComfyUI's, no stricter: the login cookie asks for the same origin (`same_origin`).
     """
-    host = request.headers.get(hdrs.HOST)
+    host = request.host  # a trusted proxy's forwarded host, else the Host header
     origin = request.headers.get(hdrs.ORIGIN)
     if host and origin:
         verdict = origin_verdict(host, origin)
@@ -119,10 +120,13 @@ class _Verdict(NamedTuple):
 
 
 def origin_verdict(host_header: str, origin_header: str) -> _Verdict | None:
-    """Whether Origin names the Host; None when either has no host name to compare.
+    """Whether Origin names the Host by ComfyUI's rule; None when either has no host name
+    to compare.
 
     Names are compared case-insensitively; ports only when both carry one, since
-    some browsers leave the port out of one of the two.
+    some browsers leave the port out of one of the two; schemes not at all. Good enough
+    to keep other sites' pages off a loopback server, not to trust a cookie with:
+    that is `same_origin`.
     """
     try:
         host = urlsplit("//" + host_header.strip().lower())
@@ -139,6 +143,66 @@ def origin_verdict(host_header: str, origin_header: str) -> _Verdict | None:
         host_port is None or origin_port is None or host_port == origin_port
     )
     return _Verdict(host.hostname, same)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_hinted_at_proxy = False
+
+
+class Origin(NamedTuple):
+    scheme: str
+    host: str
+    port: int  # made explicit: 80 for http, 443 for https when the text has none
+
+
+def parse_origin(text: str) -> Origin | None:
+    """An http(s) origin as a browser's Origin header spells it (`scheme://host[:port]`);
+    None for `null`, and for anything else, which no browser sends as an origin."""
+    try:
+        parts = urlsplit(text.strip().lower())
+        port = parts.port
+    except ValueError:  # e.g. an unclosed IPv6 bracket, a port that is not a number
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    if parts.path or parts.query or parts.fragment or "@" in parts.netloc:
+        return None
+    return Origin(
+        parts.scheme, parts.hostname, _DEFAULT_PORTS[parts.scheme] if port is None else port
+    )
+
+
+def request_origin(request: web.Request) -> Origin | None:
+    """The origin a request was sent to: the scheme it arrived with and its Host, or
+    what a trusted proxy forwarded (see `trusted_proxies`)."""
+    return parse_origin(f"{request.scheme}://{request.host}")
+
+
+def same_origin(request: web.Request, origin_header: str) -> bool:
+    """Whether `origin_header` is the origin the request was sent to: scheme, host and
+    port all equal, as a browser compares origins (`null` never is)."""
+    own = request_origin(request)
+    origin = parse_origin(origin_header)
+    if own is None or origin is None:
+        return False
+    if origin == own:
+        return True
+    if origin.host == own.host and (own.scheme, origin.scheme) == ("http", "https"):
+        _hint_at_proxy(origin_header)
+    return False
+
+
+def _hint_at_proxy(origin: str) -> None:
+    """Once: a page of this very host, over https, sent a request that arrived over
+    http: the mark of a TLS proxy not listed in trusted_proxies."""
+    global _hinted_at_proxy
+    if not _hinted_at_proxy:
+        _hinted_at_proxy = True
+        log.warning(
+            "a page of %s sent a request that arrived over http: it is not taken as the "
+            "server's own; behind a TLS-terminating proxy, list the proxy in trusted_proxies",
+            origin,
+        )
 
 
 async def _is_loopback(host: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import mimetypes
 import os
 import secrets
@@ -161,6 +162,13 @@ def _json(value: Any) -> web.Response:
     return web.json_response(value)
 
 
+def _too_long(exc: OSError) -> Answer | None:
+    """The answer to a name longer than the filesystem takes (a client's mistake)."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return text_answer(400, "File name too long")
+    return None
+
+
 def _real(root: Path) -> Path:
     return Path(os.path.realpath(root))
 
@@ -213,8 +221,8 @@ def do_post(root: Path, name: str, body: bytes, query: dict[str, str]) -> Answer
         if not write_file(path, body, overwrite=query.get("overwrite", "true") != "false"):
             return text_answer(409, "File already exists")
         return _json(_answer_for(path, root, query))
-    except OSError:  # a folder where the file goes, a name the filesystem refuses
-        return web.Response(
+    except OSError as exc:  # a folder where the file goes, a name the filesystem refuses
+        return _too_long(exc) or web.Response(
             status=400,
             reason='Invalid filename. Please avoid special characters like :\\/*?"<>|',
         )
@@ -229,8 +237,13 @@ def do_delete(root: Path, name: str) -> Answer:
         if stat.S_ISDIR(os.lstat(path).st_mode):
             return web.Response(status=404)  # not a file
         os.unlink(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file named as a folder
         return web.Response(status=404)
+    except OSError as exc:
+        answer = _too_long(exc)
+        if answer is None:
+            raise
+        return answer
     return web.Response(status=204)
 
 
@@ -250,8 +263,8 @@ def do_move(root: Path, name: str, dest_name: str, query: dict[str, str]) -> Ans
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, dest)
         return _json(_answer_for(dest, root, query))
-    except OSError:
-        return web.Response(status=400)
+    except OSError as exc:
+        return _too_long(exc) or web.Response(status=400)
 
 
 def _answer_for(path: Path, root: Path, query: dict[str, str]) -> Any:

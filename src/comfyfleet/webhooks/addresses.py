@@ -25,11 +25,35 @@ class NotAllowed(ValueError):
     """A webhook URL that may not be used; the message says why."""
 
 
+# IPv6 ranges whose last 32 bits are the IPv4 address a packet goes to.
+_EMBEDDING_IPV4 = (
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible (deprecated; `::1` and `::` too)
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),  # IPv4-translated (SIIT)
+    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64, well-known prefix
+)
+# Local-use NAT64 (RFC 8215): translated by the site's own gateway, never global.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries and is delivered to: mapped, compatible,
+    translated, NAT64 or 6to4 (Teredo's range is not public as a whole)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _EMBEDDING_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return None
+
+
 def is_public(address: Address) -> bool:
     """Globally routable unicast: not loopback, private, link-local, shared, reserved or
-    multicast (an IPv4 address mapped into IPv6 is judged as itself)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    multicast. An IPv6 address that carries an IPv4 one is judged as that IPv4 address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _LOCAL_NAT64:
+            return False
+        address = embedded_ipv4(address) or address
     return address.is_global and not address.is_multicast
 
 
@@ -58,9 +82,17 @@ def parse_url(url: object) -> SplitResult:
 
 
 def literal_address(host: str) -> Address | None:
+    """The IP address `host` names, read as a resolver reads it: a trailing dot (the DNS
+    root) left off, IPv4 in every form inet_aton takes (`127.1`, `0x7f.1`, `2130706433`);
+    None for a name."""
+    text = host.strip("[]").rstrip(".")
     try:
-        return ipaddress.ip_address(host)
+        return ipaddress.ip_address(text)
     except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(text))
+    except (OSError, ValueError):
         return None
 
 
@@ -77,7 +109,8 @@ async def check_host(host: str) -> None:
     check_literal(host)
     if literal_address(host) is not None:
         return
-    if host.lower().rstrip(".") == "localhost" or host.lower().endswith(".localhost"):
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
         raise NotAllowed("webhook_url goes to localhost")
     loop = asyncio.get_running_loop()
     try:

@@ -205,3 +205,21 @@ async def test_reference_view_passes_only_plain_names_on(
         async with served.session.get(f"{served.url}/view", params=fine) as response:
             assert (response.status, await response.read()) == (200, PAYLOAD)
         assert backend.views == [{"filename": "x.png", "subfolder": "ref/sub", "type": "output"}]
+
+
+@pytest.mark.parametrize("kind", ["../../x", "models", "", "Output", "temp/.."])
+async def test_reference_view_passes_only_comfyui_types_on(tmp_path: Path, kind: str) -> None:
+    backend = ScriptedBackend()
+    async with behind(tmp_path, backend, output_mode="reference") as served:
+        params = {"filename": "x.png", "subfolder": "@evil/ref", "type": kind}
+        async with served.session.get(f"{served.url}/view", params=params) as response:
+            assert (response.status, await response.read()) == (400, b"")
+        assert backend.views == []  # never asked
+        for fine in ("output", "input", "temp"):
+            params["type"] = fine
+            async with served.session.get(f"{served.url}/view", params=params) as response:
+                assert response.status == 200
+        untyped = {"filename": "x.png", "subfolder": "@evil/ref"}  # output, as in ComfyUI
+        async with served.session.get(f"{served.url}/view", params=untyped) as response:
+            assert response.status == 200
+        assert [view.get("type") for view in backend.views] == ["output", "input", "temp", None]

@@ -76,6 +76,35 @@ async def test_names_never_lead_out_of_the_user_folder(tmp_path: Path) -> None:
         assert sorted(p.name for p in outside.iterdir()) == ["secret.json"]
 
 
+async def test_names_the_filesystem_cannot_hold_are_a_4xx_for_every_verb(tmp_path: Path) -> None:
+    long = "w" * 300 + ".json"  # past NAME_MAX (255 bytes): ENAMETOOLONG
+    async with serve(tmp_path / "data", local_slots=0) as served:
+        user = tmp_path / "data" / "user"
+        user.mkdir()
+        (user / "inside.json").write_text("{}")
+        too_long = [
+            ("DELETE", f"/api/userdata/{long}"),
+            ("DELETE", f"/api/userdata/{long}%2Fx.json"),
+            ("POST", f"/api/userdata/{long}"),
+            ("POST", f"/api/userdata/{long}%2Fx.json"),
+            ("POST", f"/api/userdata/inside.json/move/{long}"),
+            ("POST", f"/api/userdata/inside.json/move/{long}%2Fx.json"),
+        ]
+        for method, path in too_long:
+            reply = await served.request(method, path, data=b"{}")
+            assert (reply.status, reply.text) == (400, "File name too long"), (method, path)
+        not_there = [
+            ("GET", f"/api/userdata/{long}"),
+            ("GET", f"/api/userdata?dir={long}"),
+            ("GET", f"/api/v2/userdata?path={long}"),
+            ("POST", f"/api/userdata/{long}/move/x.json"),
+            ("DELETE", "/api/userdata/inside.json%2Fx.json"),  # a file taken for a folder
+        ]
+        for method, path in not_there:
+            assert (await served.request(method, path)).status == 404, (method, path)
+        assert sorted(p.name for p in user.iterdir()) == ["inside.json"]
+
+
 async def test_concurrent_setting_changes_are_all_kept(tmp_path: Path) -> None:
     async with serve(tmp_path / "data", local_slots=0) as served:
         replies = await asyncio.gather(

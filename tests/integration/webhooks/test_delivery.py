@@ -115,6 +115,14 @@ BAD_WEBHOOKS = [
     ({"webhook_url": "http://[::ffff:192.168.0.1]/"}, "non-public"),
     ({"webhook_url": "http://localhost:8080/"}, "localhost"),
     ({"webhook_url": "http://0.0.0.0/"}, "non-public"),
+    # Loopback spelled so that no plain address check sees it.
+    ({"webhook_url": "http://127.0.0.1./"}, "non-public"),
+    ({"webhook_url": "http://127.1:9/"}, "non-public"),
+    ({"webhook_url": "http://[::127.0.0.1]/"}, "non-public"),
+    ({"webhook_url": "http://[::ffff:0:7f00:1]/"}, "non-public"),
+    ({"webhook_url": "http://[64:ff9b::7f00:1]/"}, "non-public"),
+    ({"webhook_url": "http://[64:ff9b:1::a00:1]/"}, "non-public"),
+    ({"webhook_url": "http://[2002:7f00:1::]/"}, "non-public"),
 ]
 
 
@@ -149,7 +157,7 @@ async def test_prompts_own_webhooks_need_the_servers_secret(tmp_path: Path) -> N
         assert reply.status == 400 and "webhooks_secret" in reply.json["error"]["message"]
 
 
-@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "127.0.0.1."])
 async def test_the_address_connected_to_is_checked_when_sending(tmp_path: Path, host: str) -> None:
     """A URL that got past the submit check (DNS changed since, or it was stored before):
     the delivery never reaches the private address."""
