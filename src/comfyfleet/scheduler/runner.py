@@ -67,6 +67,8 @@ class Runner:
         state = self._state
         after = slot.previous if slot is not None else None
         entry = Running(job, lane, EventGate(after), reserved=reserved)
+        if resume:
+            self._streams.resumed(job)
         state.running[job.prompt_id] = entry
         state.observers.job_started(job)
         slots = state.lanes.get(lane.name)

@@ -47,6 +47,11 @@ class PromptStreams:
             self.observer.job_event(job, end)
         self._begun.discard(job.prompt_id)
 
+    def resumed(self, job: Job) -> None:
+        """A job followed where it ran before this process (a restart, or a gateway that
+        is gone): its client's stream began then; it goes on without a second start."""
+        self._begun.add(job.prompt_id)
+
     def forget(self, prompt_id: str) -> None:
         """The job left the queue without running again (deleted, cancelled)."""
         self._begun.discard(prompt_id)

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import urllib.request
+
 from tests.integration.fleet.conftest import MakeFleet
 from tests.integration.fleet.harness import backend_history, backend_queue, poll, sleep_prompt
+
+
+def logged_events(base: str, prompt_id: str) -> list[str]:
+    """The event types of a finished prompt's stream, as a follower reads it (SSE)."""
+    with urllib.request.urlopen(f"{base}/api/jobs/{prompt_id}/events", timeout=30) as answer:
+        lines = answer.read().decode().splitlines()
+    return [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+
 
 SHORT = 1.0  # ends while the gateway is down: collected from the backend's history
 LONG = 5.0  # still running when the gateway is back: followed to its end there
@@ -34,6 +44,10 @@ def test_gateway_kill_and_restart_completes_every_job_exactly_once(make_fleet: M
     for prompt_id in running:
         job = fleet.job(prompt_id)
         assert (job["attempt"], job["lane"]) == (1, f"backend:{on[prompt_id]}")
+        # One stream per prompt, across the restart: its start once, its end once.
+        events = logged_events(fleet.gateway.url, prompt_id)
+        assert events.count("execution_start") == 1, (prompt_id, events)
+        assert events.count("execution_success") == 1, (prompt_id, events)
 
     history = fleet.history()  # fails on a repeated key
     assert set(ids) <= set(history)
