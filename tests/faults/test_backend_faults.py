@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,7 +15,7 @@ from tests.faults.helpers import (
     save_sleep_prompt,
 )
 from tests.integration.fleet.conftest import MakeFleet
-from tests.integration.fleet.harness import Fleet, backend_queue, poll
+from tests.integration.fleet.harness import Fleet, backend_history, backend_queue, poll
 
 pytestmark = pytest.mark.faults
 
@@ -103,3 +104,26 @@ def test_backend_hang_sigstop_jobs_move_and_end_once(make_fleet: MakeFleet) -> N
     fleet.wait_states({"d0": "up"}, timeout=30)
     poll(lambda: not running_on(fleet, "d0"), what="d0 to go idle", timeout=30)
     settle_and_check(fleet, jobs)
+
+
+def test_a_comfyfleet_backend_restarted_runs_nothing_its_gateway_moved(
+    make_fleet: MakeFleet,
+) -> None:
+    """A comfyfleet backend SIGKILLed and started again on its data ran its own durable
+    queue about a second later, prompts the gateway had moved elsewhere included: a
+    ghost run of each (its outputs written, its history a success there)."""
+    fleet = make_fleet(dedicated=[(), ()], backend_fields={"prefetch": 2})
+    jobs = {fleet.submit(save_sleep_prompt(f"gh{n:02d}", 1.0, n)): f"gh{n:02d}" for n in range(8)}
+    poll(lambda: running_on(fleet, "d0"), what="d0 to run a prompt")
+    held_there = set().union(*backend_queue(fleet.backends["d0"]))
+    fleet.backends["d0"].kill()
+    fleet.wait_states({"d0": "down"}, timeout=10)
+    fleet.restart_backend("d0")  # its queue as it was: running and prefetched prompts
+    settle_and_check(fleet, jobs)
+    moved = [p for p in held_there if fleet.lane_of(p) != "d0"]
+    assert moved, "the gateway moved nothing off the killed backend"
+    fleet.wait_states({"d0": "up"}, timeout=30)
+    time.sleep(2.0)  # what d0 would have run of its own queue by now
+    ghosts = [p for p in moved if backend_history(fleet.backends["d0"], p) is not None]
+    assert ghosts == [], ghosts
+    assert set().union(*backend_queue(fleet.backends["d0"])) == set()

@@ -25,6 +25,12 @@ class JobStatus(StrEnum):
 TERMINAL = frozenset(
     {JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED, JobStatus.CANCELLED}
 )
+#: In a prompt's `extra_data`: sent by a gateway, which says after a restart of this
+#: server whether it still wants it (see Scheduler.release_holds).
+HOLD_KEY = "comfyfleet_hold"
+#: Where a gateway releases them, and the flag of `GET /comfyfleet/pack` saying it may.
+HOLDS_ROUTE = "/comfyfleet/holds"
+HOLDS_FEATURE = "holds"
 #: Terminal states that produce a ComfyUI history entry (a cancelled pending job does not).
 HISTORIC = frozenset({JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED})
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from comfyfleet.domain.jobs import Job, JobResult, JobStatus
+from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult, JobStatus
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
 from comfyfleet.folders import Folders
@@ -153,6 +153,7 @@ class ComfyUILane:
         self.known = KnownCapabilities()
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
+        self.holds = False  # a comfyfleet: it holds this gateway's prompts across restarts
         self.draining = False
         # Its process is (re)starting, warming up or about to be recycled (a managed
         # backend): no new work, whatever an admin's drain or resume says.
@@ -395,6 +396,10 @@ class ComfyUILane:
             keep = await self._adopt(sorted(running | pending))
         except Exception as exc:  # the store refused (a full disk, say): try again later
             raise BackendError(f"could not sort out what it holds: {exc}") from exc
+        if self.holds and keep:
+            status, answer = await self.client.post_json(HOLDS_ROUTE, {"release": sorted(keep)})
+            if status != 200:
+                raise BackendError(f"could not release what it holds: {status} {answer}")
         stale = sorted((running | pending) - keep)
         for prompt_id in stale:
             if prompt_id in pending:
@@ -447,6 +452,9 @@ class ComfyUILane:
         except BackendError:
             pack = None
         self.validates = isinstance(pack, dict) and pack.get("pack") == "comfyfleet"
+        # A comfyfleet server with a durable queue of its own: it holds what this gateway
+        # sent across its restarts until told which of it is still wanted.
+        self.holds = self.validates and isinstance(pack, dict) and pack.get(HOLDS_FEATURE) is True
         object_info = await self.client.json_bytes("/object_info", timeout=60.0)
         models: dict[str, list[str]] = {}
         folders = await self.client.request("GET", "/models", timeout=30.0)
@@ -488,6 +496,8 @@ class ComfyUILane:
     async def _submit(self, job: Job) -> None:
         # The backend sends no webhook of its own: this gateway delivers the job's end.
         extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
+        if self.holds:
+            extra[HOLD_KEY] = True
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs

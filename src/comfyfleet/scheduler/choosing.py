@@ -22,6 +22,8 @@ class Verdict(enum.Enum):
 
 
 def may_take(state: SchedulerState, entry: LaneSlots, job: Job) -> bool:
+    if job.prompt_id in state.held:
+        return False
     return not entry.retiring and entry.lane.can_run(job) and not avoided(state, entry, job)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Sequence
 
 from comfyfleet.domain.gateways import DEFAULT_LEASE
@@ -37,6 +38,11 @@ from comfyfleet.scheduler.slots import LaneSlots
 from comfyfleet.scheduler.state import SchedulerState
 from comfyfleet.scheduler.streams import PromptStreams
 from comfyfleet.store.base import JobStore
+
+log = logging.getLogger(__name__)
+
+#: How long prompts a gateway sent before a restart wait for it to ask for them (s).
+HOLD_GRACE = 600.0
 
 __all__ = ["QueueFull", "Scheduler"]
 
@@ -66,6 +72,7 @@ class Scheduler:
             self.state, self.streams, self._runner, self._recorder, self._reservations, max_pending
         )
         self._recovery = Recovery(self.state, self._runner, self._reservations, lease)
+        self._unclaimed: asyncio.Task[None] | None = None
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -107,6 +114,26 @@ class Scheduler:
         self.state.lease.on_held = self.state.wake
         self.state.lease.start()
         self._recovery.keep_lease()
+        if self.state.held:
+            self._unclaimed = asyncio.create_task(self._drop_unclaimed(), name="holds")
+
+    def release_holds(self, prompt_ids: Sequence[str]) -> list[str]:
+        """Of the prompts a gateway sent here before this process started, those it still
+        wants (it names them when it reconnects): they may run now."""
+        released = [p for p in dict.fromkeys(prompt_ids) if p in self.state.held]
+        self.state.held.difference_update(released)
+        if released:
+            self.state.wake()
+        return released
+
+    async def _drop_unclaimed(self) -> None:
+        """Held prompts no gateway asked for within HOLD_GRACE were moved elsewhere long
+        ago (or their gateway is gone): they leave the queue."""
+        await asyncio.sleep(HOLD_GRACE)
+        dropped = await self._admission.delete_pending(sorted(self.state.held))
+        self.state.held.clear()
+        if dropped:
+            log.warning("dropped %d held prompts no gateway asked for", len(dropped))
 
     def _give_back_in_process(self) -> None:
         """The lease cannot be proven: what runs in this process goes back to the queue
@@ -145,6 +172,9 @@ class Scheduler:
         self.state.stopping = True
         await self._recovery.stop_keeping()
         self.state.lease.stop()
+        if self._unclaimed is not None:
+            self._unclaimed.cancel()
+            await asyncio.gather(self._unclaimed, return_exceptions=True)
         lanes = self.state.lanes.values()
         tasks = [t for entry in lanes for t in entry.tasks] + list(self._runner.resumes)
         await self._wind_down(tasks, grace, lambda _r: True, before_requeue)

@@ -44,6 +44,9 @@ class SchedulerState:
         self.wakes = 0  # counts `wake` calls, so a slot notices one that came mid-claim
         self._woken = 0  # where the next wake for one job starts among the lanes
         self.stopping = False
+        # Prompts a gateway sent here before this process started (HOLD_KEY): not run until
+        # that gateway says it still wants them, so none runs here that it moved elsewhere.
+        self.held: set[str] = set()
         # Writes under way that must land before the store closes (ends being recorded,
         # reservations given back).
         self.settling: set[asyncio.Task[None]] = set()

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from comfyfleet import comfyui_pack
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
-from comfyfleet.domain.jobs import NewJob
+from comfyfleet.domain.jobs import HOLDS_FEATURE, HOLDS_ROUTE, NewJob
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
@@ -40,6 +40,8 @@ from comfyfleet.webhooks.submit import check_prompt_webhook
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: Prompt ids one release of holds may name.
+MAX_RELEASED = 10_000
 #: The largest integer SQLite stores; larger counts and offsets are clamped to it.
 SQL_INT_MAX = 2**63 - 1
 #: ComfyUI's own cap for GET /history without max_items.
@@ -219,8 +221,33 @@ async def validate_only(request: web.Request) -> web.Response:
 
 
 async def pack_info(request: web.Request) -> web.Response:
-    """`GET /comfyfleet/pack`: this server validates as the companion pack does."""
-    return web.json_response({"pack": "comfyfleet", "version": comfyui_pack.VERSION})
+    """`GET /comfyfleet/pack`: this server validates as the companion pack does, and
+    holds a gateway's prompts across its own restarts (`holds`)."""
+    return web.json_response(
+        {"pack": "comfyfleet", "version": comfyui_pack.VERSION, HOLDS_FEATURE: True}
+    )
+
+
+async def release_holds(request: web.Request) -> web.Response:
+    """`POST /comfyfleet/holds {"release": [prompt ids]}`: a gateway that reconnects
+    names, of the prompts it sent before this server restarted, those it still wants;
+    they may run now. The others stay held (the gateway deletes them)."""
+    gw = request.app[GATEWAY]
+    body = await read_json(request)
+    ids = body.get("release") if isinstance(body, dict) else None
+    if (
+        not isinstance(ids, list)
+        or len(ids) > MAX_RELEASED
+        or not all(isinstance(i, str) for i in ids)
+    ):
+        return bad_request(
+            "invalid_request", f"release must be a list of at most {MAX_RELEASED} prompt ids"
+        )
+    held = [p for p in ids if p in gw.scheduler.state.held]
+    if scope(request) is not None:  # only the caller's own
+        jobs = [await gw.store.get(p) for p in held]
+        held = [j.prompt_id for j in jobs if j is not None and visible(request, j.tenant)]
+    return web.json_response({"released": gw.scheduler.release_holds(held)})
 
 
 async def _walking(prompt: Any, walk: Callable[[], T]) -> T:
@@ -415,4 +442,5 @@ def prompt_routes() -> list[Route]:
         Route("POST", "/interrupt", post_interrupt),
         Route("GET", "/comfyfleet/pack", pack_info, api_alias=False),
         Route("POST", "/comfyfleet/validate", validate_only, api_alias=False),
+        Route("POST", HOLDS_ROUTE, release_holds, api_alias=False),
     ]
