@@ -85,10 +85,13 @@ def test_backend_restarted_empty_while_gateway_waits_on_it(make_fleet: MakeFleet
 
 
 def test_backend_hang_sigstop_jobs_move_and_end_once(make_fleet: MakeFleet) -> None:
-    fleet = make_fleet(dedicated=[(), ()], gateway_args=("--hang-timeout", "1.0"))
+    fleet = make_fleet(
+        dedicated=[(), ()], gateway_args=("--hang-timeout", "1.0", "--backend-hold", "3")
+    )
     try:
         jobs = submit_many(fleet, "bh")
         poll(lambda: running_on(fleet, "d0"), what="d0 to run a prompt")
+        held_there = set().union(*backend_queue(fleet.backends["d0"]))
         fleet.stop("d0")  # SIGSTOP: the connection stays open, nothing answers
         poll(
             lambda: bool(fleet.backend_states()["d0"]["suspect"]),
@@ -100,10 +103,15 @@ def test_backend_hang_sigstop_jobs_move_and_end_once(make_fleet: MakeFleet) -> N
     finally:
         if fleet.backends["d0"] in fleet.stopped:
             fleet.resume("d0")
-    # Resumed, the backend may finish what it held; the gateway still has one entry each.
+    # Resumed past its hold, the backend gives back what the gateway moved, and runs none
+    # of it to its end; the gateway still has one entry each.
     fleet.wait_states({"d0": "up"}, timeout=30)
     poll(lambda: not running_on(fleet, "d0"), what="d0 to go idle", timeout=30)
     settle_and_check(fleet, jobs)
+    moved = [p for p in held_there if fleet.lane_of(p) != "d0"]
+    assert moved, "the gateway moved nothing off the stopped backend"
+    ghosts = [p for p in moved if backend_history(fleet.backends["d0"], p) is not None]
+    assert ghosts == [], ghosts
 
 
 def test_a_comfyfleet_backend_restarted_runs_nothing_its_gateway_moved(

@@ -87,6 +87,11 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="with --comfyui: its interpreter (default: DIR's venv, else this Python)",
     )
     serve.add_argument("--hang-timeout", type=float, help="seconds without a frame from a backend")
+    serve.add_argument(
+        "--backend-hold",
+        type=float,
+        help="seconds a comfyfleet backend runs this gateway's prompts past its last word",
+    )
     serve.add_argument("--max-attempts", type=int, help="attempts per prompt when lanes fail")
     serve.add_argument(
         "--output-mode", choices=("copy", "reference"), help="backend outputs: copy or reference"
@@ -179,6 +184,7 @@ def serve_main(args: argparse.Namespace) -> int:
             "per_gpu",
             "comfyui_python",
             "hang_timeout",
+            "backend_hold",
             "max_attempts",
             "output_mode",
             "cors_origins",

@@ -25,12 +25,25 @@ class JobStatus(StrEnum):
 TERMINAL = frozenset(
     {JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED, JobStatus.CANCELLED}
 )
-#: In a prompt's `extra_data`: sent by a gateway, which says after a restart of this
-#: server whether it still wants it (see Scheduler.release_holds).
+#: In a prompt's `extra_data`: sent by a gateway, it runs only while that gateway keeps
+#: saying it wants it, this many seconds at a time (see scheduler/holds.py).
 HOLD_KEY = "comfyfleet_hold"
-#: Where a gateway releases them, and the flag of `GET /comfyfleet/pack` saying it may.
+#: Where a gateway says so, and the flag of `GET /comfyfleet/pack` saying it may.
 HOLDS_ROUTE = "/comfyfleet/holds"
 HOLDS_FEATURE = "holds"
+#: The longest hold one word of the gateway gives (s).
+MAX_HOLD = 3600.0
+
+
+def hold_seconds(extra_data: Any) -> float | None:
+    """The hold a prompt was sent with (HOLD_KEY), None when it has none: anything but a
+    number of seconds in (0, MAX_HOLD] is no hold."""
+    value = extra_data.get(HOLD_KEY) if isinstance(extra_data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value <= MAX_HOLD else None
+
+
 #: Terminal states that produce a ComfyUI history entry (a cancelled pending job does not).
 HISTORIC = frozenset({JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED})
 

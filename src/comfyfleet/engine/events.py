@@ -16,6 +16,12 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Restated(Message):
+    """A frame the prompt's stream holds already (sent before a restart), sent again for
+    the clients connected now: a log of the stream keeps it once."""
+
+
+@dataclass(frozen=True)
 class NodeProgress:
     """One node's entry of its prompt's `progress_state` changed (it started, reported
     progress or finished). ComfyUI sends every started node's entry on each change;

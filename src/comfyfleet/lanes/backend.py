@@ -99,6 +99,11 @@ class PromptWatch:
     queue: asyncio.Queue[EngineEvent | BackendError | None] = field(default_factory=asyncio.Queue)
     last_frame: float = field(default_factory=time.monotonic)
     started: bool = False
+    # When the backend last said it holds the prompt for this gateway (a comfyfleet
+    # backend: see scheduler/holds.py): its submit's answer, then each keep's.
+    kept_at: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # this gateway gave up on it there: no longer kept
+    lost: bool = False  # the connection dropped since: is it still there once back?
     _ticker: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     def start_ticks(self, every: float) -> None:
@@ -126,6 +131,7 @@ class BackendClient:
         # only reach the new socket when it connects under the same id.
         self.client_id = client_id or f"comfyfleet-{uuid.uuid4().hex}"
         self.connected = asyncio.Event()
+        self.disconnected = asyncio.Event()  # set from a drop until the next connect
         self._watches: dict[str, PromptWatch] = {}
         self._current: tuple[str, str] | None = None  # (prompt_id, node) executing now
         self._reader: asyncio.Task[None] | None = None
@@ -276,6 +282,7 @@ class BackendClient:
         )
         self._ws = ws
         self.connected.set()
+        self.disconnected.clear()
         self._reader = asyncio.create_task(self._read(ws), name=f"backend-{self.spec.name}-ws")
 
     async def close(self) -> None:
@@ -302,6 +309,7 @@ class BackendClient:
         if self.connected.is_set():
             log.warning("backend %s lost: %s", self.spec.name, why)
         self.connected.clear()
+        self.disconnected.set()
         self._ws = None
         self._current = None
         for watch in self._watches.values():
@@ -312,6 +320,10 @@ class BackendClient:
     def watch(self, prompt_id: str, on_end: Callable[[], None] | None = None) -> PromptWatch:
         watch = self._watches[prompt_id] = PromptWatch(prompt_id, on_end)
         return watch
+
+    def watched(self) -> dict[str, PromptWatch]:
+        """The prompts followed there now, by id."""
+        return dict(self._watches)
 
     def unwatch(self, prompt_id: str) -> None:
         watch = self._watches.pop(prompt_id, None)

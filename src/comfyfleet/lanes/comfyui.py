@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import aiohttp
+
 from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult, JobStatus
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
@@ -56,6 +58,9 @@ class BackendHung(BackendError):
 #: Seconds without a frame from a running prompt before the backend's history is asked
 #: whether it ended (and again as often while it stays quiet).
 QUIET_ASK = 5.0
+#: Beyond a comfyfleet backend's hold, before its prompt is taken for lost (s): the two
+#: clocks need not tick alike.
+HOLD_MARGIN = 1.0
 PACK_ROUTE = "/comfyfleet/pack"
 VALIDATE_ROUTE = "/comfyfleet/validate"
 #: extra_data keys a backend is not sent: this gateway routes events and sends webhooks.
@@ -123,6 +128,9 @@ class LaneSettings:
     suspect_for: float = 60.0  # after a hang, no new work for this long
     refresh_interval: float = 60.0  # re-read object_info (new nodes, new model files)
     max_backoff: float = 30.0  # longest wait between reconnect attempts
+    # A comfyfleet backend runs this gateway's prompts only while told, this long each
+    # time (renewed every probe): a backend lost longer than this has dropped them.
+    hold: float = 30.0
 
 
 class ComfyUILane:
@@ -153,7 +161,8 @@ class ComfyUILane:
         self.known = KnownCapabilities()
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
-        self.holds = False  # a comfyfleet: it holds this gateway's prompts across restarts
+        self.holds = False  # a comfyfleet: it runs this gateway's prompts only while told
+        self._refused = False  # the last connection attempt was refused: no process there
         self.draining = False
         # Its process is (re)starting, warming up or about to be recycled (a managed
         # backend): no new work, whatever an admin's drain or resume says.
@@ -260,6 +269,7 @@ class ComfyUILane:
         try:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
             await self._submit(replace(job, prompt=prompt))
+            watch.kept_at = time.monotonic()  # it holds the prompt from its answer on
         except ForeignFile as foreign:
             return refused_result(job, foreign_file_answer(job.prompt, foreign))
         except PromptRefused as refused:
@@ -363,9 +373,11 @@ class ComfyUILane:
             self._retry.clear()  # a `retry_now` from here on cuts the wait below short
             try:
                 await self._connect_and_refresh()
+                self._refused = False
                 backoff = 0.5
                 await self._watch_health()
             except BackendError as exc:
+                self._refused = _refused(exc)
                 # A held backend's process is starting or stopping: that is expected.
                 level = logging.DEBUG if self.held else logging.INFO
                 log.log(level, "backend %s unavailable: %s", self.client.spec.name, exc)
@@ -397,9 +409,7 @@ class ComfyUILane:
         except Exception as exc:  # the store refused (a full disk, say): try again later
             raise BackendError(f"could not sort out what it holds: {exc}") from exc
         if self.holds and keep:
-            status, answer = await self.client.post_json(HOLDS_ROUTE, {"release": sorted(keep)})
-            if status != 200:
-                raise BackendError(f"could not release what it holds: {status} {answer}")
+            await self._keep(sorted(keep))  # before the rest goes: it may run them again
         stale = sorted((running | pending) - keep)
         for prompt_id in stale:
             if prompt_id in pending:
@@ -479,25 +489,68 @@ class ComfyUILane:
         """Return when the backend stops answering (HTTP or WebSocket)."""
         refreshed = time.monotonic()
         while self.client.connected.is_set():
-            try:
-                await asyncio.wait_for(self._retry.wait(), self.settings.probe_interval)
-            except TimeoutError:
-                pass
-            else:  # a new process answers there: this connection was to the old one
+            # The next probe, or at once when the connection drops (reconnecting now). A
+            # comfyfleet backend hears from it three times per hold.
+            every = self.settings.probe_interval
+            if self.holds:
+                every = min(every, self.settings.hold / 3)
+            await _first_set((self._retry, self.client.disconnected), every)
+            if self._retry.is_set():  # a new process answers: this connection was the old one's
                 self._retry.clear()
                 continue
+            if not self.client.connected.is_set():
+                break
             await self.client.request("GET", "/prompt", timeout=10.0)
+            if self.holds:
+                watched = self.client.watched().items()
+                await self._keep(sorted(p for p, watch in watched if not watch.abandoned))
             if time.monotonic() - refreshed > self.settings.refresh_interval:
                 if await self._refresh():
                     await self.on_change()
                 refreshed = time.monotonic()
         raise BackendError("websocket closed")
 
+    async def _keep(self, prompt_ids: list[str]) -> None:
+        """Tell the backend this gateway still wants these prompts (see
+        scheduler/holds.py); each watch learns from when it holds them again."""
+        if not prompt_ids:
+            return
+        body = {"keep": prompt_ids, "seconds": self.settings.hold}
+        status, answer = await self.client.post_json(HOLDS_ROUTE, body)
+        if (
+            status != 200
+            or not isinstance(answer, dict)
+            or not isinstance(answer.get("kept"), list)
+        ):
+            raise BackendError(f"{HOLDS_ROUTE}: HTTP {status}: {str(answer)[:300]}")
+        now, watched = time.monotonic(), self.client.watched()
+        for prompt_id in answer["kept"]:
+            if isinstance(prompt_id, str) and prompt_id in watched:
+                watched[prompt_id].kept_at = now
+
+    async def _still_there(self, watch: PromptWatch) -> bool:
+        """Whether the backend, reached again, holds the prompt (queued, running or
+        ended); True while it cannot say: it is asked again at the next tick."""
+        try:
+            return not await self._gone(watch.prompt_id)
+        except BackendError:
+            return True
+
+    def _given_up(self, watch: PromptWatch, now: float) -> bool:
+        """Whether a prompt of a backend this gateway cannot reach is lost: at once for a
+        ComfyUI (it forgets its queue when it dies) and for a process that is gone (its
+        port refuses: started again, a comfyfleet holds the prompt until told); else
+        once the backend's hold on it has surely run out (a paused or cut-off comfyfleet
+        has stopped it by then), not before, so it never runs in two places."""
+        if not self.holds or self._refused:
+            return True
+        return now > watch.kept_at + self.settings.hold + HOLD_MARGIN
+
     async def _submit(self, job: Job) -> None:
         # The backend sends no webhook of its own: this gateway delivers the job's end.
         extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
         if self.holds:
-            extra[HOLD_KEY] = True
+            extra[HOLD_KEY] = self.settings.hold
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs
@@ -577,18 +630,29 @@ class ComfyUILane:
             if event is None:  # the watch's tick: check the clock and the connection
                 now = time.monotonic()
                 idle = now - watch.last_frame
-                if watch.started and idle > self.settings.hang_timeout:
+                if watch.started and idle > self.settings.hang_timeout and not watch.abandoned:
                     self._suspect_until = time.monotonic() + self.settings.suspect_for
                     self._interrupt_soon(watch)
+                    watch.abandoned = True  # kept no more: a comfyfleet stops it in time
+                if watch.abandoned and self._given_up(watch, now):
                     raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
-                    raise BackendLost(f"backend {self.client.spec.name} went away")
+                    if self._given_up(watch, now):
+                        raise BackendLost(f"backend {self.client.spec.name} went away")
+                    continue
+                if watch.lost and await self._still_there(watch):
+                    watch.lost = False
+                elif watch.lost:
+                    raise BackendLost(f"backend {self.client.spec.name} came back without it")
                 if idle >= QUIET_ASK and now - asked >= QUIET_ASK:
                     asked = now
                     if await self._ended_quietly(job):
                         # Its frames go elsewhere (submitted by a gateway that died, then
                         # adopted here), or its done signal was lost: it ended there.
                         return Message("executing", events.executing(job.prompt_id, None))
+                continue
+            if isinstance(event, BackendLost) and not self._given_up(watch, time.monotonic()):
+                watch.lost = True  # it may still run it there: the ticks look again
                 continue
             if isinstance(event, BackendError):  # lost, or withdrawn from its queue
                 raise event
@@ -654,3 +718,28 @@ async def _nothing() -> None:
 
 def _ignore() -> None:
     return None
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the connection was refused: no process listens there."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        if isinstance(seen, aiohttp.ClientConnectorError) and isinstance(
+            seen.os_error, ConnectionRefusedError
+        ):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+async def _first_set(events: tuple[asyncio.Event, ...], timeout: float) -> None:
+    """Return once one of `events` is set, or after `timeout` seconds."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

@@ -22,8 +22,8 @@ class Verdict(enum.Enum):
 
 
 def may_take(state: SchedulerState, entry: LaneSlots, job: Job) -> bool:
-    if job.prompt_id in state.held:
-        return False
+    if not state.holds.allows(job.prompt_id, job.extra_data):
+        return False  # its gateway has not said it still wants it
     return not entry.retiring and entry.lane.can_run(job) and not avoided(state, entry, job)
 
 

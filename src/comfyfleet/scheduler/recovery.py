@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 
 from comfyfleet.domain.gateways import next_look
-from comfyfleet.domain.jobs import HOLD_KEY, DispatchKey, Job, JobStatus
+from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus, hold_seconds
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.reservations import Reservations
 from comfyfleet.scheduler.runner import Runner
@@ -42,7 +42,7 @@ class Recovery:
         running, pending = await store.queue()
         # A gateway's prompts wait for it to say which it still wants (it may have moved
         # them while this process was down).
-        state.held = {j.prompt_id for j in running + pending if j.extra_data.get(HOLD_KEY)}
+        state.holds.recovered(j.prompt_id for j in running + pending if hold_seconds(j.extra_data))
         # Of what the store holds, this gateway's own (from before a restart) and orphans:
         # never another live gateway's.
         orphans = {job.prompt_id for job in await store.orphaned()}

@@ -41,8 +41,8 @@ from comfyfleet.store.base import JobStore
 
 log = logging.getLogger(__name__)
 
-#: How long prompts a gateway sent before a restart wait for it to ask for them (s).
-HOLD_GRACE = 600.0
+#: How often held prompts are looked at (s).
+HOLD_CHECK = 0.5
 
 __all__ = ["QueueFull", "Scheduler"]
 
@@ -72,7 +72,7 @@ class Scheduler:
             self.state, self.streams, self._runner, self._recorder, self._reservations, max_pending
         )
         self._recovery = Recovery(self.state, self._runner, self._reservations, lease)
-        self._unclaimed: asyncio.Task[None] | None = None
+        self._holds_watch: asyncio.Task[None] | None = None
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -114,26 +114,29 @@ class Scheduler:
         self.state.lease.on_held = self.state.wake
         self.state.lease.start()
         self._recovery.keep_lease()
-        if self.state.held:
-            self._unclaimed = asyncio.create_task(self._drop_unclaimed(), name="holds")
+        self._holds_watch = asyncio.create_task(self._watch_holds(), name="holds")
 
-    def release_holds(self, prompt_ids: Sequence[str]) -> list[str]:
-        """Of the prompts a gateway sent here before this process started, those it still
-        wants (it names them when it reconnects): they may run now."""
-        released = [p for p in dict.fromkeys(prompt_ids) if p in self.state.held]
-        self.state.held.difference_update(released)
-        if released:
+    def keep_holds(self, prompt_ids: Sequence[str], seconds: float) -> list[str]:
+        """A gateway still wants these of the prompts it sent here: they may run `seconds`
+        more (see scheduler/holds.py). Returns those held here."""
+        kept = self.state.holds.keep(prompt_ids, seconds)
+        if kept:
             self.state.wake()
-        return released
+        return kept
 
-    async def _drop_unclaimed(self) -> None:
-        """Held prompts no gateway asked for within HOLD_GRACE were moved elsewhere long
-        ago (or their gateway is gone): they leave the queue."""
-        await asyncio.sleep(HOLD_GRACE)
-        dropped = await self._admission.delete_pending(sorted(self.state.held))
-        self.state.held.clear()
-        if dropped:
-            log.warning("dropped %d held prompts no gateway asked for", len(dropped))
+    async def _watch_holds(self) -> None:
+        """Give back held prompts whose gateway stopped wanting them; drop those none
+        wanted for long."""
+        state = self.state
+        while True:
+            await asyncio.sleep(HOLD_CHECK)
+            for entry in state.holds.lapsed(state.running.values()):
+                log.warning("gave back %s: its gateway no longer keeps it", entry.job.prompt_id)
+            unclaimed = state.holds.unclaimed(state.running)
+            if unclaimed:
+                dropped = await self._admission.delete_pending(unclaimed)
+                if dropped:
+                    log.warning("dropped %d held prompts no gateway kept", len(dropped))
 
     def _give_back_in_process(self) -> None:
         """The lease cannot be proven: what runs in this process goes back to the queue
@@ -172,9 +175,9 @@ class Scheduler:
         self.state.stopping = True
         await self._recovery.stop_keeping()
         self.state.lease.stop()
-        if self._unclaimed is not None:
-            self._unclaimed.cancel()
-            await asyncio.gather(self._unclaimed, return_exceptions=True)
+        if self._holds_watch is not None:
+            self._holds_watch.cancel()
+            await asyncio.gather(self._holds_watch, return_exceptions=True)
         lanes = self.state.lanes.values()
         tasks = [t for entry in lanes for t in entry.tasks] + list(self._runner.resumes)
         await self._wind_down(tasks, grace, lambda _r: True, before_requeue)
@@ -253,6 +256,7 @@ class Scheduler:
 
     async def submit(self, new: NewJob) -> Job:
         """Queue a job (or hand it to a parked slot); QueueFull beyond `max_pending`."""
+        self.state.holds.submitted(new.prompt_id, new.extra_data)  # before it may start
         return await self._admission.submit(new)
 
     def interrupt(self, prompt_id: str | None = None) -> list[str]:

@@ -11,6 +11,7 @@ from comfyfleet.domain.gateways import DEFAULT_LEASE
 from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
+from comfyfleet.scheduler.holds import Holds
 from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import Observers
 from comfyfleet.scheduler.slots import LaneSlots, Reservation
@@ -44,9 +45,8 @@ class SchedulerState:
         self.wakes = 0  # counts `wake` calls, so a slot notices one that came mid-claim
         self._woken = 0  # where the next wake for one job starts among the lanes
         self.stopping = False
-        # Prompts a gateway sent here before this process started (HOLD_KEY): not run until
-        # that gateway says it still wants them, so none runs here that it moved elsewhere.
-        self.held: set[str] = set()
+        # Prompts a gateway sent here (HOLD_KEY): run only while it keeps wanting them.
+        self.holds = Holds()
         # Writes under way that must land before the store closes (ends being recorded,
         # reservations given back).
         self.settling: set[asyncio.Task[None]] = set()

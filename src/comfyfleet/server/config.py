@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comfyfleet.domain.gateways import DEFAULT_LEASE, GATEWAY_ID
+from comfyfleet.domain.jobs import MAX_HOLD
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
@@ -73,6 +74,9 @@ class ServerConfig:
     # Managed backends: `[[comfyui]]` tables (or --comfyui DIR), processes the gateway runs.
     comfyui: tuple[ManagedGroup, ...] = ()
     hang_timeout: float = 300.0  # seconds without a frame from a backend's running prompt
+    # A comfyfleet backend runs this gateway's prompts this long past its last word (the
+    # gateway renews it every probe); a lost one's prompts move after that, not before.
+    backend_hold: float = 30.0
     max_attempts: int = 3  # attempts per job before a lane failure is final
     # Backend output files: "copy" them into the data dir, or "reference" them there.
     output_mode: str = "copy"
@@ -279,6 +283,10 @@ def load_config(
         )
     if not 1.0 <= config.lease <= 3600.0:
         raise ConfigError(f"lease must be between 1 s and 1 h, not {config.lease:g} s")
+    if not 1.0 <= config.backend_hold <= MAX_HOLD:
+        raise ConfigError(
+            f"backend_hold must be between 1 s and 1 h, not {config.backend_hold:g} s"
+        )
     config = _checked_webhooks(config)
     if config.auth_enabled and config.output_mode == "reference":
         raise ConfigError(

@@ -49,7 +49,7 @@ from comfyfleet.domain.prompt_events import (
     PromptEvent,
     more_after,
 )
-from comfyfleet.engine.events import EngineEvent, Message, NodeProgress
+from comfyfleet.engine.events import EngineEvent, Message, NodeProgress, Restated
 from comfyfleet.protocol import events
 from comfyfleet.protocol.progress import ProgressState
 from comfyfleet.scheduler.observers import JobObserver
@@ -170,6 +170,8 @@ class EventLog(JobObserver):
         self._open.add(job.prompt_id)
 
     def job_event(self, job: Job, event: EngineEvent) -> None:
+        if isinstance(event, Restated):
+            return  # logged once already, before a restart
         self._open.add(job.prompt_id)
         attempt = self._attempts.get(job.prompt_id)
         if attempt is None:

@@ -98,7 +98,9 @@ class Gateway:
         hub = Hub()
         router = ClientRouter(hub, StatusBroadcaster(hub))
         settings = LaneSettings(
-            hang_timeout=config.hang_timeout, copy_outputs=config.output_mode == "copy"
+            hang_timeout=config.hang_timeout,
+            copy_outputs=config.output_mode == "copy",
+            hold=config.backend_hold,
         )
         peer_key = PeerKey(store)
         peers = PeerFiles(store, identity.id, peer_key, config.max_upload_bytes)

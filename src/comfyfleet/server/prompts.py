@@ -14,7 +14,14 @@ from aiohttp import web
 
 from comfyfleet import comfyui_pack
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
-from comfyfleet.domain.jobs import HOLDS_FEATURE, HOLDS_ROUTE, NewJob
+from comfyfleet.domain.jobs import (
+    HOLD_KEY,
+    HOLDS_FEATURE,
+    HOLDS_ROUTE,
+    MAX_HOLD,
+    NewJob,
+    hold_seconds,
+)
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
@@ -40,8 +47,8 @@ from comfyfleet.webhooks.submit import check_prompt_webhook
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Prompt ids one release of holds may name.
-MAX_RELEASED = 10_000
+#: Prompt ids one word of a gateway about its held prompts may name.
+MAX_KEPT = 10_000
 #: The largest integer SQLite stores; larger counts and offsets are clamped to it.
 SQL_INT_MAX = 2**63 - 1
 #: ComfyUI's own cap for GET /history without max_items.
@@ -228,26 +235,29 @@ async def pack_info(request: web.Request) -> web.Response:
     )
 
 
-async def release_holds(request: web.Request) -> web.Response:
-    """`POST /comfyfleet/holds {"release": [prompt ids]}`: a gateway that reconnects
-    names, of the prompts it sent before this server restarted, those it still wants;
-    they may run now. The others stay held (the gateway deletes them)."""
+async def keep_holds(request: web.Request) -> web.Response:
+    """`POST /comfyfleet/holds {"keep": [prompt ids], "seconds": S}`: the gateway that
+    sent these prompts (with `extra_data.comfyfleet_hold`) still wants them; each may
+    run S more seconds (see scheduler/holds.py). Answers those held here."""
     gw = request.app[GATEWAY]
     body = await read_json(request)
-    ids = body.get("release") if isinstance(body, dict) else None
+    ids = body.get("keep") if isinstance(body, dict) else None
+    seconds = hold_seconds({HOLD_KEY: body.get("seconds")}) if isinstance(body, dict) else None
     if (
         not isinstance(ids, list)
-        or len(ids) > MAX_RELEASED
+        or len(ids) > MAX_KEPT
         or not all(isinstance(i, str) for i in ids)
+        or seconds is None
     ):
         return bad_request(
-            "invalid_request", f"release must be a list of at most {MAX_RELEASED} prompt ids"
+            "invalid_request",
+            f"keep must be a list of at most {MAX_KEPT} prompt ids, and seconds a number "
+            f"of seconds up to {MAX_HOLD:g}",
         )
-    held = [p for p in ids if p in gw.scheduler.state.held]
     if scope(request) is not None:  # only the caller's own
-        jobs = [await gw.store.get(p) for p in held]
-        held = [j.prompt_id for j in jobs if j is not None and visible(request, j.tenant)]
-    return web.json_response({"released": gw.scheduler.release_holds(held)})
+        jobs = [await gw.store.get(p) for p in ids]
+        ids = [j.prompt_id for j in jobs if j is not None and visible(request, j.tenant)]
+    return web.json_response({"kept": gw.scheduler.keep_holds(ids, seconds)})
 
 
 async def _walking(prompt: Any, walk: Callable[[], T]) -> T:
@@ -442,5 +452,5 @@ def prompt_routes() -> list[Route]:
         Route("POST", "/interrupt", post_interrupt),
         Route("GET", "/comfyfleet/pack", pack_info, api_alias=False),
         Route("POST", "/comfyfleet/validate", validate_only, api_alias=False),
-        Route("POST", HOLDS_ROUTE, release_holds, api_alias=False),
+        Route("POST", HOLDS_ROUTE, keep_holds, api_alias=False),
     ]

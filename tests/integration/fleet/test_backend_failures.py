@@ -60,7 +60,11 @@ def test_backend_killed_mid_prompt_job_completes_elsewhere(make_fleet: MakeFleet
 
 
 def test_hung_backend_job_is_requeued_and_backend_marked_suspect(make_fleet: MakeFleet) -> None:
-    fleet = make_fleet(shared=1, dedicated=[()], gateway_args=("--hang-timeout", "1.5"))
+    # d0 is a comfyfleet: it holds the prompt 3 s past the gateway's last word, and the
+    # gateway moves it only once that has run out (a paused d0 never runs it too).
+    fleet = make_fleet(
+        shared=1, dedicated=[()], gateway_args=("--hang-timeout", "1.5", "--backend-hold", "3")
+    )
     frames = Frames(fleet.gateway)
     try:
         prompt_id = run_on(fleet, "d0", sleep_prompt(3.0), frames.client_id)
@@ -70,7 +74,7 @@ def test_hung_backend_job_is_requeued_and_backend_marked_suspect(make_fleet: Mak
 
         poll(lambda: fleet.lane_of(prompt_id) == "s0", what="the job to move to s0", timeout=10)
         moved_after = time.monotonic() - stopped
-        assert 1.5 <= moved_after < 4.0, moved_after
+        assert 1.5 <= moved_after < 6.0, moved_after
         states = fleet.backend_states()
         assert states["d0"]["suspect"] is True
         assert states["s0"]["suspect"] is False
