@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import urllib.parse
 from collections import Counter
@@ -307,6 +308,16 @@ def cut_short(line: Line, end: float, journal: list[Signalled]) -> bool:
     )
 
 
+def first_takeover(changes: list[Change]) -> float | None:
+    """When the store first took the job from a run that had it (re-queued it, or moved
+    its attempt on): what a finding about the prompt's runs is put down to."""
+    for before, after in itertools.pairwise(changes):
+        left = after.status != "running" or after.attempt != before.attempt
+        if before.status == "running" and after.status not in TERMINAL and left:
+            return after.at
+    return None
+
+
 def blame(faults: list[Window], when: float) -> Window | None:
     """The last fault injected at or before `when`."""
     before = [w for w in faults if w.start <= when]
@@ -350,6 +361,7 @@ def judge(obs: Observation, t0: float) -> Verdict:
         if len(ends) > 1:
             states = [(c.status, c.attempt) for c in ends]
             found("ended_twice", pid, ends[1].at, f"{len(ends)} terminal commits: {states}")
+        moved_on = first_takeover(changes)
         starts = sum(
             1
             for before, after in zip([None, *changes], changes)
@@ -390,7 +402,7 @@ def judge(obs: Observation, t0: float) -> Verdict:
         if len(lines) - len(short) > 1:
             runs = ", ".join(f"{x.process}#{x.attempt}@{rel(x.time)}" for x in lines)
             text = f"side effect done {len(lines)} times ({len(short)} cut short): {runs}"
-            found("ran_twice", pid, lines[0].time, text)
+            found("ran_twice", pid, lines[0].time if moved_on is None else moved_on, text)
         # The files, through every gateway.
         recorder = (obs.jobs.get(pid) or {}).get("gateway")
         for file in output_files(present[0]):
@@ -409,7 +421,7 @@ def judge(obs: Observation, t0: float) -> Verdict:
                         f"{other.process}#{other.attempt}'s file" if other else "an unknown file"
                     )  # fmt: skip
                     text = f"{file['filename']} on {gateway} serves {origin}"
-                    found("stale_files", pid, end if other is None else other.time, text)
+                    found("stale_files", pid, moved_on or end, text)
         # The webhook end, and the stream.
         count = len(ends_of.get(pid, set()))
         if count == 0:
@@ -427,5 +439,5 @@ def judge(obs: Observation, t0: float) -> Verdict:
                     f"event stream: {kinds['execution_start']} execution_start for {starts} "
                     f"recorded starts, {finals} end events, {kinds['done']} done signals"
                 )
-                found("stream_errors", pid, end, text)
+                found("stream_errors", pid, moved_on or end, text)
     return v

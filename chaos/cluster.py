@@ -385,3 +385,24 @@ class Cluster:
 
     async def stop(self) -> None:
         await asyncio.gather(*(s.stop() for s in self.servers().values()))
+
+
+async def watch_machine(journal: Journal, stop: asyncio.Event, every: float = 0.1) -> None:
+    """Note what no nemesis did but the processes suffer all the same: the wall clock
+    stepped (against the monotonic one) by half a second or more, which moves every
+    lease at once, and the machine stalled (this loop woke a second or more late)."""
+    loop = asyncio.get_running_loop()
+    offset = time.time() - time.monotonic()
+    last = time.monotonic()
+    while not stop.is_set():
+        waiter = loop.create_task(stop.wait())
+        await asyncio.wait([waiter], timeout=every)
+        waiter.cancel()
+        now = time.monotonic()
+        step = time.time() - now - offset
+        if abs(step) >= 0.5:
+            journal.note("machine", 0, f"clock-step {step:+.1f}s")
+            offset += step
+        if now - last >= every + 1.0:
+            journal.note("machine", 0, f"stall {now - last - every:.1f}s")
+        last = now

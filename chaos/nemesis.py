@@ -45,6 +45,7 @@ class Injected:
     fault: Fault
     start: float  # seconds after the schedule's start
     end: float
+    at: float  # time.time() of its start (what the findings are dated by)
 
     def describe(self) -> str:
         held = f" {self.fault.hold:.1f}s" if self.fault.kind != "pg-restart" else ""
@@ -103,9 +104,9 @@ class Nemesis:
                 return
             except TimeoutError:
                 pass
-            start = time.monotonic() - self.began
+            start, at = time.monotonic() - self.began, time.time()
             await self.inject(fault)
-            self.injected.append(Injected(fault, start, time.monotonic() - self.began))
+            self.injected.append(Injected(fault, start, time.monotonic() - self.began, at))
 
     async def inject(self, fault: Fault) -> None:
         cluster, pg = self.cluster, self.cluster.pg

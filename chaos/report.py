@@ -17,6 +17,18 @@ from nemesis import KINDS, Injected
 SHOWN = 25
 
 
+@dataclass(frozen=True)
+class Unplanned:
+    """What the machine did on its own during a schedule (cluster.watch_machine)."""
+
+    kind: str  # clock-step, stall
+    what: str  # "clock-step +2.6s"
+    start: float  # seconds after the schedule's start
+
+    def describe(self) -> str:
+        return f"{self.what} @{self.start:.0f}s (not injected)"
+
+
 @dataclass
 class Outcome:
     seed: int
@@ -24,17 +36,21 @@ class Outcome:
     verdict: Verdict
     duration: float  # seconds, from the first submit to the checks' end
     settled: bool  # every prompt ended before the checks
+    unplanned: list[Unplanned]
 
 
-def faults_text(injected: list[Injected]) -> str:
-    return "; ".join(i.describe() for i in injected) or "none"
+def faults_text(injected: list[Injected], unplanned: list[Unplanned]) -> str:
+    events = sorted(
+        [(i.start, i.describe()) for i in injected] + [(u.start, u.describe()) for u in unplanned]
+    )
+    return "; ".join(text for _, text in events) or "none"
 
 
 def row(outcome: Outcome) -> str:
     v = outcome.verdict
     cells = [
         str(outcome.seed),
-        faults_text(outcome.injected),
+        faults_text(outcome.injected, outcome.unplanned),
         str(v.prompts - v.unsent),
         str(v.lost),
         str(v.ran_twice),
@@ -81,7 +97,9 @@ def by_fault(outcomes: list[Outcome]) -> list[str]:
     for outcome in outcomes:
         counts.update(outcome.verdict.by_fault)
         injected.update(i.fault.kind for i in outcome.injected)
-    kinds = [k for k in (*KINDS, "none") if injected[k] or any(f == k for _, f in counts)]
+        injected.update(u.kind for u in outcome.unplanned)
+    known = (*KINDS, "clock-step", "stall", "none")
+    kinds = [k for k in known if injected[k] or any(f == k for _, f in counts)]
     shown = [c for c in FINDINGS if any(counts[(c, k)] for k in kinds)]
     if not shown:
         return []
@@ -153,7 +171,7 @@ def write(path: Path, outcomes: list[Outcome], settings: str, command: str) -> N
         parts += [
             f"### Seed {outcome.seed}",
             "",
-            f"Faults: {faults_text(outcome.injected)}."
+            f"Faults: {faults_text(outcome.injected, outcome.unplanned)}."
             + ("" if outcome.settled else " Not every prompt had ended when it was checked."),
             "",
             "```",

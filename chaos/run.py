@@ -33,10 +33,10 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import audit
 from checker import Window, judge, observe
-from cluster import Cluster, Journal, Postgres, Settings
+from cluster import Cluster, Journal, Postgres, Settings, watch_machine
 from nemesis import KINDS, Fault, Nemesis, plan
 from receiver import Receiver, new_secret
-from report import Outcome, faults_text, summary, write
+from report import Outcome, Unplanned, faults_text, summary, write
 from workload import Submitted, submit_all
 from workload import plan as plan_prompts
 
@@ -176,9 +176,10 @@ async def inject_and_check(
 ) -> Outcome:
     urls = {name: server.url for name, server in cluster.gateways.items()}
     t0, began = time.time(), time.monotonic()
-    stop = asyncio.Event()
+    stop, done = asyncio.Event(), asyncio.Event()
     nemesis = Nemesis(cluster, faults, began)
     injecting = asyncio.create_task(nemesis.run(stop))
+    watching = asyncio.create_task(watch_machine(cluster.journal, done))
     submitting = asyncio.create_task(submit_all(prompts, urls, rng, give_up=120.0))
     try:
         # Faults go on while prompts are submitted or still running.
@@ -192,28 +193,41 @@ async def inject_and_check(
     # Late writes of processes that were paused land now, if they are to land at all.
     await asyncio.sleep(max(5.0, 2 * cluster.settings.lease))
     await until_delivered(receiver, prompts, 30.0)
+    done.set()
+    await watching
+    unplanned = [
+        Unplanned(s.action.split()[0], s.action, s.at - t0)
+        for s in cluster.journal.entries
+        if s.target == "machine"
+    ]
     changes = await audit.read(cluster.store)
     folders = {name: server.folder for name, server in cluster.servers().items()}
     journal = cluster.journal.entries
     seen = await observe(prompts, urls, folders, changes, journal, receiver.received)
-    seen.faults = [Window(i.fault.kind, i.describe(), t0 + i.start) for i in nemesis.injected]
+    seen.faults = sorted(
+        [Window(i.fault.kind, i.describe(), i.at) for i in nemesis.injected]
+        + [Window(u.kind, u.describe(), t0 + u.start) for u in unplanned],
+        key=lambda w: w.start,
+    )
     verdict = judge(seen, t0)
     # What was seen, for `--rejudge` (the processes are gone by then).
     with open(cluster.folder / "observation.pickle", "wb") as out:
         pickle.dump((seen, t0), out)
-    return Outcome(seed, nemesis.injected, verdict, time.monotonic() - began, settled)
+    duration = time.monotonic() - began
+    return Outcome(seed, nemesis.injected, verdict, duration, settled, unplanned)
 
 
 def line_of(n: int, total: int, outcome: Outcome) -> str:
     v = outcome.verdict
     verdict = "ok" if not v.failures() and outcome.settled else "FAILED"
+    faults = faults_text(outcome.injected, outcome.unplanned)
     return (
         f"schedule {n}/{total} seed {outcome.seed}: {verdict} in {outcome.duration:.0f} s; "
         f"{v.prompts - v.unsent} prompts, lost {v.lost}, ran twice {v.ran_twice}, fenced-out "
         f"{v.fenced_out}, stale files {v.stale_files}, webhook ends missing "
         f"{v.webhook_missing}, ended twice {v.ended_twice}, history differs "
         f"{v.history_disagrees}, stream errors {v.stream_errors}, failed {v.failed}, re-runs "
-        f"{v.reruns} ({v.cut_short} cut short); faults: {faults_text(outcome.injected)}"
+        f"{v.reruns} ({v.cut_short} cut short); faults: {faults}"
     )
 
 
