@@ -51,7 +51,7 @@ def row(outcome: Outcome) -> str:
     cells = [
         str(outcome.seed),
         faults_text(outcome.injected, outcome.unplanned),
-        str(v.prompts - v.unsent),
+        f"{v.prompts - v.unsent}" + (f" (+{v.unsent} never acknowledged)" if v.unsent else ""),
         str(v.lost),
         str(v.ran_twice),
         str(v.fenced_out),
@@ -63,7 +63,7 @@ def row(outcome: Outcome) -> str:
         str(v.failed),
         str(v.reruns),
         str(v.cut_short),
-        f"{outcome.duration:.0f} s",
+        f"{outcome.duration:.0f} s" + ("" if outcome.settled else " (not settled)"),
     ]
     return "| " + " | ".join(cells) + " |"
 

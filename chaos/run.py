@@ -12,7 +12,8 @@ to the terminal and to CHAOS.md. Every schedule's seed is printed: `--seed S
 
     .venv/bin/python chaos/run.py [--seed S] [--schedules 20] [--prompts 300]
         [--gateways 3] [--backends 2] [--lease 3] [--rate 6] [--faults kill-gateway,...]
-        [--report CHAOS.md] [--keep]
+        [--settle 240] [--report CHAOS.md] [--keep]
+    .venv/bin/python chaos/run.py --rejudge DIR    # a kept schedule, judged again
 """
 
 from __future__ import annotations
