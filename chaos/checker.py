@@ -24,6 +24,7 @@ The definitions (chaos/README.md explains them):
   commits in the audit.
 - A *stream error*: the prompt's event log shows no end event, more than one, no done
   signal, or more `execution_start` frames than the store recorded starts.
+- *Interrupted*: ended interrupted or cancelled, which the workload never asks for.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class Verdict:
     unsent: int = 0  # never acknowledged by any gateway
     lost: int = 0
     failed: int = 0  # ended with an error
+    interrupted: int = 0  # ended interrupted or cancelled: the workload never asks for it
     ran_twice: int = 0
     cut_short: int = 0  # lines of runs cut short by a fault: re-runs allowed
     fenced_out: int = 0  # lines written by runs the store had fenced out
@@ -118,6 +120,7 @@ class Verdict:
             + self.ended_twice
             + self.history_disagrees
             + self.stream_errors
+            + self.interrupted
         )
 
 
@@ -380,7 +383,9 @@ def judge(obs: Observation, t0: float) -> Verdict:
             missing = [g for g, e in entries.items() if e is None]
             found("history_disagrees", pid, last, f"history differs (missing on {missing})")
         status_str = (present[0].get("status") or {}).get("status_str")
-        if status_str != "success":
+        if status in ("interrupted", "cancelled"):
+            found("interrupted", pid, moved_on or end, f"{status}, which no client asked for")
+        elif status_str != "success":
             v.failed += 1
             v.problems.append(f"{pid}: ended with status {status_str} (not counted a failure)")
         # The side effect.

@@ -60,6 +60,7 @@ def row(outcome: Outcome) -> str:
         str(v.ended_twice),
         str(v.history_disagrees),
         str(v.stream_errors),
+        str(v.interrupted),
         str(v.failed),
         str(v.reruns),
         str(v.cut_short),
@@ -71,8 +72,8 @@ def row(outcome: Outcome) -> str:
 HEADER = (
     "| seed | faults injected (kind, target, how long, when) | prompts | lost | ran twice "
     "| fenced-out side effects | stale files served | webhook ends missing | ended twice "
-    "| history differs | stream errors | failed | started again | cut short | duration |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| history differs | stream errors | interrupted | failed | started again | cut short "
+    "| duration |\n" + "|---" * 16 + "|"
 )
 
 
@@ -86,6 +87,7 @@ FINDINGS = {
     "ended_twice": "ended twice",
     "history_disagrees": "history differs",
     "stream_errors": "stream errors",
+    "interrupted": "interrupted",
     "unsent": "never acknowledged",
 }
 
@@ -122,7 +124,8 @@ def summary(outcomes: list[Outcome]) -> str:
         f"{total('ran_twice')} ran twice, {total('fenced_out')} fenced-out side effects, "
         f"{total('stale_files')} stale files served, {total('webhook_missing')} webhook ends "
         f"missing, {total('ended_twice')} ended twice, {total('history_disagrees')} history "
-        f"differs, {total('stream_errors')} stream errors, {total('failed')} failed; "
+        f"differs, {total('stream_errors')} stream errors, {total('interrupted')} "
+        f"interrupted, {total('failed')} failed; "
         f"{len(failing)} of {len(outcomes)} schedules failed"
     )
 

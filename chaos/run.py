@@ -227,7 +227,8 @@ def line_of(n: int, total: int, outcome: Outcome) -> str:
         f"{v.prompts - v.unsent} prompts, lost {v.lost}, ran twice {v.ran_twice}, fenced-out "
         f"{v.fenced_out}, stale files {v.stale_files}, webhook ends missing "
         f"{v.webhook_missing}, ended twice {v.ended_twice}, history differs "
-        f"{v.history_disagrees}, stream errors {v.stream_errors}, failed {v.failed}, re-runs "
+        f"{v.history_disagrees}, stream errors {v.stream_errors}, interrupted "
+        f"{v.interrupted}, failed {v.failed}, re-runs "
         f"{v.reruns} ({v.cut_short} cut short); faults: {faults}"
     )
 

@@ -189,3 +189,16 @@ def test_an_acknowledged_prompt_without_history_is_lost() -> None:
     )
     verdict = judge(seen, 0.0)
     assert verdict.lost == 1 and verdict.failures() == 1
+
+
+def test_an_end_no_client_asked_for_is_caught() -> None:
+    # The prompt's work was done, but its end was recorded as interrupted.
+    seen = observed(
+        [change("running", 1, 1.0, "g1", "local"), change("interrupted", 1, 2.1, "g1", "local")],
+        [line("g1", 1, 2.0, 101, A)],
+        recorder="g1",
+        served=A,
+        jobs={P: {"status": "interrupted", "gateway": "g1"}},
+    )
+    verdict = judge(seen, 0.0)
+    assert (verdict.interrupted, verdict.failures()) == (1, 1)
