@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint bench conformance run-example emulate run-fanout-example clean
+.PHONY: install serve test lint bench conformance chaos run-example emulate run-fanout-example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,8 @@ serve: $(STAMP)
 	$(BIN)/comfyfleet serve --data-dir data $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench chaos
+	$(BIN)/ruff format --check src tests bench chaos
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing: no tests is a defect, not a pass.
@@ -40,6 +40,12 @@ bench: $(STAMP)
 # CONFORMANCE.md. Needs COMFYUI_DIR and COMFY_VENV (conformance/README.md); not in `test`.
 conformance: $(STAMP)
 	CF_BIN=$(abspath $(BIN))/comfyfleet $(BIN)/python conformance/report.py $(ARGS)
+
+# Randomized fault schedules against three gateways on a private PostgreSQL cluster and
+# their backends; writes CHAOS.md (chaos/README.md). Not in `test`: minutes per schedule.
+# Replay one: make chaos ARGS="--seed 1234 --schedules 1"
+chaos: $(STAMP)
+	$(BIN)/python chaos/run.py $(ARGS)
 
 run-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/invert.json --output-dir output

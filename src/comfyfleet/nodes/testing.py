@@ -1,4 +1,5 @@
-"""The `testing` pack: nodes that sleep, fail or report progress on demand.
+"""The `testing` pack: nodes that sleep, fail or report progress on demand, and one
+whose side effect is counted outside the process (`LedgerAppend`).
 
 Loaded only when asked for. `TestSleep` and `TestSyncError` have exactly the
 interface of the ComfyUI test-pack nodes of the same names, so recorded ComfyUI
@@ -8,12 +9,16 @@ sessions can be replayed against this server.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 from typing import Any
 
+import numpy as np
 from PIL import Image
 
-from comfyfleet.engine.context import ProgressBar
+from comfyfleet.engine.context import ProgressBar, current_node
+from comfyfleet.logs import JOB
 
 ANY = "*"
 TESTING = "_for_testing"
@@ -158,12 +163,89 @@ class TestSyncError:
         raise RuntimeError("Intentional sync execution error for testing")
 
 
+#: The environment variable naming the ledger file `LedgerAppend` appends to. The path is
+#: the operator's (the process's environment), never the prompt's: nothing a client sends
+#: chooses a file the server writes.
+LEDGER_ENV = "COMFYFLEET_TEST_LEDGER"
+#: Bytes of a run's token, carried in its image's first pixels.
+TOKEN_BYTES = 16
+
+
+def token_image(token: bytes) -> Any:
+    """An 8x8 image whose first bytes (row by row, R G B) are `token`: saved to 8 bits
+    (truncated, as SaveImage does) they come back exactly."""
+    pixels = np.zeros(8 * 8 * 3, dtype=np.float32)
+    pixels[: len(token)] = np.frombuffer(token, dtype=np.uint8)
+    return ((pixels + np.float32(0.5)) / np.float32(255.0)).reshape(1, 8, 8, 3)
+
+
+class LedgerAppend:
+    """A side effect that can be counted from outside: after `seconds`, one line is
+    appended (a single `write`, so a killed process leaves a whole line or none) to the
+    file `COMFYFLEET_TEST_LEDGER` names. The line says which run it was: the prompt, the
+    attempt and lane of the job this process runs it for, the process, the time just
+    before the write, and a random token that the image returned also carries (saved by
+    SaveImage, it tells which run wrote a file). Never cached: each run appends."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "tag": ("STRING", {"default": ""}),
+                "seconds": ("FLOAT", {"default": 0.0, "min": 0.0, "max": 3600.0, "step": 0.01}),
+            },
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "append"
+    CATEGORY = TESTING
+    DESCRIPTION = (
+        f"After `seconds`, appends one line naming this run to the file ${LEDGER_ENV} "
+        "names; the image carries the run's token."
+    )
+
+    @classmethod
+    def IS_CHANGED(cls, **_: Any) -> float:
+        return float("nan")  # every run is a run of its own
+
+    async def append(self, tag: str, seconds: float, unique_id: str | None = None) -> tuple[Any]:
+        path = os.environ.get(LEDGER_ENV)
+        if not path:
+            raise RuntimeError(f"LedgerAppend needs {LEDGER_ENV}: the file its lines go to")
+        await _sleep_with_progress(seconds, unique_id, _SLEEP_REPORT_EVERY)
+        node, job = current_node(), JOB.get()
+        token = os.urandom(TOKEN_BYTES)
+        line = {
+            "prompt_id": None if node is None else node.prompt_id,
+            "node": unique_id,
+            "tag": tag,
+            "attempt": None if job is None else job.attempt,
+            "lane": None if job is None else job.lane,
+            "pid": os.getpid(),
+            "token": token.hex(),
+        }
+        await asyncio.to_thread(_append, path, line)
+        return (token_image(token),)
+
+
+def _append(path: str, line: dict[str, Any]) -> None:
+    """One line, timed just before the one `write` that appends it."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        line["time"] = time.time()
+        os.write(fd, (json.dumps(line, separators=(",", ":")) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 NODE_CLASS_MAPPINGS: dict[str, type] = {
     "Sleep": Sleep,
     "Fail": Fail,
     "Progress": Progress,
     "TestSleep": TestSleep,
     "TestSyncError": TestSyncError,
+    "LedgerAppend": LedgerAppend,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -172,4 +254,5 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "Progress": "Progress",
     "TestSleep": "Test Sleep",
     "TestSyncError": "Test Sync Error",
+    "LedgerAppend": "Ledger Append",
 }
