@@ -9,14 +9,20 @@ and the name: no two gateways ever write one name. Counters come in blocks
 (`BLOCK`), so saves go on from the block through a short store outage; numbers a
 gateway did not use are skipped, as ComfyUI skips none but no client relies on.
 
-Node code saves in worker threads: the reservation is sent to the event loop and
-waited for there, retried while the store does not answer (a save outlasting the
-outage, or its attempt given back when the lease cannot be proven).
+When the store does not answer within a second (an outage), a save takes a *spare*
+counter instead: each gateway holds a block of counters from SPARE_COUNTERS_FROM up
+(`_1000000042_`), reserved from the store while it answered, unique across every
+gateway and folder. So a prompt ends through an outage and its end is recorded when
+the store is back, rather than waiting (and being given back when the lease cannot
+be proven). Node code saves in worker threads: the reservation is sent to the event
+loop and waited for there; with no spare left, it is retried while the store does not
+answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -24,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from comfyfleet.nodes.core.saving import SPARE_COUNTERS_FROM
 from comfyfleet.store.base import GatewayLeases, StoreError
 
 log = logging.getLogger(__name__)
@@ -37,6 +44,12 @@ BLOCK = 8
 #: The folder types whose files are named from the store. Previews (temp) carry a
 #: random prefix per node already.
 SHARED_TYPES = frozenset({"output"})
+#: How long a save waits for the store before it takes a spare counter (s).
+QUICK = 1.0
+#: Spare counters reserved at once; more are asked for when half are used.
+SPARE_BLOCK = 256
+#: The store's key of the spare counters (no folder's key: those are hashes).
+SPARE_KEY = "spare counters"
 
 
 class FleetNames:
@@ -47,7 +60,18 @@ class FleetNames:
         self._root = os.path.realpath(data_dir)
         self._loop = loop
         self._blocks: dict[str, tuple[int, int]] = {}  # key -> (next, end) reserved here
+        self._spares: list[range] = []  # spare counters reserved here, not used yet
+        self._refilling: concurrent.futures.Future[None] | None = None
         self._lock = threading.Lock()
+
+    async def prepare(self) -> None:
+        """Reserve the first spare counters (at start, while the store answers)."""
+        await self._refill()
+
+    async def _refill(self) -> None:
+        start = await self._store.reserve_file_counter(SPARE_KEY, SPARE_COUNTERS_FROM, SPARE_BLOCK)
+        with self._lock:
+            self._spares.append(range(start, start + SPARE_BLOCK))
 
     def reserve(self, folder: Path, name: str, floor: int, count: int) -> int:
         relative = os.path.relpath(os.path.realpath(folder), self._root)
@@ -63,10 +87,35 @@ class FleetNames:
             if start + count <= end:
                 self._blocks[key] = (start + count, end)
                 return start
-        start = self._from_store(key, floor, max(count, BLOCK))
+        reserving = self._store.reserve_file_counter(key, floor, max(count, BLOCK))
+        asked = asyncio.run_coroutine_threadsafe(reserving, self._loop)
+        try:
+            start = asked.result(timeout=QUICK)
+        except (StoreError, concurrent.futures.TimeoutError) as exc:
+            asked.cancel()
+            spare = self._spare(count)
+            if spare is not None:
+                log.warning("the store does not answer (%s): a spare file counter", exc)
+                return spare
+            start = self._from_store(key, floor, max(count, BLOCK))
         with self._lock:
             self._blocks[key] = (start + count, start + max(count, BLOCK))
         return start
+
+    def _spare(self, count: int) -> int | None:
+        """`count` consecutive spare counters, or None when none are left; asks for more
+        once half are used."""
+        with self._lock:
+            while self._spares and len(self._spares[0]) < count:
+                self._spares.pop(0)  # too few left in it for this save
+            if not self._spares:
+                return None
+            first = self._spares[0]
+            self._spares[0] = first[count:]
+            left = sum(len(r) for r in self._spares)
+            if left < SPARE_BLOCK // 2 and (self._refilling is None or self._refilling.done()):
+                self._refilling = asyncio.run_coroutine_threadsafe(self._refill(), self._loop)
+            return first.start
 
     def _from_store(self, key: str, floor: int, count: int) -> int:
         give_up = time.monotonic() + PATIENCE

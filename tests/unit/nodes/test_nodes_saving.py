@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.nodes.core.saving import SaveTarget, format_prefix
+from comfyfleet.nodes.core.saving import SPARE_COUNTERS_FROM, SaveTarget, format_prefix
 
 NOW = datetime(2024, 3, 5, 7, 8, 9)
 PROMPT = {
@@ -55,6 +55,15 @@ def test_target_counter_starts_after_highest_and_creates_folder(tmp_path: Path) 
     # Later calls reserve from memory (no rescan), in blocks.
     assert other.next_counter(3) == 13
     assert other.next_counter() == 16
+
+
+def test_spare_counters_leave_a_folders_numbering_alone(tmp_path: Path) -> None:
+    """Files a gateway named from its spares while the store was away (_1000000005_) do
+    not move the folder's own numbering up to them."""
+    (tmp_path / "sp").mkdir()
+    for name in ("img_00003_.png", f"img_{SPARE_COUNTERS_FROM + 5}_.png"):
+        (tmp_path / "sp" / name).write_bytes(b"")
+    assert SaveTarget.resolve(tmp_path, "sp/img").next_counter() == 4
 
 
 def test_files_made_after_the_scan_are_never_replaced(tmp_path: Path) -> None:

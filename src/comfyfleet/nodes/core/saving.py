@@ -81,6 +81,9 @@ def format_prefix(
 
 #: The engine service naming saved files on every gateway of a shared store at once.
 SHARED_COUNTERS = "shared_file_counters"
+#: Counters from here on are a gateway's spares (taken while its store does not answer):
+#: a folder's own numbering goes on below them.
+SPARE_COUNTERS_FROM = 10**9
 
 
 class SharedCounters(Protocol):
@@ -135,8 +138,9 @@ class SaveTarget:
         shared: SharedCounters | None = optional_service(SHARED_COUNTERS)
         if shared is not None:  # other gateways name files too: the store hands them out
             start = shared.reserve(self.folder, self.name, start, count)
-            with _COUNTERS_LOCK:
-                _COUNTERS[key] = max(_COUNTERS[key], start + count)
+            if start < SPARE_COUNTERS_FROM:
+                with _COUNTERS_LOCK:
+                    _COUNTERS[key] = max(_COUNTERS[key], start + count)
         return start
 
     def _scan(self) -> int:
@@ -150,7 +154,7 @@ class SaveTarget:
         start = self.name + "_"
         matches = (_COUNTER.match(e, len(start)) for e in entries if e.startswith(start))
         used = [int(m.group(1)) for m in matches if m]
-        return max(used, default=0) + 1
+        return max((n for n in used if n < SPARE_COUNTERS_FROM), default=0) + 1
 
     def write_new(
         self, name: str, counter: int, data: bytes, suffix: str = "png"

@@ -1,0 +1,37 @@
+"""FleetNames: output counters every gateway of a store shares, and the spare counters a
+gateway takes while the store does not answer (a real SQLite store, closed to stand for
+the outage)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from comfyfleet.nodes.core.saving import SPARE_COUNTERS_FROM
+from comfyfleet.peers.names import SPARE_BLOCK, FleetNames
+from comfyfleet.store.sqlite import SQLiteStore
+
+
+async def test_counters_come_from_the_store_and_spares_through_an_outage(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    output = tmp_path / "data" / "output"
+    output.mkdir(parents=True)
+    names = FleetNames(store, tmp_path / "data", asyncio.get_running_loop())
+    await names.prepare()
+    reserve = names.reserve
+    assert await asyncio.to_thread(reserve, output, "img", 1, 1) == 1
+    assert await asyncio.to_thread(reserve, output, "img", 2, 1) == 2  # from its block
+    assert await asyncio.to_thread(reserve, output / "sub", "img", 1, 1) == 1  # its own key
+    temp = tmp_path / "data" / "temp"
+    assert await asyncio.to_thread(reserve, temp, "img", 7, 1) == 7  # previews: not shared
+    await store.close()  # the store is away: a new folder's save takes spares
+    first = await asyncio.to_thread(reserve, output / "new", "img", 1, 2)
+    second = await asyncio.to_thread(reserve, output / "new", "img", 1, 1)
+    assert first >= SPARE_COUNTERS_FROM and second == first + 2
+    await store.open()
+    # Back: a folder's numbering goes on below the spares, which no one is given again.
+    assert await asyncio.to_thread(reserve, output / "new", "img", 1, 1) == 1
+    again = await store.reserve_file_counter("spare counters", SPARE_COUNTERS_FROM, 1)
+    assert again >= first + SPARE_BLOCK
+    await store.close()
