@@ -656,6 +656,8 @@ class ComfyUILane:
                 continue
             if isinstance(event, BackendError):  # lost, or withdrawn from its queue
                 raise event
+            if watch.abandoned:
+                continue  # given up on there (hung): it runs again elsewhere, whatever comes
             return event
 
     async def _ended_quietly(self, job: Job) -> bool:
