@@ -83,8 +83,13 @@ class LeaseGuard:
             # could fire): what ran across the gap may be another gateway's by now.
             self._lapse()
         self._valid_until = max(self._valid_until, sent_at + self.lease)
+        now = self._clock()
+        if now - sent_at > self.lease / 3:
+            # A heartbeat that hung (the store frozen, not refusing) is a break too: other
+            # gateways may not have reached the store meanwhile either.
+            self._connected_since = None
         if self._connected_since is None:
-            self._connected_since = sent_at
+            self._connected_since = now  # from its answer: the stretch starts here
         was_fenced = not self._held.is_set()
         self._arm()
         if was_fenced and self._clock() < self._deadline():

@@ -79,3 +79,25 @@ def test_without_other_gateways_the_lease_always_holds() -> None:
     guard = LeaseGuard(LEASE, enforced=False, clock=clock)
     clock.now += LEASE * 100
     assert guard.held and guard.may_sweep()
+
+
+async def test_a_heartbeat_that_hung_breaks_the_stretch() -> None:
+    """The store frozen (queries hang, nothing refused): the heartbeat sent before it
+    answers after it. Counted from its sending, the stretch looked unbroken, and the
+    gateway swept the others the moment the store was back, before they could renew."""
+    guard, clock, _ = guarded()
+    guard.start()
+    guard.renewed(clock.now)
+    for _ in range(3):
+        clock.now += LEASE / 2
+        guard.renewed(clock.now)
+    assert guard.may_sweep()
+    sent = clock.now
+    clock.now += LEASE * 2  # the store froze, then answered this heartbeat
+    guard.renewed(sent)
+    assert not guard.may_sweep()
+    for _ in range(2):
+        clock.now += LEASE / 2
+        guard.renewed(clock.now)
+    assert guard.may_sweep()
+    guard.stop()
