@@ -96,7 +96,10 @@ async def test_a_heartbeat_that_hung_breaks_the_stretch() -> None:
     clock.now += LEASE * 2  # the store froze, then answered this heartbeat
     guard.renewed(sent)
     assert not guard.may_sweep()
+    clock.now += LEASE / 2
+    guard.renewed(clock.now)  # the lease it renewed had run out by its answer: anew
     for _ in range(2):
+        assert not guard.may_sweep()
         clock.now += LEASE / 2
         guard.renewed(clock.now)
     assert guard.may_sweep()
