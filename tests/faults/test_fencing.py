@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from contextlib import AbstractContextManager as ContextManager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError
@@ -30,9 +31,9 @@ LEASE = 2.0
 
 
 def gateways(
-    tmp_path: Path, url: str, count: int, lease: float = LEASE
+    tmp_path: Path, url: str, count: int, lease: float = LEASE, *extra: str
 ) -> ContextManager[list[ServerProcess]]:
-    return processes.gateways(tmp_path, url, count, "--local-slots", "2", lease=lease)
+    return processes.gateways(tmp_path, url, count, "--local-slots", "2", *extra, lease=lease)
 
 
 def view(server: ServerProcess, image: dict[str, str]) -> bytes:
@@ -97,35 +98,48 @@ def test_a_gateway_paused_past_its_lease_leaves_no_file_and_serves_the_recorded_
         assert view(runner, image) == recorded  # fetched from the gateway that holds it
 
 
+@pytest.mark.parametrize("shared_backends", [False, True], ids=["alone", "with-backends"])
 def test_a_store_outage_longer_than_the_lease_reruns_nothing_finished(
-    tmp_path: Path, postgres_database: str
+    tmp_path: Path, postgres_database: str, shared_backends: bool
 ) -> None:
     """PostgreSQL unreachable for longer than the lease, prompts ending meanwhile: when
     it came back every lease had run out, and gateways took each other's finished
-    prompts over as orphans and ran them again."""
+    prompts over as orphans and ran them again. With backends they share, the first
+    gateway back claimed the backends of those not yet renewed, and with them their
+    jobs (chaos seed 1000)."""
     # A lease long enough that the previews end well before it could run out: the last
     # renewal may come up to a third of it before the cut.
     lease = 2 * LEASE
-    with StoreLink(postgres_database) as link, gateways(tmp_path, link.url, 3, lease) as servers:
-        data_dirs = [server.data_dir for server in servers]
-        # Previews end without the store; saves name their file from it first (and are
-        # given back, not run twice, if it stays away past the lease).
-        previews = [submit(servers[n % 3], sleep_prompt(1.0, n)) for n in range(6)]
-        saves = [submit(servers[n % 3], save_sleep_prompt(f"outage{n}", 1.0, n)) for n in range(3)]
-        ids = previews + saves
-        poll(
-            lambda: all(job(servers[0], p)["status"] == "in_progress" for p in previews),
-            what="the previews running",
-        )
-        with link.outage():
-            time.sleep(2.5 * lease)  # they end meanwhile; their ends cannot be recorded
-        poll(lambda: all(p in servers[1].get("/history") for p in ids), what="every end")
-        time.sleep(lease)  # a take-over, if any, would have happened by now
-        ran = {p: job(servers[2], p) for p in ids}
-        assert {r["status"] for r in ran.values()} == {"completed"}, ran
-        assert [ran[p]["attempt"] for p in previews] == [1] * len(previews)
-        for n in range(3):
-            assert len(saved(data_dirs, f"outage{n}")) == 1
+    with ExitStack() as stack:
+        extra: list[str] = []
+        for n in range(3 if shared_backends else 0):  # each gateway owns one
+            backend = ServerProcess(tmp_path / f"backend-{n}", "--local-slots", "1")
+            extra += ["--backend", stack.enter_context(backend).url]
+        link = stack.enter_context(StoreLink(postgres_database))
+        servers = stack.enter_context(gateways(tmp_path, link.url, 3, lease, *extra))
+        outage_reruns_nothing(servers, link, lease)
+
+
+def outage_reruns_nothing(servers: list[ServerProcess], link: StoreLink, lease: float) -> None:
+    data_dirs = [server.data_dir for server in servers]
+    # Previews end without the store; saves name their file from it first (and are
+    # given back, not run twice, if it stays away past the lease).
+    previews = [submit(servers[n % 3], sleep_prompt(1.0, n)) for n in range(6)]
+    saves = [submit(servers[n % 3], save_sleep_prompt(f"outage{n}", 1.0, n)) for n in range(3)]
+    ids = previews + saves
+    poll(
+        lambda: all(job(servers[0], p)["status"] == "in_progress" for p in previews),
+        what="the previews running",
+    )
+    with link.outage():
+        time.sleep(2.5 * lease)  # they end meanwhile; their ends cannot be recorded
+    poll(lambda: all(p in servers[1].get("/history") for p in ids), what="every end")
+    time.sleep(lease)  # a take-over, if any, would have happened by now
+    ran = {p: job(servers[2], p) for p in ids}
+    assert {r["status"] for r in ran.values()} == {"completed"}, ran
+    assert [ran[p]["attempt"] for p in previews] == [1] * len(previews)
+    for n in range(3):
+        assert len(saved(data_dirs, f"outage{n}")) == 1
 
 
 def answer(

@@ -162,8 +162,7 @@ class Recovery:
                     )
                 live = await store.gateways()
                 wait = next_look(store.owner, live, self.lease, time.time())
-                if state.lease.may_sweep():
-                    await self.take_over_orphans()
+                await self.take_over_orphans()
                 if len(live) > 1 or state.running_elsewhere:  # the others' jobs count too
                     before = state.queue_remaining
                     if await state.recount() != before:
@@ -175,8 +174,12 @@ class Recovery:
     async def take_over_orphans(self) -> None:
         """Jobs of gateways that are gone: a run on a lane of this gateway's kind is
         re-queued (in-process) or adopted and followed (a backend's), a reservation
-        given back. A lane this gateway does not have is left to one that has it."""
+        given back. A lane this gateway does not have is left to one that has it. Not
+        before this gateway may sweep (see scheduler/lease.py): a gateway whose lease ran
+        out may be alive and about to renew it."""
         state, store = self._state, self._state.store
+        if not state.lease.may_sweep():
+            return
         for job in await store.orphaned():
             if job.owner == store.owner or job.prompt_id in state.running:
                 continue

@@ -144,7 +144,9 @@ class BackendOwnership:
             if name not in self._leaving
         }
         limit = await self._room(len(offered))
-        held = await self.store.claim_backends(offered, limit)
+        # A backend whose gateway's lease ran out is taken only when its jobs may be.
+        sweeping = self.scheduler.lease_guard.may_sweep()
+        held = await self.store.claim_backends(offered, limit, take_lapsed=sweeping)
         return {owner.backend: owner.client_id for owner in held}
 
     async def _room(self, backends: int) -> int | None:

@@ -611,11 +611,17 @@ class PostgresStore:
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
 
     async def claim_backends(
-        self, offered: Mapping[str, str], limit: int | None = None
+        self, offered: Mapping[str, str], limit: int | None = None, *, take_lapsed: bool = True
     ) -> list[BackendOwner]:
         return await self._write(
             lambda conn: backend_owners.claim(
-                conn, self.owner, self._instance, list(offered.items()), limit, self._clock()
+                conn,
+                self.owner,
+                self._instance,
+                list(offered.items()),
+                limit,
+                self._clock(),
+                take_lapsed,
             )
         )
 

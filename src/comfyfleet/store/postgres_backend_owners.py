@@ -29,6 +29,7 @@ async def claim(
     offered: list[tuple[str, str]],
     limit: int | None,
     now: float,
+    take_lapsed: bool = True,
 ) -> list[BackendOwner]:
     """On one connection, inside the caller's transaction."""
     await conn.execute(B["lock_backend_claims"])
@@ -43,7 +44,7 @@ async def claim(
             # Still this gateway's, even while its own lease is out (it renews it soon).
             held.append(BackendOwner(backend, from_db(row[1]), owner, row[3]))
             continue
-        free = row is None or row[2] is None
+        free = row is None or row[4] is None or (take_lapsed and row[2] is None)
         if not (leased and free and (limit is None or taken < limit)):
             continue
         if row is None:

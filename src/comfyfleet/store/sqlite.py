@@ -806,7 +806,7 @@ class SQLiteStore:
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
 
     async def claim_backends(
-        self, offered: Mapping[str, str], limit: int | None = None
+        self, offered: Mapping[str, str], limit: int | None = None, *, take_lapsed: bool = True
     ) -> list[BackendOwner]:
         op = functools.partial(
             backend_owners.claim,
@@ -815,6 +815,7 @@ class SQLiteStore:
             offered=list(offered.items()),
             limit=limit,
             now=self._clock(),
+            take_lapsed=take_lapsed,
         )
         return await self._write(op)
 

@@ -62,6 +62,7 @@ def claim(
     offered: list[tuple[str, str]],
     limit: int | None,
     now: float,
+    take_lapsed: bool = True,
 ) -> list[BackendOwner]:
     """Runs on the writer thread, in one transaction: no other claim interleaves."""
     leased = conn.execute(LEASE_HOLDS, (owner, instance, now)).fetchone() is not None
@@ -75,7 +76,7 @@ def claim(
             # soon), as long as no other gateway has taken the backend meanwhile.
             held.append(replace(current, owner=owner))
             continue
-        free = current is None or current.owner is None
+        free = current is None or row[4] is None or (take_lapsed and current.owner is None)
         if not (leased and free and (limit is None or taken < limit)):
             continue
         if current is None:

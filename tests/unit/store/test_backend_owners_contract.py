@@ -80,6 +80,25 @@ async def test_a_dead_gateways_backends_are_free_with_its_lease(
     assert names(await a.claim_backends(OFFER)) == ["z"]
 
 
+async def test_a_lapsed_gateways_backends_wait_for_a_gateway_that_may_sweep(
+    trio: tuple[JobStore, JobStore, JobStore], clock: Clock
+) -> None:
+    """After a store outage every lease has run out; a gateway back first may take what
+    nobody owns, but not what a gateway about to renew still holds."""
+    a, b, _ = trio
+    await a.claim_backends({"x": "client-a-x"})
+    clock.advance(LEASE + 1)
+    assert await b.heartbeat(LEASE)
+    assert await b.claim_backends(OFFER, take_lapsed=False) == [
+        BackendOwner("y", "client-a-y", "b", clock()),
+        BackendOwner("z", "client-a-z", "b", clock()),
+    ]
+    assert await a.heartbeat(LEASE)
+    assert names(await a.claim_backends(OFFER)) == ["x"]  # still a's
+    await a.release_backends(["x"])
+    assert names(await b.claim_backends(OFFER, take_lapsed=False)) == ["x", "y", "z"]
+
+
 async def test_an_owner_keeps_its_backends_while_its_lease_is_late(
     trio: tuple[JobStore, JobStore, JobStore], clock: Clock
 ) -> None:
