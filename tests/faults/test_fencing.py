@@ -18,6 +18,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 
+from comfyfleet.nodes.testing import LEDGER_ENV
 from tests.faults.helpers import save_sleep_prompt
 from tests.integration.gateway import processes
 from tests.integration.gateway.processes import job, poll, submit
@@ -140,6 +141,34 @@ def outage_reruns_nothing(servers: list[ServerProcess], link: StoreLink, lease: 
     assert [ran[p]["attempt"] for p in previews] == [1] * len(previews)
     for n in range(3):
         assert len(saved(data_dirs, f"outage{n}")) == 1
+
+
+def test_a_store_outage_mid_prompt_goes_on_where_it_stopped(
+    tmp_path: Path, postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt whose first node had done its side effect when PostgreSQL went away for
+    longer than the lease: the fenced gateway gave it back, and it ran again, side
+    effect and all, although no one could have taken it over (chaos seeds 1002, 1014).
+    Held back instead, its node under way stops and runs again once the lease holds."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    prompt = {
+        "1": {"class_type": "LedgerAppend", "inputs": {"tag": "mid", "seconds": 0.1}},
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 3.0}},
+        "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0], "filename_prefix": "mid"}},
+    }
+    with StoreLink(postgres_database) as link, gateways(tmp_path, link.url, 2) as servers:
+        prompt_id = submit(servers[0], prompt)
+        poll(lambda: ledger.exists() and prompt_id in ledger.read_text(), what="the side effect")
+        with link.outage():
+            time.sleep(2.5 * LEASE)
+        poll(lambda: prompt_id in servers[1].get("/history"), what="the end", timeout=60)
+        time.sleep(LEASE)  # a second run, if any, would have done its side effect by now
+        lines = [line for line in ledger.read_text().splitlines() if prompt_id in line]
+        assert len(lines) == 1, lines
+        ran = job(servers[1], prompt_id)
+        assert (ran["status"], ran["attempt"]) == ("completed", 1), ran
+        assert len(saved([server.data_dir for server in servers], "mid")) == 1
 
 
 def answer(

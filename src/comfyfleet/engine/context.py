@@ -32,7 +32,13 @@ class RunControl(Protocol):
     """The per-prompt side of a node context; callable from any thread."""
 
     @property
-    def interrupted(self) -> bool: ...
+    def interrupted(self) -> bool:
+        """The prompt was interrupted: it ends."""
+
+    @property
+    def stopping(self) -> bool:
+        """A node should stop now: interrupted, or the prompt is held back (its node then
+        runs again later; see engine/run.py RunHandle)."""
 
     def report_progress(
         self, node_id: str, value: float, total: float, preview: Preview | None
@@ -51,10 +57,11 @@ class NodeContext:
 
     @property
     def interrupted(self) -> bool:
-        return self.control.interrupted
+        """What a node looks at to stop early (ComfyUI's processing_interrupted)."""
+        return self.control.stopping
 
     def throw_if_interrupted(self) -> None:
-        if self.control.interrupted:
+        if self.control.stopping:
             raise InterruptProcessingException()
 
     def progress(self, value: float, total: float, preview: Any = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
@@ -82,12 +83,33 @@ class ExecutionResult:
         }
 
 
+#: How often a run held back by `may_proceed` alone looks again (s).
+HELD_BACK_LOOK = 0.1
+
+
 class RunHandle:
-    """Interrupts exactly one prompt; callable from any thread."""
+    """Interrupts or holds back exactly one prompt; callable from any thread.
+
+    A prompt is held back while paused, or while `may_proceed()` says no (the gateway
+    cannot prove its lease: a clock reading, true even before any callback ran). Held
+    back, it starts no node, and a node that looks whether it is interrupted is told it
+    is: it stops, and runs again from its start once resumed (its partial run was never
+    a result). `stop()` also cancels the async calls of a paused prompt, which then run
+    again the same way. `quiet` says whether nothing runs now: paused with no node under
+    way, or not running at all."""
 
     def __init__(self) -> None:
         self._interrupted = threading.Event()
         self._listeners: list[Callable[[], None]] = []
+        self._paused = False
+        self._pause_listeners: list[Callable[[], None]] = []
+        self._stop_listeners: list[Callable[[], None]] = []
+        self.may_proceed: Callable[[], bool] = lambda: True
+        self.quiet = True  # kept by the run (see above)
+
+    @property
+    def held_back(self) -> bool:
+        return self._paused or not self.may_proceed()
 
     @property
     def interrupted(self) -> bool:
@@ -102,6 +124,33 @@ class RunHandle:
         """Call `listener` on interrupt (at once if the prompt was interrupted already)."""
         self._listeners.append(listener)
         if self.interrupted:
+            listener()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        self._set_paused(False)
+
+    def on_pause_change(self, listener: Callable[[], None]) -> None:
+        self._pause_listeners.append(listener)
+
+    def stop(self) -> None:
+        """Cancel what a paused prompt's async nodes are doing (they run again)."""
+        if self._paused:
+            for listener in list(self._stop_listeners):
+                listener()
+
+    def on_stop(self, listener: Callable[[], None]) -> None:
+        self._stop_listeners.append(listener)
+
+    def _set_paused(self, paused: bool) -> None:
+        self._paused = paused
+        for listener in list(self._pause_listeners):
             listener()
 
 
@@ -179,12 +228,24 @@ class PromptRun:
         self._expanded: dict[str, PendingExpansion] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._current: str | None = None
+        # A node was told it is interrupted because the run is held back: its stop
+        # sets it back to run again (see RunHandle), rather than ending the run.
+        self._told_held_back = False
 
     # -- RunControl -------------------------------------------------------
 
     @property
     def interrupted(self) -> bool:
         return self.handle.interrupted
+
+    @property
+    def stopping(self) -> bool:
+        if self.handle.interrupted:
+            return True
+        if self.handle.held_back:
+            self._told_held_back = True
+            return True
+        return False
 
     def report_progress(
         self, node_id: str, value: float, total: float, preview: Preview | None
@@ -243,6 +304,9 @@ class PromptRun:
     async def run(self) -> ExecutionResult:
         self._record("execution_start", {"prompt_id": self.prompt_id})
         self.handle.on_interrupt(lambda: self._on_loop(self._cancel_inflight))
+        self.handle.on_pause_change(lambda: self._on_loop(self._wake.set))
+        self.handle.on_stop(lambda: self._on_loop(self._stop_inflight))
+        self.handle.quiet = False
         failure: dict[str, Any] | None = None
         status: Status = "success"
         try:
@@ -270,6 +334,7 @@ class PromptRun:
             self._record("execution_error", failure)
         finally:
             await self._cancel_inflight_and_wait()
+            self.handle.quiet = True
         result = ExecutionResult(
             prompt_id=self.prompt_id,
             status=status,
@@ -346,12 +411,22 @@ class PromptRun:
             while self._ended:
                 node_id = self._ended.popleft()
                 if node_id in self._inflight:  # not taken at once by its own step
-                    self._collect(node_id)
+                    try:
+                        self._collect(node_id)
+                    except Interrupted as stop:
+                        self._set_back(stop)
                     graph.release(node_id)
             ready = graph.ready()
             if self.handle.interrupted:
                 busy = next(iter(self._inflight), None)
                 raise Interrupted(busy or (graph.pick(ready) if ready else self._current or ""))
+            if ready and self.handle.held_back:
+                # No node starts until resumed (woken then), or `may_proceed` says yes.
+                self.handle.quiet = not self._inflight
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), HELD_BACK_LOOK)
+                continue
             if not ready:
                 if not self._inflight:
                     error = DependencyCycleError("Dependency cycle detected")
@@ -361,8 +436,19 @@ class PromptRun:
                 continue
             node_id = graph.pick(ready)
             self._current = node_id
-            if await self._step(node_id, graph):
-                graph.done(node_id)
+            self.handle.quiet = False
+            try:
+                if await self._step(node_id, graph):
+                    graph.done(node_id)
+            except Interrupted as stop:
+                self._set_back(stop)
+
+    def _set_back(self, stop: Interrupted) -> None:
+        """A node stopped: the run ends if interrupted; if only held back, the node is
+        left as not run (still ready), to run again from its start once resumed."""
+        if self.handle.interrupted or not self._told_held_back:
+            raise stop
+        self._told_held_back = False
 
     def _has_value(self, node_id: str) -> bool:
         return node_id in self.values
@@ -616,9 +702,15 @@ class PromptRun:
 
     # -- endings ----------------------------------------------------------
 
+    def _stop_inflight(self) -> None:
+        if self._tasks and self.handle.held_back:
+            self._told_held_back = True
+            self._cancel_inflight()
+
     def _cancel_inflight(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self._wake.set()  # a paused run, waiting for nothing in flight, ends too
 
     async def _cancel_inflight_and_wait(self) -> None:
         self._cancel_inflight()

@@ -330,7 +330,7 @@ class FanoutService:
         """A waiting node is being cancelled. If its prompt was interrupted, cancel what
         only that prompt held, at the provider too, before the node ends; if the prompt
         failed elsewhere, leave the jobs to finish into the journal for a re-queue."""
-        if node is None or not node.interrupted:
+        if node is None or not node.control.interrupted:
             return
         cleanup = asyncio.ensure_future(self.cancel(self.watch.release(node.prompt_id, tasks)))
         while not cleanup.done():

@@ -33,6 +33,10 @@ class PromptControl:
             self._interrupted.set()
         return self._interrupted.is_set()
 
+    @property
+    def stopping(self) -> bool:
+        return self.interrupted  # ComfyUI holds no prompt back
+
     def interrupt_seen(self) -> bool:
         """ComfyUI's flag is up while this prompt runs, or its history says interrupted."""
         comfy = self._comfy

@@ -24,6 +24,9 @@ from comfyfleet.domain.jobs import Job
 from comfyfleet.lanes.base import Lane, LaneRun
 from comfyfleet.store.base import JobStore
 
+#: Events of one fenced attempt kept at most (a node's progress, mostly).
+MAX_FENCED_EVENTS = 10_000
+
 
 class AttemptState(enum.Enum):
     RUNNING = "running"  # its end is recorded as the lane reports it (or retried)
@@ -83,6 +86,18 @@ class Running:
     reserved: Job | None = None
     starting: asyncio.Future[Job | None] | None = None
     ended = False  # the lane reported its end (being recorded: not to be given back)
+    # Events of an in-process run while the lease could not be proven (fencing.py): sent
+    # if the attempt turns out to be this gateway's still, else never.
+    fenced_events: list[Callable[[], None]] = field(default_factory=list)
+
+    def hold_fenced(self, deliver: Callable[[], None]) -> None:
+        if len(self.fenced_events) < MAX_FENCED_EVENTS:
+            self.fenced_events.append(deliver)
+
+    def release_fenced(self) -> None:
+        held, self.fenced_events = self.fenced_events, []
+        for deliver in held:
+            deliver()
 
     def to(self, state: AttemptState) -> bool:
         """Move to `state` if the change is allowed (see the module's diagram); False, and

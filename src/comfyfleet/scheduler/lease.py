@@ -109,6 +109,10 @@ class LeaseGuard:
             return True
         return since is not None and self._clock() - since >= self.lease
 
+    def seconds_until(self, part: float) -> float:
+        """Seconds from now until `part` of the lease has gone (by the last renewal)."""
+        return self._valid_until - (1 - part) * self.lease - self._clock()
+
     def _deadline(self) -> float:
         return self._valid_until - MARGIN * self.lease
 

@@ -67,6 +67,7 @@ class Recorder:
             state.running.pop(job.prompt_id, None)
             if finished is not None:
                 ended = finished
+                entry.release_fenced()  # its own still: what it sent while fenced goes first
                 entry.gate.pass_on(lambda: self._streams.end(job, ended))
             state.queue_changed()  # as from ComfyUI: the end event, the count, the done signal
         await entry.gate.opened.wait()  # after the previous job's done signal

@@ -5,6 +5,7 @@ the slot takes its next job; that job's events wait for this one's done signal."
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
 from comfyfleet.logs import tag_job
-from comfyfleet.scheduler.attempts import EventGate, Running
+from comfyfleet.scheduler.attempts import AttemptState, EventGate, Running
 from comfyfleet.scheduler.recording import Recorder
 from comfyfleet.scheduler.slots import LaneSlots, Slot, Started
 from comfyfleet.scheduler.state import SchedulerState
@@ -174,6 +175,11 @@ class Runner:
                 if result is None:
                     return None, {"lane": lane.name, "error": "unknown after restart"}
                 return result, None
+            if lane.in_process:
+                lease = self._state.lease
+                entry.handle.may_proceed = lambda: lease.held  # by the clock (fencing.py)
+                if not lease.held:
+                    entry.handle.pause()  # claimed as the fence came: it waits with the rest
             return await lane.run(job, sink, entry.handle), None
         except Exception as exc:
             log.warning("lane %s failed running %s: %s", lane.name, job.prompt_id, exc)
@@ -184,8 +190,6 @@ class Runner:
         lease = self._state.lease
 
         def sink(event: EngineEvent) -> None:
-            if entry.lane.in_process and not lease.held:
-                return  # another gateway may run it now: its frames are the ones sent
             # The done signal waits until the end is recorded (`Recorder.record` sends it).
             if (
                 isinstance(event, Message)
@@ -193,7 +197,15 @@ class Runner:
                 and event.data["node"] is None
             ):
                 return
-            entry.gate.pass_on(lambda: self._streams.event(job, event))
+            if entry.state is AttemptState.GIVING_BACK:
+                return  # it runs again: its client sees that run, not this one's interruption
+            deliver = functools.partial(entry.gate.pass_on, lambda: self._streams.event(job, event))
+            if entry.lane.in_process and not lease.held:
+                # Another gateway may run it by now: sent only if it turns out ours still.
+                entry.hold_fenced(deliver)
+                return
+            entry.release_fenced()
+            deliver()
 
         return sink
 

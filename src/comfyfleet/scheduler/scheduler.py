@@ -8,7 +8,8 @@ done by its parts, each in a module of its own:
 - reservations.py: jobs set aside for busy remote lanes;
 - runner.py and recording.py: one attempt, from its start to its recorded end;
 - recovery.py: start-up recovery, adoption, the lease and take-over of dead gateways' jobs;
-- lease.py: what this gateway can prove of its lease (fenced: no work, attempts given back).
+- lease.py: what this gateway can prove of its lease (fenced: no work);
+- fencing.py: what runs in this process while fenced (paused; given back if it must).
 
 What they share (lanes, running attempts, the pending count) is in state.py.
 """
@@ -27,6 +28,7 @@ from comfyfleet.scheduler.admission import Admission, QueueFull
 from comfyfleet.scheduler.attempts import AttemptState, Running
 from comfyfleet.scheduler.candidates import Candidates
 from comfyfleet.scheduler.dispatch import Dispatcher
+from comfyfleet.scheduler.fencing import InProcessFence
 from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.recording import Recorder
@@ -73,6 +75,7 @@ class Scheduler:
         )
         self._recovery = Recovery(self.state, self._runner, self._reservations, lease)
         self._holds_watch: asyncio.Task[None] | None = None
+        self._fence = InProcessFence(self.state)
 
     def include(self, lane: Lane) -> None:
         """Add a lane before `start` (at run time, use `add_lane`)."""
@@ -110,11 +113,17 @@ class Scheduler:
         for entry in self.state.lanes.values():
             await self._start_lane(entry)
         await self.store.watch_work(self._recovery.work_elsewhere)
-        self.state.lease.on_lost = self._give_back_in_process
-        self.state.lease.on_held = self.state.wake
+        # Fenced, what runs in this process pauses; a backend's prompts run on there and
+        # are followed by whoever holds them next.
+        self.state.lease.on_lost = self._fence.fenced
+        self.state.lease.on_held = self._lease_held
         self.state.lease.start()
         self._recovery.keep_lease()
         self._holds_watch = asyncio.create_task(self._watch_holds(), name="holds")
+
+    def _lease_held(self) -> None:
+        self._fence.held()
+        self.state.wake()
 
     def keep_holds(self, prompt_ids: Sequence[str], seconds: float) -> list[str]:
         """A gateway still wants these of the prompts it sent here: they may run `seconds`
@@ -137,14 +146,6 @@ class Scheduler:
                 dropped = await self._admission.delete_pending(unclaimed)
                 if dropped:
                     log.warning("dropped %d held prompts no gateway kept", len(dropped))
-
-    def _give_back_in_process(self) -> None:
-        """The lease cannot be proven: what runs in this process goes back to the queue
-        (fenced: refused if another gateway took it meanwhile). A backend's prompts run
-        on there and are followed by whoever holds them next."""
-        for entry in self.state.running.values():
-            if entry.lane.in_process and not entry.ended and entry.to(AttemptState.GIVING_BACK):
-                entry.handle.interrupt()
 
     async def _start_lane(self, entry: LaneSlots) -> None:
         await entry.lane.start(functools.partial(self._recovery.adopt, entry.lane))
@@ -175,6 +176,7 @@ class Scheduler:
         self.state.stopping = True
         await self._recovery.stop_keeping()
         self.state.lease.stop()
+        await self._fence.close()
         if self._holds_watch is not None:
             self._holds_watch.cancel()
             await asyncio.gather(self._holds_watch, return_exceptions=True)

@@ -553,3 +553,89 @@ async def test_a_node_packs_own_execution_blocker_blocks_like_the_engines(engine
     assert result.outputs["5"]["value"] == ["1", "3"]
     # A list input holding a blocker blocks the whole call, as in ComfyUI.
     assert "6" not in result.outputs
+
+
+async def wait_quiet(handle: RunHandle) -> None:
+    for _ in range(200):
+        if handle.quiet:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the run never went quiet")
+
+
+def executing(sink: Recorder) -> list[str | None]:
+    return [m.data["node"] for m in sink.messages("executing")]
+
+
+async def test_a_paused_prompt_stops_its_node_and_runs_it_again_when_resumed(
+    engine: Engine,
+) -> None:
+    """Held back (the gateway cannot prove its lease), a node that looks whether to stop
+    stops; nothing else starts; resumed, the node runs again from its start."""
+    handle, sink = RunHandle(), Recorder()
+    prompt = sleep_prompt(0.6)
+    run = asyncio.create_task(engine.run_prompt(prompt, prompt_id="p", sink=sink, handle=handle))
+    await asyncio.sleep(0.3)
+    assert not handle.quiet
+    handle.pause()
+    await wait_quiet(handle)
+    await asyncio.sleep(0.6)  # longer than the sleep had left: it did not run on
+    assert not run.done() and executing(sink) == ["1", "10"]
+    handle.resume()
+    _, result = await run
+    assert result is not None and result.status == "success", result
+    assert executing(sink) == ["1", "10", "10", "9", None]
+    assert "execution_interrupted" not in sink.types()
+
+
+async def test_a_stopped_async_node_is_cancelled_and_runs_again(engine: Engine) -> None:
+    """A node that never looks (an async call waiting on something) is cancelled by
+    `stop` while paused, and runs again when resumed."""
+    prompt = {
+        "1": {"class_type": "Const", "inputs": {"value": 4}},
+        "2": {"class_type": "Cancellable", "inputs": {"value": ["1", 0], "seconds": 0.3}},
+        "3": {"class_type": "Show", "inputs": {"value": ["2", 0]}},
+    }
+    handle, sink = RunHandle(), Recorder()
+    run = asyncio.create_task(engine.run_prompt(prompt, prompt_id="p", sink=sink, handle=handle))
+    await asyncio.sleep(0.1)
+    handle.pause()
+    await asyncio.sleep(0.05)
+    assert not handle.quiet  # the call runs on until stopped
+    handle.stop()
+    await wait_quiet(handle)
+    assert Cancellable.cancelled == ["yes"]
+    handle.resume()
+    _, result = await run
+    assert result is not None and result.status == "success", result
+    assert result.outputs["3"]["value"] == ["4"]
+    assert executing(sink).count("2") == 2
+
+
+async def test_a_paused_prompt_interrupted_ends_interrupted(engine: Engine) -> None:
+    handle, sink = RunHandle(), Recorder()
+    run = asyncio.create_task(
+        engine.run_prompt(sleep_prompt(0.6), prompt_id="p", sink=sink, handle=handle)
+    )
+    await asyncio.sleep(0.2)
+    handle.pause()
+    await wait_quiet(handle)
+    handle.interrupt()
+    _, result = await asyncio.wait_for(run, 5)
+    assert result is not None and result.status == "interrupted"
+    assert sink.types()[-2:] == ["execution_interrupted", "executing"]
+
+
+async def test_a_prompt_that_may_not_proceed_starts_no_node(engine: Engine) -> None:
+    """`may_proceed` is read by the clock, before any callback could pause the run."""
+    allowed = False
+    handle, sink = RunHandle(), Recorder()
+    handle.may_proceed = lambda: allowed
+    run = asyncio.create_task(
+        engine.run_prompt(sleep_prompt(0.1), prompt_id="p", sink=sink, handle=handle)
+    )
+    await asyncio.sleep(0.4)
+    assert executing(sink) == [] and not run.done()
+    allowed = True
+    _, result = await asyncio.wait_for(run, 5)
+    assert result is not None and result.status == "success"

@@ -42,6 +42,10 @@ class RecordingControl:
     def interrupted(self) -> bool:
         return self.interrupt_after is not None and len(self.progress) >= self.interrupt_after
 
+    @property
+    def stopping(self) -> bool:
+        return self.interrupted
+
     def report_progress(
         self, node_id: str, value: float, total: float, preview: Preview | None
     ) -> None:
