@@ -68,6 +68,42 @@ def test_two_gateways_never_give_two_files_one_name(tmp_path: Path, postgres_dat
                 assert view(first, image) == view(second, image)
 
 
+def test_a_copy_of_a_backends_output_never_takes_a_name_a_gateway_saved(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    """A backend counts its files from its own folder: its `same_00001_.png`, copied to a
+    gateway under that name, met the `same_00001_.png` another gateway had saved, and
+    `/view` of the name answered each gateway's own image (chaos seed 1018)."""
+    with ExitStack() as stack:
+        backend = stack.enter_context(ServerProcess(tmp_path / "backend", "--local-slots", "1"))
+        common = ("--store", postgres_database, "--lease", f"{LEASE}s")
+        saver = stack.enter_context(
+            ServerProcess(
+                tmp_path / "saver", *common, "--gateway-id", "saver", "--local-slots", "1"
+            )
+        )
+        relay = ServerProcess(
+            tmp_path / "relay",
+            *common,
+            *("--gateway-id", "relay", "--local-slots", "0", "--backend", backend.url),
+        )
+        relay = stack.enter_context(relay)
+        poll(
+            lambda: [b["state"] for b in relay.get("/api/fleet/backends")["backends"]] == ["up"],
+            what="the backend",
+        )
+        ids = []
+        for server, color in ((saver, 0xFF0000), (relay, 0x00FF00), (relay, 0x0000FF)):
+            prompt_id = submit(server, save_prompt(color, "same"))
+            poll(lambda p=prompt_id, s=server: p in s.get("/history"), what="the prompt")
+            ids.append(prompt_id)
+        names = [image["filename"] for p in ids for image in images(saver, p)]
+        assert len(names) == 3 and len(set(names)) == 3, names
+        for prompt_id in ids:
+            for image in images(relay, prompt_id):
+                assert view(saver, image) == view(relay, image)
+
+
 def test_a_gateway_paused_past_its_lease_leaves_no_file_and_serves_the_recorded_one(
     tmp_path: Path, postgres_database: str
 ) -> None:

@@ -8,7 +8,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ from comfyfleet.lanes.outputs import (
     output_files,
 )
 from comfyfleet.lanes.uploads import FetchInputs, ForeignFile, InputPusher
+from comfyfleet.nodes.core.saving import SHARED_COUNTERS
 from comfyfleet.protocol import events
 from comfyfleet.tenants import TenantFolders
 
@@ -159,6 +160,9 @@ class ComfyUILane:
         self._capabilities_key: Key | None = None  # what they were read from
         # Where lanes of one fleet share what their backends can run (see `_refresh`).
         self.known = KnownCapabilities()
+        # The process's services (engine/services.py): the store's file counters, with
+        # gateways sharing a store, name the copies of its outputs.
+        self.services: Mapping[str, Any] = {}
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
         self.holds = False  # a comfyfleet: it runs this gateway's prompts only while told
@@ -680,7 +684,8 @@ class ComfyUILane:
 
     def _outputs(self, job: Job) -> OutputCopier | OutputReferencer:
         if self.settings.copy_outputs:
-            return OutputCopier(self._folders(job), self._fetch)
+            counters = self.services.get(SHARED_COUNTERS)
+            return OutputCopier(self._folders(job), self._fetch, counters)
         return OutputReferencer(self.client.spec.name)
 
     async def _fetch(self, filename: str, subfolder: str, kind: str) -> bytes:

@@ -167,6 +167,7 @@ class Fleet:
         )
         lane.on_change = self.rebuild
         lane.known = self._known
+        lane.services = self.engine.services
         self.backends[spec.name] = lane
         return lane
 

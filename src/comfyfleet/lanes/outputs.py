@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from comfyfleet.domain.jobs import OutputFile
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
 from comfyfleet.lanes.backend import BackendError
+from comfyfleet.nodes.core.saving import SharedCounters
 
 Fetch = Callable[[str, str, str], Awaitable[bytes]]  # (filename, subfolder, type) -> bytes
 COPIED_TYPES = ("output", "temp")
@@ -47,16 +49,41 @@ def checked_item(item: dict[str, Any]) -> tuple[str, str, str]:
         raise UnsafeOutput(f"output file refused: {exc}") from exc
 
 
-def _claim(folders: Folders, key: tuple[str, str, str], data: bytes) -> str:
-    """Write `data` under the file `key` names, or the first free numbered variant; returns
-    the name. The folder is resolved and checked to lie in its root (a link there that
-    leads out of it is refused); new names are created exclusively, never through a link."""
+#: `<prefix>_<counter>_.<ext>`, as ComfyUI's savers name files (some leave out the last `_`).
+COUNTED_NAME = re.compile(r"^(?P<prefix>.+?)_\d{5,}(?P<tail>_?)(?P<suffix>\.[^.]*)?$")
+
+
+def fleet_name(folder: Path, filename: str, counters: SharedCounters) -> str:
+    """The name a copy gets where gateways share a store: the backend counted its files
+    from its own folder, so its counter is replaced by one the store hands out for the
+    same folder and prefix as a save there, never a name another gateway was given."""
+    match = COUNTED_NAME.match(filename)
+    if match:
+        prefix, tail, suffix = match["prefix"], match["tail"], match["suffix"] or ""
+    else:
+        (prefix, suffix), tail = os.path.splitext(filename), "_"
+    counter = counters.reserve(folder, prefix, 1, 1)
+    return f"{prefix}_{counter:05}{tail}{suffix}"
+
+
+def _claim(
+    folders: Folders,
+    key: tuple[str, str, str],
+    data: bytes,
+    counters: SharedCounters | None = None,
+) -> str:
+    """Write `data` under the file `key` names (renamed by `counters`, if given), or the
+    first free numbered variant; returns the name. The folder is resolved and checked to
+    lie in its root (a link there that leads out of it is refused); new names are
+    created exclusively, never through a link."""
     filename, subfolder, kind = key
     try:
         folder = folders.resolve_inside(kind, subfolder)
     except UnsafePath as exc:
         raise UnsafeOutput(f"output file refused: {exc}") from exc
     folder.mkdir(parents=True, exist_ok=True)
+    if counters is not None:
+        filename = fleet_name(folder, filename, counters)
     stem, suffix = os.path.splitext(filename)
     for n in range(10_000):
         name = filename if n == 0 else f"{stem}_{n}{suffix}"
@@ -82,9 +109,10 @@ def _holds(path: Path, data: bytes) -> bool:
 class OutputCopier:
     """Copies the files a prompt's UI outputs name, remembering each copy."""
 
-    def __init__(self, folders: Folders, fetch: Fetch) -> None:
+    def __init__(self, folders: Folders, fetch: Fetch, counters: SharedCounters | None) -> None:
         self.folders = folders
         self.fetch = fetch
+        self.counters = counters  # names from the store, with gateways that share it
         self._copied: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     async def localize(self, ui: Any) -> Any:
@@ -105,7 +133,7 @@ class OutputCopier:
             return item
         if key not in self._copied:
             data = await self.fetch(*key)
-            name = await asyncio.to_thread(_claim, self.folders, key, data)
+            name = await asyncio.to_thread(_claim, self.folders, key, data, self.counters)
             self._copied[key] = {**item, "filename": name}
         return self._copied[key]
 

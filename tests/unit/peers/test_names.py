@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from comfyfleet.lanes.outputs import fleet_name
 from comfyfleet.nodes.core.saving import SPARE_COUNTERS_FROM
 from comfyfleet.peers.names import SPARE_BLOCK, FleetNames
 from comfyfleet.store.sqlite import SQLiteStore
@@ -34,4 +37,32 @@ async def test_counters_come_from_the_store_and_spares_through_an_outage(tmp_pat
     assert await asyncio.to_thread(reserve, output / "new", "img", 1, 1) == 1
     again = await store.reserve_file_counter("spare counters", SPARE_COUNTERS_FROM, 1)
     assert again >= first + SPARE_BLOCK
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    ("backend_name", "prefix", "copied"),
+    [
+        ("same_00001_.png", "same", "same_00003_.png"),
+        ("AnimateDiff_00001.mp4", "AnimateDiff", "AnimateDiff_00003.mp4"),
+        ("a_b_00012_.webp", "a_b", "a_b_00003_.webp"),
+        ("plain.png", "plain", "plain_00003_.png"),
+        ("noext_00001_", "noext", "noext_00003_"),
+    ],
+)
+async def test_a_copied_output_takes_its_counter_from_the_store(
+    tmp_path: Path, backend_name: str, prefix: str, copied: str
+) -> None:
+    """A backend counted its files from its own folder: a copy's counter is the store's,
+    from the key a save of the same prefix in that folder uses."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+    await store.open()
+    output = tmp_path / "data" / "output"
+    output.mkdir(parents=True)
+    names = FleetNames(store, tmp_path / "data", asyncio.get_running_loop())
+    await names.prepare()
+    assert await asyncio.to_thread(names.reserve, output, prefix, 1, 2) == 1  # two saves
+    assert await asyncio.to_thread(fleet_name, output, backend_name, names) == copied
+    again = await asyncio.to_thread(fleet_name, output, backend_name, names)
+    assert again != copied
     await store.close()
