@@ -635,9 +635,15 @@ class ComfyUILane:
                 now = time.monotonic()
                 idle = now - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout and not watch.abandoned:
-                    self._suspect_until = time.monotonic() + self.settings.suspect_for
-                    self._interrupt_soon(watch)
-                    watch.abandoned = True  # kept no more: a comfyfleet stops it in time
+                    # Hung: it answers (a keep since its last frame), yet sends nothing
+                    # for the prompt. A comfyfleet that answers nothing either is paused
+                    # or cut off: its hold stops the prompt there, and it may go on in
+                    # time; given up only once that hold has surely run out.
+                    answering = not self.holds or watch.kept_at > watch.last_frame
+                    if answering or self._given_up(watch, now):
+                        self._suspect_until = time.monotonic() + self.settings.suspect_for
+                        self._interrupt_soon(watch)
+                        watch.abandoned = True  # kept no more: a comfyfleet stops it in time
                 if watch.abandoned and self._given_up(watch, now):
                     raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
                 if not self.client.connected.is_set():
@@ -648,7 +654,7 @@ class ComfyUILane:
                     watch.lost = False
                 elif watch.lost:
                     raise BackendLost(f"backend {self.client.spec.name} came back without it")
-                if idle >= QUIET_ASK and now - asked >= QUIET_ASK:
+                if idle >= QUIET_ASK and now - asked >= QUIET_ASK and not watch.abandoned:
                     asked = now
                     if await self._ended_quietly(job):
                         # Its frames go elsewhere (submitted by a gateway that died, then
