@@ -18,7 +18,11 @@ from urllib.request import Request, urlopen
 
 import pytest
 
+from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.domain.jobs import NewJob
+from comfyfleet.lanes.fleet import derived_name
 from comfyfleet.nodes.testing import LEDGER_ENV
+from comfyfleet.store.postgres import PostgresStore
 from tests.faults.helpers import save_sleep_prompt
 from tests.integration.gateway import processes
 from tests.integration.gateway.processes import job, poll, submit
@@ -205,6 +209,52 @@ def test_a_store_outage_mid_prompt_goes_on_where_it_stopped(
         ran = job(servers[1], prompt_id)
         assert (ran["status"], ran["attempt"]) == ("completed", 1), ran
         assert len(saved([server.data_dir for server in servers], "mid")) == 1
+
+
+async def test_a_job_set_aside_for_a_backend_that_ran_it_is_followed_there(
+    tmp_path: Path, postgres_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway set a job aside for its backend and sent it there, then could record
+    its start no more (the store away, then the gateway paused past its lease). The
+    gateway that swept it gave the reservation back to the queue and ran the prompt
+    again, although the backend had run it (chaos seed 1018). The gateway that has the
+    backend now starts the job there and reads its end from there."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    prompt = {
+        "1": {"class_type": "LedgerAppend", "inputs": {"tag": "aside", "seconds": 0.1}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "a"}},
+    }
+    prompt_id = "5e7a51de-0000-4000-8000-000000000001"
+    with ExitStack() as stack:
+        backend = stack.enter_context(ServerProcess(tmp_path / "backend", "--local-slots", "1"))
+        gone = PostgresStore(postgres_database, owner="gone")
+        await gone.open()
+        try:
+            await gone.join(GatewayRecord("gone", "gone", "host", 1, "", 1.0), LEASE)
+            await gone.submit(NewJob(prompt_id, 1, False, prompt, {}, ["2"]))
+            queued = await gone.get(prompt_id)
+            assert queued is not None
+            lane = f"backend:{derived_name(backend.url)}"  # as the gateway names its lane
+            assert await gone.reserve_job(queued, lane) is not None
+            # Sent to the backend before its start could be recorded; it runs it there.
+            backend.post("/prompt", {"prompt": prompt, "prompt_id": prompt_id})
+            poll(lambda: prompt_id in backend.get("/history"), what="the backend's run")
+            here = ServerProcess(
+                tmp_path / "here",
+                *("--store", postgres_database, "--lease", f"{LEASE}s", "--gateway-id", "here"),
+                *("--local-slots", "1", "--backend", backend.url),
+            )
+            here = stack.enter_context(here)
+            poll(lambda: prompt_id in here.get("/history"), what="the end", timeout=60)
+            time.sleep(LEASE)  # a second run, if any, would be done by now
+        finally:
+            await gone.close()
+        lines = [line for line in ledger.read_text().splitlines() if prompt_id in line]
+        assert len(lines) == 1, lines
+        ran = job(here, prompt_id)
+        assert (ran["status"], ran["lane"]) == ("completed", lane), ran
+        assert here.get(f"/history/{prompt_id}")[prompt_id]["status"]["status_str"] == "success"
 
 
 def answer(

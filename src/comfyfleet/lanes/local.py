@@ -83,14 +83,17 @@ class LocalLane:
 
 
 def remove_files(folders: Folders, files: list[OutputFile]) -> int:
-    """Remove `files` (each resolved inside its folder, a link removed as the link);
-    returns how many were removed."""
+    """Remove `files`: the entry itself (a link, not what it points to), and only when
+    its folder, links resolved, lies in `folders`. Returns how many were removed."""
     removed = 0
     for item in files:
         try:
             relative = os.path.join(item.subfolder, item.filename)
             folders.resolve_inside(item.type, relative, follow_last=False).unlink()
-        except (UnsafePath, OSError):
+        except UnsafePath as exc:
+            log.warning("left a file alone: %s", exc)
+            continue
+        except OSError:
             continue
         removed += 1
     return removed

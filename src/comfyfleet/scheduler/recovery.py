@@ -20,6 +20,10 @@ from comfyfleet.store.base import StoreError
 
 log = logging.getLogger(__name__)
 
+#: Leases a gone gateway's job set aside for a backend this gateway does not have is
+#: left to the gateway that has it (it follows it there), before it goes back to the queue.
+UNOWNED_GRACE = 3
+
 
 class Recovery:
     def __init__(
@@ -34,6 +38,7 @@ class Recovery:
         self._reservations = reservations
         self.lease = lease  # this gateway's lease on its jobs (`store.join` made it)
         self._keeper: asyncio.Task[None] | None = None
+        self._unowned: dict[str, float] = {}  # set aside for a lane not here: since when
 
     async def recover(self) -> None:
         """Before the slots start: follow or re-queue what was running here (or for a
@@ -180,11 +185,14 @@ class Recovery:
         state, store = self._state, self._state.store
         if not state.lease.may_sweep():
             return
-        for job in await store.orphaned():
+        orphans = await store.orphaned()
+        ids = {job.prompt_id for job in orphans}
+        self._unowned = {p: since for p, since in self._unowned.items() if p in ids}
+        for job in orphans:
             if job.owner == store.owner or job.prompt_id in state.running:
                 continue
             if job.status == JobStatus.PENDING:
-                await self._reservations.unreserve([job.prompt_id])
+                await self._take_over_reserved(job)
                 continue
             entry = state.lanes.get(job.lane or "")
             if entry is None or entry.retiring:
@@ -198,3 +206,29 @@ class Recovery:
             elif (adopted := await store.adopt(job)) is not None:
                 log.info("following %s: gateway %s is gone", job.prompt_id, job.owner)
                 self._runner.follow(entry.lane, adopted)
+
+    async def _take_over_reserved(self, job: Job) -> None:
+        """A job a gateway that is gone set aside. One set aside for a backend may have
+        been sent there before its start was recorded, and run: the gateway that has
+        that backend's lane starts it there and follows it (its end read from there,
+        as after a restart); the others leave it to that one for UNOWNED_GRACE leases,
+        then give it back to the queue, as they do one set aside for an in-process lane."""
+        state, store = self._state, self._state.store
+        entry = state.lanes.get(job.lane or "")
+        if entry is not None and not entry.lane.in_process:
+            if entry.retiring:
+                return
+            started = await store.start_reserved(job, entry.lane.name)
+            if started is not None:
+                log.info(
+                    "following %s: set aside by gateway %s, which is gone", job.prompt_id, job.owner
+                )
+                state.pending -= 1
+                self._runner.follow(entry.lane, started)
+            return
+        if entry is None and job.lane is not None:
+            first = self._unowned.setdefault(job.prompt_id, time.monotonic())
+            if time.monotonic() - first < UNOWNED_GRACE * self.lease:
+                return
+        self._unowned.pop(job.prompt_id, None)
+        await self._reservations.unreserve([job.prompt_id])

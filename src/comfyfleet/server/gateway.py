@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -16,9 +15,10 @@ from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
-from comfyfleet.folders import Folders, UnsafePath, using_folders
+from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
+from comfyfleet.lanes.local import remove_files
 from comfyfleet.lanes.uploads import UploadInputs
 from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry
@@ -288,21 +288,11 @@ class Gateway:
             await self.store.prune_remote_jobs(time.time() - self.config.history_max_age)
 
         def remove() -> int:
-            removed = 0
-            for item in files:
-                folders = self.tenants.of(item.tenant)
-                relative = os.path.join(item.subfolder, item.filename)
-                try:
-                    # The entry itself goes (a link, not what it points to), and only
-                    # when its folder, links resolved, lies in the tenant's folder.
-                    folders.resolve_inside(item.type, relative, follow_last=False).unlink()
-                except UnsafePath as exc:
-                    log.warning("retention left a file alone: %s", exc)
-                except OSError:
-                    continue
-                else:
-                    removed += 1
-            return removed
+            tenants = {item.tenant for item in files}
+            return sum(
+                remove_files(self.tenants.of(t), [f for f in files if f.tenant == t])
+                for t in tenants
+            )
 
         removed = await asyncio.to_thread(remove)
         # Copies of other gateways' files fetched here: their history may have gone there.
