@@ -60,16 +60,22 @@ def test_two_gateways_never_give_two_files_one_name(tmp_path: Path, postgres_dat
     """Each gateway counted `ComfyUI_00001_.png` from its own folder: the history of two
     prompts named one file, and `/view` of it answered each gateway's own image."""
     with gateways(tmp_path, postgres_database, 2) as (first, second):
-        ids = []
-        for server, color in ((first, 0xFF0000), (second, 0x00FF00), (first, 0x0000FF)):
-            prompt_id = submit(server, save_prompt(color, "same"))
-            poll(lambda p=prompt_id, s=server: p in s.get("/history"), what="the prompt")
-            ids.append(prompt_id)
-        names = [image["filename"] for p in ids for image in images(first, p)]
-        assert len(names) == 3 and len(set(names)) == 3, names
-        for prompt_id in ids:
-            for image in images(second, prompt_id):
-                assert view(first, image) == view(second, image)
+        three_saves_three_names(first, second, first)
+
+
+def three_saves_three_names(one: ServerProcess, two: ServerProcess, three: ServerProcess) -> None:
+    """Three saves of one prefix, through these gateways in turn: three names, and
+    `/view` of each answers the same image on every gateway."""
+    ids = []
+    for server, color in ((one, 0xFF0000), (two, 0x00FF00), (three, 0x0000FF)):
+        prompt_id = submit(server, save_prompt(color, "same"))
+        poll(lambda p=prompt_id, s=server: p in s.get("/history"), what="the prompt")
+        ids.append(prompt_id)
+    names = [image["filename"] for p in ids for image in images(one, p)]
+    assert len(names) == 3 and len(set(names)) == 3, names
+    for prompt_id in ids:
+        for image in images(two, prompt_id):
+            assert view(one, image) == view(two, image)
 
 
 def test_a_copy_of_a_backends_output_never_takes_a_name_a_gateway_saved(
@@ -96,16 +102,7 @@ def test_a_copy_of_a_backends_output_never_takes_a_name_a_gateway_saved(
             lambda: [b["state"] for b in relay.get("/api/fleet/backends")["backends"]] == ["up"],
             what="the backend",
         )
-        ids = []
-        for server, color in ((saver, 0xFF0000), (relay, 0x00FF00), (relay, 0x0000FF)):
-            prompt_id = submit(server, save_prompt(color, "same"))
-            poll(lambda p=prompt_id, s=server: p in s.get("/history"), what="the prompt")
-            ids.append(prompt_id)
-        names = [image["filename"] for p in ids for image in images(saver, p)]
-        assert len(names) == 3 and len(set(names)) == 3, names
-        for prompt_id in ids:
-            for image in images(relay, prompt_id):
-                assert view(saver, image) == view(relay, image)
+        three_saves_three_names(saver, relay, relay)
 
 
 def test_a_gateway_paused_past_its_lease_leaves_no_file_and_serves_the_recorded_one(

@@ -15,13 +15,19 @@ from comfyfleet.peers.names import SPARE_BLOCK, FleetNames
 from comfyfleet.store.sqlite import SQLiteStore
 
 
-async def test_counters_come_from_the_store_and_spares_through_an_outage(tmp_path: Path) -> None:
+async def fleet_names(tmp_path: Path) -> tuple[SQLiteStore, FleetNames, Path]:
+    """A store, its FleetNames for the data dir under `tmp_path`, and its output folder."""
     store = SQLiteStore(tmp_path / "jobs.db")
     await store.open()
     output = tmp_path / "data" / "output"
     output.mkdir(parents=True)
     names = FleetNames(store, tmp_path / "data", asyncio.get_running_loop())
     await names.prepare()
+    return store, names, output
+
+
+async def test_counters_come_from_the_store_and_spares_through_an_outage(tmp_path: Path) -> None:
+    store, names, output = await fleet_names(tmp_path)
     reserve = names.reserve
     assert await asyncio.to_thread(reserve, output, "img", 1, 1) == 1
     assert await asyncio.to_thread(reserve, output, "img", 2, 1) == 2  # from its block
@@ -55,12 +61,7 @@ async def test_a_copied_output_takes_its_counter_from_the_store(
 ) -> None:
     """A backend counted its files from its own folder: a copy's counter is the store's,
     from the key a save of the same prefix in that folder uses."""
-    store = SQLiteStore(tmp_path / "jobs.db")
-    await store.open()
-    output = tmp_path / "data" / "output"
-    output.mkdir(parents=True)
-    names = FleetNames(store, tmp_path / "data", asyncio.get_running_loop())
-    await names.prepare()
+    store, names, output = await fleet_names(tmp_path)
     assert await asyncio.to_thread(names.reserve, output, prefix, 1, 2) == 1  # two saves
     assert await asyncio.to_thread(fleet_name, output, backend_name, names) == copied
     again = await asyncio.to_thread(fleet_name, output, backend_name, names)
