@@ -6,7 +6,8 @@ how that end is recorded. `AttemptState` says which, with the changes allowed:
 
     RUNNING ──> TAKING_BACK ──> RUNNING       (it had started there after all)
        │             │
-       ├─────────────┴──> GIVING_BACK         (shutdown: back to the queue)
+       ├─────────────┴──> GIVING_BACK         (back to the queue: shutdown, a lapsed hold,
+       │                                       taken over while fenced)
        └──────────────────────┴──> CANCELLING (cancelled: wins over all the others)
 
 A cancel always wins; nothing leaves CANCELLING.
@@ -31,7 +32,7 @@ MAX_FENCED_EVENTS = 10_000
 class AttemptState(enum.Enum):
     RUNNING = "running"  # its end is recorded as the lane reports it (or retried)
     TAKING_BACK = "taking_back"  # being taken out of its backend's queue for a free slot
-    GIVING_BACK = "giving_back"  # shutdown: it goes back to the queue, not a failed attempt
+    GIVING_BACK = "giving_back"  # it goes back to the queue (or is fenced out), not a failure
     CANCELLING = "cancelling"  # cancelled: it ends as cancelled, whatever the lane reports
 
 

@@ -6,8 +6,8 @@ migration, SIGSTOP), and a heartbeat can fail for longer than the lease (a store
 outage, a partition). So the gateway keeps its own account: the lease runs `lease`
 seconds from the moment the last heartbeat that succeeded was *sent* (the store dates
 it no later than that). Shortly before that runs out without a newer renewal, the
-gateway is fenced: it stops taking work and gives its in-process attempts back
-before another gateway could take them over.
+gateway is fenced: it stops taking work and holds its in-process attempts back
+(fencing.py) before another gateway could take them over.
 
 Taking over works the other way round: a gateway sweeps other gateways' jobs only
 after it has itself renewed its lease without a break for a whole lease. When the
@@ -45,7 +45,7 @@ class LeaseGuard:
         self._held.set()
         self._expiry: asyncio.TimerHandle | None = None
         self._watching = False  # from `start` to `stop`: the expiry is watched
-        # Told when the gateway is fenced (give back what runs) and when it holds again.
+        # Told when the gateway is fenced (hold back what runs) and when it holds again.
         self.on_lost: Callable[[], None] = lambda: None
         self.on_held: Callable[[], None] = lambda: None
 

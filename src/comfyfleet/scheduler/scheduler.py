@@ -9,7 +9,7 @@ done by its parts, each in a module of its own:
 - runner.py and recording.py: one attempt, from its start to its recorded end;
 - recovery.py: start-up recovery, adoption, the lease and take-over of dead gateways' jobs;
 - lease.py: what this gateway can prove of its lease (fenced: no work);
-- fencing.py: what runs in this process while fenced (paused; given back if it must).
+- fencing.py: what runs in this process while fenced (held back; dropped if taken over).
 
 What they share (lanes, running attempts, the pending count) is in state.py.
 """
