@@ -25,7 +25,7 @@ from comfyfleet.nodes.testing import LEDGER_ENV
 from comfyfleet.store.postgres import PostgresStore
 from tests.faults.helpers import save_sleep_prompt
 from tests.integration.gateway import processes
-from tests.integration.gateway.processes import job, poll, submit
+from tests.integration.gateway.processes import job, logged_events, poll, submit
 from tests.integration.gateway.wire import save_prompt, sleep_prompt
 from tests.servers import ServerProcess
 from tests.store_link import StoreLink
@@ -206,6 +206,10 @@ def test_a_store_outage_mid_prompt_goes_on_where_it_stopped(
         ran = job(servers[1], prompt_id)
         assert (ran["status"], ran["attempt"]) == ("completed", 1), ran
         assert len(saved([server.data_dir for server in servers], "mid")) == 1
+        # The frames held back while fenced were sent when it went on: one whole stream.
+        events = logged_events(servers[0].url, prompt_id)
+        assert events.count("execution_start") == 1, events
+        assert events.count("executed") == 1 and "execution_success" in events, events
 
 
 async def test_a_job_set_aside_for_a_backend_that_ran_it_is_followed_there(

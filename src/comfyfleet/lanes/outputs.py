@@ -23,6 +23,7 @@ from comfyfleet.domain.jobs import OutputFile
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
 from comfyfleet.lanes.backend import BackendError
 from comfyfleet.nodes.core.saving import SharedCounters
+from comfyfleet.peers.names import SHARED_TYPES
 
 Fetch = Callable[[str, str, str], Awaitable[bytes]]  # (filename, subfolder, type) -> bytes
 COPIED_TYPES = ("output", "temp")
@@ -72,7 +73,7 @@ def _claim(
     data: bytes,
     counters: SharedCounters | None = None,
 ) -> str:
-    """Write `data` under the file `key` names (renamed by `counters`, if given), or the
+    """Write `data` under the file `key` names (an output renamed by `counters`, if given), or the
     first free numbered variant; returns the name. The folder is resolved and checked to
     lie in its root (a link there that leads out of it is refused); new names are
     created exclusively, never through a link."""
@@ -82,7 +83,7 @@ def _claim(
     except UnsafePath as exc:
         raise UnsafeOutput(f"output file refused: {exc}") from exc
     folder.mkdir(parents=True, exist_ok=True)
-    if counters is not None:
+    if counters is not None and kind in SHARED_TYPES:
         filename = fleet_name(folder, filename, counters)
     stem, suffix = os.path.splitext(filename)
     for n in range(10_000):

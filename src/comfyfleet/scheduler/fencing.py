@@ -93,10 +93,7 @@ class InProcessFence:
         )
         if ours and entry.state is AttemptState.RUNNING:
             entry.release_fenced()
-            entry.handle.resume()
-        elif entry.state is AttemptState.CANCELLING:
-            entry.handle.interrupt()
-        else:
+        else:  # taken over meanwhile, or cancelled (which stays so)
             if entry.to(AttemptState.GIVING_BACK):
                 log.warning(
                     "dropped %s: taken over while this gateway was fenced", entry.job.prompt_id

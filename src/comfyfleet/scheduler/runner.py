@@ -204,7 +204,8 @@ class Runner:
                 # Another gateway may run it by now: sent only if it turns out ours still.
                 entry.hold_fenced(deliver)
                 return
-            entry.release_fenced()
+            if entry.fenced_events:
+                entry.release_fenced()
             deliver()
 
         return sink

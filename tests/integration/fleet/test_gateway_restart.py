@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import urllib.request
-
 from tests.integration.fleet.conftest import MakeFleet
 from tests.integration.fleet.harness import backend_history, backend_queue, poll, sleep_prompt
-
-
-def logged_events(base: str, prompt_id: str) -> list[str]:
-    """The event types of a finished prompt's stream, as a follower reads it (SSE)."""
-    with urllib.request.urlopen(f"{base}/api/jobs/{prompt_id}/events", timeout=30) as answer:
-        lines = answer.read().decode().splitlines()
-    return [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
-
+from tests.integration.gateway.processes import logged_events
 
 SHORT = 1.0  # ends while the gateway is down: collected from the backend's history
 LONG = 5.0  # still running when the gateway is back: followed to its end there

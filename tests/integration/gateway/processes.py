@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -110,3 +111,10 @@ def gateways(
             )
             started.append(stack.enter_context(server))
         yield started
+
+
+def logged_events(base: str, prompt_id: str) -> list[str]:
+    """The event types of a finished prompt's stream, as a follower reads it (SSE)."""
+    with urllib.request.urlopen(f"{base}/api/jobs/{prompt_id}/events", timeout=30) as answer:
+        lines = answer.read().decode().splitlines()
+    return [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
