@@ -37,7 +37,7 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
 from figures import figure
-from harness import mark_done, percentile, serve, throwaway_database, wait_ready
+from harness import free_port, mark_done, percentile, serve, throwaway_database, wait_ready
 
 COMFYUI_REFERENCE = "one ComfyUI 0.3.64 process: about 200-330 such prompts/s on this machine kind"
 
@@ -101,7 +101,7 @@ async def through_url(url: str, count: int, in_flight: int, offset: int) -> dict
 
 async def one_server(count: int, in_flight: int, *flags: str) -> dict[str, Any]:
     """A fresh server with `flags`: warmed up, then measured."""
-    port = 8231
+    port = free_port()  # benchmarks may run side by side
     with tempfile.TemporaryDirectory() as tmp:
         server = serve(Path(tmp), port, *flags)
         try:
