@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.server.hub import MAX_BACKLOG
+from comfyfleet.server.delivery.hub import MAX_BACKLOG
 from tests.integration.gateway.wire import Served, poll, save_prompt, serve
 
 pytestmark = pytest.mark.faults

@@ -17,7 +17,7 @@ from aiohttp import WSCloseCode
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from comfyfleet.server.ws import MAX_WS_MESSAGE
+from comfyfleet.server.comfyui_api.ws import MAX_WS_MESSAGE
 from tests.fuzz.harness import TIMEOUT_MARK_SECONDS, WS_LOST, LiveServer, Reply, fuzz_settings
 from tests.fuzz.strategies import Big, Deep, json_values, numbers, text, to_json
 from tests.integration.server.test_openapi import documented_operations, load_spec

@@ -10,32 +10,32 @@ from aiohttp.typedefs import Middleware
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
 from comfyfleet.peers import FileRef
-from comfyfleet.server.auth import TokenTable, authenticate, tenant_name
-from comfyfleet.server.client_events import client_key
-from comfyfleet.server.dashboard import DashboardFeed, FleetWatch, dashboard_routes
-from comfyfleet.server.editor_api import editor_routes, terminal_size
-from comfyfleet.server.extensions import Extensions, extension_routes
-from comfyfleet.server.files import file_routes
-from comfyfleet.server.fleet_api import fleet_routes
-from comfyfleet.server.follow import follow_routes
-from comfyfleet.server.frontend import frontend_routes, web_root
+from comfyfleet.server.access.auth import TokenTable, authenticate, tenant_name
+from comfyfleet.server.access.login import login_routes
+from comfyfleet.server.access.proxies import trusted_proxies
+from comfyfleet.server.admin.fleet_api import fleet_routes
+from comfyfleet.server.admin.health import health_routes
+from comfyfleet.server.admin.metrics import GatewayMetrics
+from comfyfleet.server.admin.webhooks_api import webhook_routes
+from comfyfleet.server.comfyui_api.follow import follow_routes
+from comfyfleet.server.comfyui_api.prompts import prompt_routes
+from comfyfleet.server.comfyui_api.system import system_routes
+from comfyfleet.server.comfyui_api.waits import WAITS, PromptWaits
+from comfyfleet.server.comfyui_api.ws import ws_routes
+from comfyfleet.server.delivery.client_events import client_key
+from comfyfleet.server.files.peer_files import peer_file_routes
+from comfyfleet.server.files.view_upload import file_routes
 from comfyfleet.server.gateway import GATEWAY, Gateway
-from comfyfleet.server.health import health_routes
-from comfyfleet.server.jobs import job_routes
-from comfyfleet.server.logbuffer import LogBuffer, LogFeed
-from comfyfleet.server.login import login_routes
-from comfyfleet.server.metrics import GatewayMetrics
-from comfyfleet.server.middleware import body_limit, cors, json_errors, origin_check
-from comfyfleet.server.peer_files import peer_file_routes
-from comfyfleet.server.prompts import prompt_routes
-from comfyfleet.server.proxies import trusted_proxies
-from comfyfleet.server.routing import Route, install
-from comfyfleet.server.settings import settings_routes
-from comfyfleet.server.system import system_routes
-from comfyfleet.server.userdata import userdata_routes
-from comfyfleet.server.waits import WAITS, PromptWaits
-from comfyfleet.server.webhooks_api import webhook_routes
-from comfyfleet.server.ws import ws_routes
+from comfyfleet.server.jobs_api.jobs import job_routes
+from comfyfleet.server.pages.dashboard import DashboardFeed, FleetWatch, dashboard_routes
+from comfyfleet.server.pages.editor_api import editor_routes, terminal_size
+from comfyfleet.server.pages.extensions import Extensions, extension_routes
+from comfyfleet.server.pages.frontend import frontend_routes, web_root
+from comfyfleet.server.pages.logbuffer import LogBuffer, LogFeed
+from comfyfleet.server.pages.settings import settings_routes
+from comfyfleet.server.pages.userdata import userdata_routes
+from comfyfleet.server.plumbing.middleware import body_limit, cors, json_errors, origin_check
+from comfyfleet.server.plumbing.routing import Route, install
 from comfyfleet.store.postgres_url import redact_urls_in
 
 

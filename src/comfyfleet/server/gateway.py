@@ -29,12 +29,12 @@ from comfyfleet.peers.copies import prune_copies
 from comfyfleet.peers.names import FleetNames
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.backend_owners import BackendOwnership
-from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
 from comfyfleet.server.config import ServerConfig
-from comfyfleet.server.event_log import EventLog
-from comfyfleet.server.hub import Hub
+from comfyfleet.server.delivery.client_events import ClientRouter, StatusBroadcaster
+from comfyfleet.server.delivery.event_log import EventLog
+from comfyfleet.server.delivery.hub import Hub
+from comfyfleet.server.delivery.relay import ClientRelay
 from comfyfleet.server.identity import process_alive, this_gateway
-from comfyfleet.server.relay import ClientRelay
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
 from comfyfleet.store.postgres_url import is_postgres_url

@@ -18,9 +18,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from comfyfleet.server.client_json import MAX_DEPTH
+from comfyfleet.server.comfyui_api.ws import MAX_WS_MESSAGE
 from comfyfleet.server.config import AuthToken
-from comfyfleet.server.ws import MAX_WS_MESSAGE
+from comfyfleet.server.plumbing.client_json import MAX_DEPTH
 from tests.integration.gateway.test_limits import assert_comfyui_error, assert_still_serving
 from tests.integration.gateway.wire import Served, save_prompt, serve
 

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from comfyfleet.protocol import frames
-from comfyfleet.server import log_frames
+from comfyfleet.server.delivery import log_frames
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.store.postgres import LISTENER_NAME
 from tests.integration.gateway.wire import (

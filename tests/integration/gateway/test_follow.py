@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from comfyfleet.protocol import frames
-from comfyfleet.server import follow
+from comfyfleet.server.comfyui_api import follow
 from tests.integration.gateway.processes import submit
 from tests.integration.gateway.sse import SseEvent, SseReader, assert_strictly_increasing
 from tests.integration.gateway.test_auth import tenants

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from comfyfleet.server import middleware
+from comfyfleet.server.plumbing import middleware
 from tests.integration.gateway.test_auth import ALICE, tenants
 from tests.integration.gateway.wire import Served, serve
 
@@ -156,7 +156,7 @@ async def test_an_unlisted_tls_proxy_is_named_in_a_warning_once(
     monkeypatch.setattr(middleware, "_hinted_at_proxy", False)
     async with tenants(tmp_path, local_slots=0) as clients:
         served = clients.anonymous
-        with caplog.at_level(logging.WARNING, logger="comfyfleet.server.middleware"):
+        with caplog.at_level(logging.WARNING, logger="comfyfleet.server.plumbing.middleware"):
             for origin in ("https://evil.example", "https://fleet.example.com") * 2:
                 headers = {"Host": "fleet.example.com", "Origin": origin}
                 assert await _cookie_status(served, headers) == 401

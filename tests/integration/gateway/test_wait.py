@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from comfyfleet.server.waits import WAITS
+from comfyfleet.server.comfyui_api.waits import WAITS
 from tests.integration.gateway.wire import Served, poll, save_prompt, serve, sleep_prompt
 
 FAILING = {

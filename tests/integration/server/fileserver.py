@@ -15,10 +15,10 @@ from PIL import Image
 from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
-from comfyfleet.server.files import file_routes
-from comfyfleet.server.middleware import json_errors, origin_check
-from comfyfleet.server.routing import Route, install
-from comfyfleet.server.system import system_routes
+from comfyfleet.server.comfyui_api.system import system_routes
+from comfyfleet.server.files.view_upload import file_routes
+from comfyfleet.server.plumbing.middleware import json_errors, origin_check
+from comfyfleet.server.plumbing.routing import Route, install
 
 MiB = 1024 * 1024
 # Form fields in order: a text value, or (file name, bytes) for a file part.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, PngImagePlugin
 
-from comfyfleet.server.files import MAX_SUBFOLDER_DEPTH
+from comfyfleet.server.files.view_upload import MAX_SUBFOLDER_DEPTH
 from tests.integration.server.fileserver import (
     Fields,
     Served,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from comfyfleet.server.routing import Route
+from comfyfleet.server.plumbing.routing import Route
 from tests.integration.server.fileserver import serve
 
 
@@ -86,7 +86,7 @@ async def test_unexpected_errors_become_json_500(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with serve(tmp_path, extra=EXTRA) as served:
-        with caplog.at_level(logging.ERROR, logger="comfyfleet.server.middleware"):
+        with caplog.at_level(logging.ERROR, logger="comfyfleet.server.plumbing.middleware"):
             response = await served.client.get("/api/boom")
         assert response.status == 500
         assert response.headers["Content-Type"] == "application/json; charset=utf-8"
@@ -101,7 +101,7 @@ async def test_unexpected_errors_become_json_500(
             "node_errors": {},
         }
         assert "secret" not in await response.text()
-    [record] = [r for r in caplog.records if r.name == "comfyfleet.server.middleware"]
+    [record] = [r for r in caplog.records if r.name == "comfyfleet.server.plumbing.middleware"]
     assert record.exc_info is not None and "secret" in str(record.exc_info[1])
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.server.auth import TokenTable
-from comfyfleet.server.client_events import client_key
+from comfyfleet.server.access.auth import TokenTable
 from comfyfleet.server.config import AuthToken, ConfigError, load_config
+from comfyfleet.server.delivery.client_events import client_key
 
 
 def write(path: Path, text: str) -> Path:

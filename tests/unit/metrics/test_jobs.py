@@ -8,7 +8,7 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry
 
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus
-from comfyfleet.server.metrics.jobs import JobMetrics
+from comfyfleet.server.admin.metrics.jobs import JobMetrics
 from tests.helpers import FakeTime
 
 DONE = JobResult(JobStatus.SUCCESS, {}, {}, [])

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus
-from comfyfleet.server.metrics.jobs import MAX_LANES, JobMetrics
-from comfyfleet.server.metrics.labels import MAX_LENGTH, OTHER, BoundedLabel, clean
+from comfyfleet.server.admin.metrics.jobs import MAX_LANES, JobMetrics
+from comfyfleet.server.admin.metrics.labels import MAX_LENGTH, OTHER, BoundedLabel, clean
 
 HOSTILE = [
     'quote " and backslash \\ and newline \n end',

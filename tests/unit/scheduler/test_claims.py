@@ -17,8 +17,8 @@ from comfyfleet.folders import Folders
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.nodes import build_registry
 from comfyfleet.scheduler.scheduler import Scheduler
-from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
-from comfyfleet.server.hub import Hub
+from comfyfleet.server.delivery.client_events import ClientRouter, StatusBroadcaster
+from comfyfleet.server.delivery.hub import Hub
 from comfyfleet.store.sqlite import SQLiteStore
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from comfyfleet.domain.jobs import JobStatus, NewJob
 from comfyfleet.scheduler.scheduler import QueueFull, Scheduler
-from comfyfleet.server.client_events import ClientRouter, StatusBroadcaster
-from comfyfleet.server.hub import Hub
+from comfyfleet.server.delivery.client_events import ClientRouter, StatusBroadcaster
+from comfyfleet.server.delivery.hub import Hub
 from comfyfleet.store.postgres import PostgresStore
 from tests.postgres import schema_for
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from comfyfleet.server.client_json import MAX_DEPTH, RefusedJson, has_lone_surrogate, loads
+from comfyfleet.server.plumbing.client_json import MAX_DEPTH, RefusedJson, has_lone_surrogate, loads
 
 
 @pytest.mark.parametrize(

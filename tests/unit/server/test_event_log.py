@@ -14,8 +14,8 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import PromptEvent
 from comfyfleet.engine.events import Message, NodeProgress
 from comfyfleet.protocol import events
-from comfyfleet.server import event_log as event_log_module
-from comfyfleet.server.event_log import EventLog
+from comfyfleet.server.delivery import event_log as event_log_module
+from comfyfleet.server.delivery.event_log import EventLog
 from comfyfleet.store.sqlite import SQLiteStore
 from tests.unit.store.stores import claim_next
 

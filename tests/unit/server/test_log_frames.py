@@ -10,8 +10,8 @@ import pytest
 
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.engine.events import PreviewImage, ProgressText
-from comfyfleet.server import log_frames
-from comfyfleet.server.log_frames import MAX_FRAME, PreviewThinning, from_log, to_log
+from comfyfleet.server.delivery import log_frames
+from comfyfleet.server.delivery.log_frames import MAX_FRAME, PreviewThinning, from_log, to_log
 
 pytestmark = pytest.mark.timeout(30)
 

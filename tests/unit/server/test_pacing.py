@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from comfyfleet.server.pacing import TokenBucket
+from comfyfleet.server.delivery.pacing import TokenBucket
 from tests.helpers import FakeTime
 
 

@@ -1,0 +1,1 @@
+"""Who may do what: tokens, the login page, trusted proxies."""

@@ -1,0 +1,1 @@
+"""For operators: the fleet's backends, probes, metrics, webhook deliveries."""

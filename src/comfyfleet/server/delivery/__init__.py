@@ -1,0 +1,1 @@
+"""Events to clients: the WebSocket hub, per-client routing, the durable event log, the relay."""

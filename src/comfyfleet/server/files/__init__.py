@@ -1,0 +1,1 @@
+"""Files: `/view` and uploads, and files for other gateways."""

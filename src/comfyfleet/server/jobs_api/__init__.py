@@ -1,0 +1,1 @@
+"""The jobs API: every job, pending to finished."""

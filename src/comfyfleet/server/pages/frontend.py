@@ -1,0 +1,142 @@
+"""The graph editor's files: ComfyUI's frontend, its workflow templates and node docs.
+
+The editor comes from the `comfyui-frontend-package` wheel (the version ComfyUI 0.3.64
+pins) or from `--front-end-root DIR`; its files are never part of this repository.
+The templates (`comfyui-workflow-templates`) and node docs (`comfyui-embedded-docs`)
+packages are served when installed, as ComfyUI does; without them those paths are 404,
+except the templates' index, which is then an empty list: the editor shows no templates
+instead of an error.
+
+Every file is found with `resolve_inside`, so no link in a web root leads out of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.resources
+import logging
+import mimetypes
+import os
+from pathlib import Path
+
+from aiohttp import web
+
+from comfyfleet.folders import UnsafePath, resolve_inside
+from comfyfleet.server.plumbing.routing import Route
+
+log = logging.getLogger(__name__)
+
+_INDEX_HEADERS = {
+    "Content-Type": "text/html",
+    "Cache-Control": "no-cache",
+    "Pragma": "no-cache",
+    "Expires": "0",
+}
+_IMAGES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+_TYPES = {".js": "application/javascript", ".mjs": "application/javascript", ".webp": "image/webp"}
+
+
+def package_dir(module: str, folder: str) -> Path | None:
+    """`folder` inside an installed package (e.g. the frontend's `static`), None without it."""
+    try:
+        package = importlib.import_module(module)
+    except ImportError:
+        return None
+    path = Path(str(importlib.resources.files(package) / folder))
+    return path if path.is_dir() else None
+
+
+def web_root(configured: Path | None) -> Path | None:
+    """The editor's files: `configured`, else the installed frontend package's."""
+    if configured is not None:
+        return configured.resolve()
+    return package_dir("comfyui_frontend_package", "static")
+
+
+def _headers(name: str) -> dict[str, str]:
+    """Content type and caching as ComfyUI's: code and entry points are revalidated on
+    every load (a new frontend takes effect at once), images kept for a day."""
+    ext = os.path.splitext(name)[1].lower()
+    headers = {"Content-Type": _TYPES.get(ext) or _guess(name)}
+    base = name.rsplit("/", 1)[-1]
+    if ext in (".js", ".mjs", ".css") or (base.startswith("index") and ext == ".json"):
+        headers["Cache-Control"] = "no-cache"
+    elif ext in _IMAGES:
+        headers["Cache-Control"] = "public, max-age=86400"
+    return headers
+
+
+def _guess(name: str) -> str:
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def _find(root: Path, relative: str) -> Path | None:
+    """The regular file `relative` names in `root`, or None."""
+    if any(ord(c) < 0x20 for c in relative):
+        return None
+    try:
+        path = resolve_inside(root, relative.lstrip("/"))
+    except UnsafePath:
+        return None
+    return path if os.path.isfile(path) else None
+
+
+async def serve_file(root: Path | None, relative: str) -> web.StreamResponse:
+    """A file under `root`, or an empty 404."""
+    path = None if root is None else await asyncio.to_thread(_find, root, relative)
+    if path is None:
+        return web.Response(status=404)
+    return web.FileResponse(path, headers=_headers(path.name))
+
+
+async def refuse_other_methods(request: web.Request) -> None:
+    """405 (as without the catch-all) when another route has this path for other methods:
+    `GET /prompt` is a wrong method, not a missing file."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not request.match_info.route.resource:
+            allowed |= (await resource.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+
+
+def frontend_routes(configured_root: Path | None) -> tuple[list[Route], Route]:
+    """The editor's routes, and the catch-all for its files (to be installed last)."""
+    root = web_root(configured_root)
+    index_file = None if root is None else root / "index.html"
+    if index_file is None or not index_file.is_file():
+        index_file = None
+        log.warning(
+            "no graph editor to serve at /: install comfyui-frontend-package, or give "
+            "--front-end-root a directory holding index.html"
+        )
+    templates = package_dir("comfyui_workflow_templates", "templates")
+    docs = package_dir("comfyui_embedded_docs", "docs")
+
+    async def index(request: web.Request) -> web.StreamResponse:
+        if index_file is None:
+            return web.Response(status=404)
+        return web.FileResponse(index_file, headers=_INDEX_HEADERS)
+
+    async def template_file(request: web.Request) -> web.StreamResponse:
+        if templates is None and request.match_info["path"] == "index.json":
+            return web.json_response([])
+        return await serve_file(templates, request.match_info["path"])
+
+    async def docs_file(request: web.Request) -> web.StreamResponse:
+        return await serve_file(docs, request.match_info["path"])
+
+    async def static_file(request: web.Request) -> web.StreamResponse:
+        response = await serve_file(root, request.match_info["path"])
+        if response.status == 404:
+            await refuse_other_methods(request)
+            return web.Response(status=404, content_type="application/octet-stream")
+        return response
+
+    routes = [
+        Route("GET", "/", index, api_alias=False, page=True),
+        Route("GET", "/templates/{path:.*}", template_file, api_alias=False),
+        Route("GET", "/docs/{path:.*}", docs_file, api_alias=False),
+    ]
+    return routes, Route("GET", "/{path:.*}", static_file, api_alias=False)

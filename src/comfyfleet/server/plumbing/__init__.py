@@ -1,0 +1,1 @@
+"""What every route shares: route tables, JSON from clients, middlewares."""
