@@ -106,8 +106,7 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
     "history_max_entries": (
         "Retention",
         "features/server.md#history",
-        "History entries kept; older ones and their output files are pruned (none: no "
-        "limit).",
+        "History entries kept; older ones and their output files are pruned (none: no limit).",
     ),
     "history_max_age": (
         "Retention",
@@ -174,8 +173,7 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
     "backend_hold": (
         "Backends",
         "features/backends.md#holds",
-        "Seconds a comfyfleet backend runs this gateway's prompts past its last word (1 s "
-        "to 1 h).",
+        "Seconds a comfyfleet backend runs this gateway's prompts past its last word (1 s to 1 h).",
     ),
     "max_attempts": (
         "Backends",
@@ -367,8 +365,11 @@ WEBHOOK_KEYS = (
     ("name", "from the url", "Ties its deliveries to it: letters, digits, `_ . -`, 1 to 64."),
     ("secret", "", "Its `whsec_...` secret (or `secret_file`, one of them)."),
     ("secret_file", "", "A file whose first line is the secret, relative to the config file."),
-    ("events", "every event", "A list of `job.succeeded`, `job.failed`, `job.interrupted`, "
-     "`job.cancelled`."),
+    (
+        "events",
+        "every event",
+        "A list of `job.succeeded`, `job.failed`, `job.interrupted`, `job.cancelled`.",
+    ),
     ("tenants", "every tenant", "A list of tenant names."),
 )
 
@@ -516,7 +517,7 @@ def configuration_page() -> str:
         if field.name in FIELD_FLAGS:
             env = " ".join(f"`COMFYFLEET_{d.upper()}`" for d in FIELD_FLAGS[field.name])
             flag = " ".join(f"`{flags[d]}`" for d in FIELD_FLAGS[field.name])
-            key = f"[`[[auth.tokens]]`](#authtokens-tables)"
+            key = "[`[[auth.tokens]]`](#authtokens-tables)"
         else:
             env = "" if field.name == "webhooks" else f"`COMFYFLEET_{field.name.upper()}`"
             flag = f"`{flags[field.name]}`" if field.name in flags else ""
@@ -678,9 +679,9 @@ def _argument_rows(parser: argparse.ArgumentParser, settings: set[str]) -> Itera
         if action.option_strings:
             name = ", ".join(action.option_strings)
             if action.nargs != 0:
-                name += " " + (action.metavar or action.dest.upper())
+                name += " " + str(action.metavar or action.dest.upper())
         else:
-            name = action.metavar or action.dest
+            name = str(action.metavar or action.dest)
         notes = []
         if action.choices:
             notes.append("one of " + ", ".join(f"`{c}`" for c in action.choices))
@@ -690,10 +691,7 @@ def _argument_rows(parser: argparse.ArgumentParser, settings: set[str]) -> Itera
             notes.append("not with the others of its group")
         default = action.default
         unset = default is None or default is False or default == [] or default is argparse.SUPPRESS
-        if unset or not action.option_strings:
-            default_text = ""
-        else:
-            default_text = f"`{default}`"
+        default_text = "" if unset or not action.option_strings else f"`{default}`"
         if action.dest in settings and default_text == "":
             default_text = f"[`{action.dest}`](configuration.md#{action.dest})"
         text = (action.help or "").replace("%(default)s", str(default))
@@ -901,7 +899,7 @@ def http_api_page() -> str:
         raise GeneratorError(f"operations of undeclared tags: {sorted(by_tag)}")
     out += ["## Schemas", ""]
     for name, schema in spec["components"]["schemas"].items():
-        out += [f'### {name} {{ #{_anchor(name)} }}', ""]
+        out += [f"### {name} {{ #{_anchor(name)} }}", ""]
         if schema.get("description"):
             out += [schema["description"], ""]
         props = schema.get("properties")
@@ -918,8 +916,9 @@ def http_api_page() -> str:
         for prop, sub in props.items():
             label = f"`{prop}`" + (" (required)" if prop in required else "")
             what = " ".join(
-                x for x in (sub.get("description", "") if isinstance(sub, dict) else "",
-                            _limits(sub)) if x
+                x
+                for x in (sub.get("description", "") if isinstance(sub, dict) else "", _limits(sub))
+                if x
             )
             out.append(f"| {label} | {_cell(_schema_text(sub))} | {_cell(what)} |")
         out.append("")
