@@ -515,18 +515,26 @@ def configuration_page() -> str:
         type_text = _type_text(field.name, annotation)
         value = getattr(default, field.name)
         if field.name in FIELD_FLAGS:
-            env = " ".join(f"`COMFYFLEET_{d.upper()}`" for d in FIELD_FLAGS[field.name])
-            flag = " ".join(f"`{flags[d]}`" for d in FIELD_FLAGS[field.name])
-            key = "[`[[auth.tokens]]`](#authtokens-tables)"
+            env = ", ".join(f"`COMFYFLEET_{d.upper()}`" for d in FIELD_FLAGS[field.name])
+            flag = ", ".join(f"`{flags[d]}`" for d in FIELD_FLAGS[field.name])
+            title = "Tokens"
+            key = "`[[auth.tokens]]` tables"
         else:
-            env = "" if field.name == "webhooks" else f"`COMFYFLEET_{field.name.upper()}`"
-            flag = f"`{flags[field.name]}`" if field.name in flags else ""
-            key = f'<a id="{field.name}"></a>`{field.name}`'
-        link = f"{what} See [{_title(page)}](../{page})."
-        rows[section].append(
+            env = f"`COMFYFLEET_{field.name.upper()}`" if field.name != "webhooks" else "none"
+            flag = f"`{flags[field.name]}`" if field.name in flags else "none"
+            title = f"`{field.name}`"
+            key = f"`{field.name}`"
+        rows[section] += [
+            f"### {title} {{ #{field.name} }}",
+            "",
+            f"{what} See [{_title(page)}](../{page}).",
+            "",
+            "| in the file | type | default | variable | flag |",
+            "|---|---|---|---|---|",
             f"| {key} | {type_text} | {_default_text(field.name, type_text, value)} "
-            f"| {env} | {flag} | {link} |"
-        )
+            f"| {env} | {flag} |",
+            "",
+        ]
     variables = _variables_in_source()
     field_vars = {f"COMFYFLEET_{f.name.upper()}" for f in fields}
     unexplained = sorted(variables - field_vars - set(OTHER_VARIABLES) - {"COMFYFLEET_COMMAND"})
@@ -559,12 +567,8 @@ def configuration_page() -> str:
         "```",
         "",
     ]
-    header = [
-        "| key | type | default | environment variable | flag | what |",
-        "|---|---|---|---|---|---|",
-    ]
     for section in SECTIONS:
-        out += [f"## {section}", "", *header, *rows[section], ""]
+        out += [f"## {section}", "", *rows[section]]
     out += [
         "## Other flags of `comfyfleet serve`",
         "",
