@@ -289,7 +289,7 @@ SECTIONS = (
 OTHER_SERVE_FLAGS = {
     "help": "",
     "config": "The TOML config file.",
-    "log_level": "The log level (`DEBUG`, `INFO`, `WARNING`, `ERROR`).",
+    "log_level": "A Python logging level: `DEBUG`, `INFO`, `WARNING`, `ERROR`, `CRITICAL`.",
     "auth_token": "An admin token of the tenant `default` (repeatable); replaces "
     "`COMFYFLEET_AUTH_TOKEN`. Other processes can read argv: prefer a file or the variable.",
     "auth_token_file": "Like `--auth-token`, the token read from the file's first line.",
@@ -328,7 +328,7 @@ BACKEND_KEYS = (
     ("name", "derived from the url", "Its name: letters, digits, `.`, `_`, `-`, at most 64."),
     ("slots", "`1`", "Prompts it runs at once (a ComfyUI runs one)."),
     ("prefetch", "`0`", "Extra prompts queued on it ahead of time, to hide the hand-over gap."),
-    ("tags", "`[]`", "Strings, listed by the admin API."),
+    ("tags", "`[]`", "Labels the admin API lists with the backend; dispatch does not read them."),
     (
         "auth_header",
         "none",
@@ -341,8 +341,7 @@ COMFYUI_KEYS = {
     "name": "Instances are named `<name>-gpu<N>-<k>` (`<name>-cpu-<k>`); each table needs "
     "its own. Letters, digits, `.`, `_`, `-`, at most 40.",
     "path": "The ComfyUI folder (relative to the config file); the command runs there.",
-    "python": "ComfyUI's interpreter (default: the folder's `venv/` or `.venv/`, else "
-    "comfyfleet's own Python).",
+    "python": "ComfyUI's interpreter.",
     "command": "A command template that replaces ComfyUI's `main.py` (see "
     "[Managed ComfyUI](../features/managed.md#any-comfyui-compatible-server)).",
     "gpus": '`"all"`, `"cpu"`, or a list of GPU numbers.',
@@ -353,7 +352,8 @@ COMFYUI_KEYS = {
     "max_prompts": "Recycled (when idle) after this many prompts.",
     "max_rss": 'Recycled (when idle) once its resident memory grew past this (`"24G"`).',
     "warmup": "An API-format workflow each process runs before it takes work.",
-    "tags": "Tags, as for `[[backends]]`.",
+    "tags": "Labels, as for `[[backends]]`; each instance also gets `managed` and its GPU "
+    "(`gpu0`, or `cpu`).",
     "slots": "Prompts each instance runs at once.",
     "prefetch": "As for `[[backends]]`.",
     "start_timeout": "Seconds for a process to answer, else it is restarted.",
@@ -606,7 +606,7 @@ def configuration_page() -> str:
             continue
         value = getattr(group, field.name)
         if field.name == "python":
-            text = "see what"
+            text = "the folder's `venv/` or `.venv/`, else comfyfleet's own Python"
         elif field.name == "gpus":
             text = '`"all"`'
         elif field.name == "path":
