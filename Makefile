@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint bench conformance chaos run-example emulate run-fanout-example clean
+.PHONY: install serve test lint docs bench conformance chaos run-example emulate run-fanout-example clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The documentation site into site/: the reference pages are written from the code first
+# (docs/gen/reference.py), then mkdocs fails on any warning (a broken link or anchor).
+docs: $(STAMP)
+	$(BIN)/python docs/gen/reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Every benchmark in bench/, one at a time; rewrites BENCHMARKS.md (notes: bench/notes.md).
 bench: $(STAMP)
@@ -61,4 +67,4 @@ run-fanout-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/flux-concurrent-30.json --output-dir output $(ARGS)
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

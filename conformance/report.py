@@ -46,8 +46,7 @@ CONFIGS = [
 ]
 
 #: Failures that are known differences, by test name (a regex over `Class::test[params]`),
-#: per configuration label prefix, with their reason (as the README's "Differences
-#: from ComfyUI" gives it).
+#: per configuration label prefix, with their reason (as docs/differences.md gives it).
 KNOWN: list[tuple[str, str, str]] = [
     (
         "-nopack",
@@ -55,7 +54,7 @@ KNOWN: list[tuple[str, str, str]] = [
         r"|validation_error_kwargs)",
         "Without the companion pack the gateway cannot run a node's own VALIDATE_INPUTS: "
         "it answers 200, the backend refuses, and the prompt ends with an execution_error "
-        "carrying the backend's node_errors (README: ComfyUI backends, Failures).",
+        "carrying the backend's node_errors (docs/features/backends.md: Failures).",
     ),
 ]
 

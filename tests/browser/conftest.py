@@ -33,7 +33,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: Screenshots for the README are written here when COMFYFLEET_SCREENSHOTS=1.
+#: Screenshots for the docs are written here when COMFYFLEET_SCREENSHOTS=1.
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 

@@ -6,8 +6,8 @@ and body (prompt ids, numbers and timestamps translated or left out). Each WebSo
 client must receive the recorded frames, `status` and binary frames included, in order;
 repeated progress reports are folded (TestSleep reports every ~10 ms).
 
-The gateway differs from ComfyUI on purpose in a few ways (README, "Differences from
-ComfyUI"); each difference is applied to the expectation by one small function below:
+The gateway differs from ComfyUI on purpose in a few ways (docs/differences.md); each
+difference is applied to the expectation by one small function below:
 
 - `routed_to`: per-prompt events go to the prompt's own client only. ComfyUI broadcasts
   TEXT frames, and for a prompt without client_id broadcasts progress, progress_state,
