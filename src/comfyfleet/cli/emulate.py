@@ -9,7 +9,7 @@ import signal
 
 from aiohttp import web
 
-from comfyfleet.providers.retry import parse_duration
+from comfyfleet.provider_http.retry import parse_duration
 from comfyfleet.testing.emulators.app import build_emulator_app
 from comfyfleet.testing.emulators.state import EmulatorSettings
 

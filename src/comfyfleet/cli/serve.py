@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from comfyfleet import logs
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 from comfyfleet.server.config import ConfigError, ServerConfig, load_config
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres_url import is_postgres_url, redact_url, redact_urls_in

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 import aiohttp
 
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
-from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Cooldown
+from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.provider_http.retry import Cooldown
 
 
 @dataclass

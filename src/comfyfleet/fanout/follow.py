@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
 from comfyfleet.fanout.request import RemoteRequest
 from comfyfleet.fanout.task import Task, TaskState
-from comfyfleet.providers.errors import AmbiguousSubmit, ProviderError
+from comfyfleet.provider_http.errors import AmbiguousSubmit, ProviderError
 from comfyfleet.store.base import RemoteJobJournal
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from comfyfleet.fanout.results import result_value, skipped_value
 from comfyfleet.fanout.secrets import SecretVault
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.task import Task, TaskState
-from comfyfleet.providers.errors import ProviderError
-from comfyfleet.providers.retry import Cooldown
+from comfyfleet.provider_http.errors import ProviderError
+from comfyfleet.provider_http.retry import Cooldown
 from comfyfleet.store.base import RemoteJobJournal
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from comfyfleet.domain.jobs import NewJob
 from comfyfleet.protocol.prompt import is_link
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 
 if TYPE_CHECKING:
     from comfyfleet.engine.executor import Engine

@@ -32,8 +32,8 @@ from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.settings import FanoutSettings
 from comfyfleet.fanout.task import UNUSABLE, Task, TaskInfo, TaskState
 from comfyfleet.fanout.watch import PromptWatch
-from comfyfleet.providers.errors import AmbiguousSubmit
-from comfyfleet.providers.retry import Cooldown
+from comfyfleet.provider_http.errors import AmbiguousSubmit
+from comfyfleet.provider_http.retry import Cooldown
 from comfyfleet.store.base import RemoteJobJournal
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from comfyfleet.fanout.task import Task
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 
 NOT_CONNECTED = "not_connected"
 

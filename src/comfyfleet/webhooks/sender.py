@@ -28,7 +28,7 @@ import aiohttp
 
 from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.domain.webhooks import DeliveryAttempt, WebhookDelivery
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.store.base import JobStore, StoreError
 from comfyfleet.webhooks import body

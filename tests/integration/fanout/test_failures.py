@@ -157,7 +157,7 @@ async def test_a_serial_provider_node_fails_its_prompt_unless_it_skips(
     graph.save("save", "f", 0)
     result = await run(rig, graph.prompt)
     assert result.status == "error" and result.error is not None
-    assert result.error["exception_type"] == "comfyfleet.providers.errors.ProviderError"
+    assert result.error["exception_type"] == "comfyfleet.provider_http.errors.ProviderError"
     assert "invalid API key" in result.error["exception_message"]
     graph.prompt["f"]["inputs"]["skip_error"] = True
     events = Recorder()

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from comfyfleet.nodes.providers.bfl.client import BFLClient, SubmittedTask
-from comfyfleet.providers.errors import (
+from comfyfleet.provider_http.errors import (
     AmbiguousSubmit,
     JobFailed,
     ModerationError,
@@ -20,7 +20,7 @@ from comfyfleet.providers.errors import (
     ProviderError,
     RateLimited,
 )
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.retry import Backoff, Cooldown
 from tests.integration.providers.conftest import KEY, Emulator
 
 BODY: dict[str, Any] = {"prompt": "a red fox", "width": 96, "height": 64, "seed": 5}

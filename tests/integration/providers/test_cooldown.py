@@ -8,7 +8,7 @@ import time
 import aiohttp
 
 from comfyfleet.nodes.providers.bfl.client import BFLClient
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.retry import Backoff, Cooldown
 from tests.integration.providers.conftest import KEY, Emulator
 
 PAUSE = 0.5

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from comfyfleet.nodes.providers.openai_images.client import FieldValue, OpenAIImagesClient
-from comfyfleet.providers.errors import AmbiguousSubmit, ModerationError, ProviderError
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.errors import AmbiguousSubmit, ModerationError, ProviderError
+from comfyfleet.provider_http.retry import Backoff, Cooldown
 from comfyfleet.testing.emulators.png import render_png
 from tests.integration.providers.conftest import KEY, Emulator
 

@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestServer
 
 from comfyfleet.nodes.providers.bfl.client import BFLClient, SubmittedTask
 from comfyfleet.nodes.providers.openai_images.client import OpenAIImagesClient
-from comfyfleet.providers.errors import ProviderError
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.errors import ProviderError
+from comfyfleet.provider_http.retry import Backoff, Cooldown
 from tests.integration.providers.conftest import KEY, Emulator
 
 BODY: dict[str, Any] = {"prompt": "x", "width": 32, "height": 32, "seed": 1}

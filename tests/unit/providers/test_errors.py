@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pickle
 
-from comfyfleet.providers.errors import (
+from comfyfleet.provider_http.errors import (
     AmbiguousSubmit,
     JobFailed,
     ModerationError,

@@ -10,15 +10,15 @@ from multidict import CIMultiDict
 
 from comfyfleet.nodes.providers.bfl.client import _progress, _same_site
 from comfyfleet.nodes.providers.openai_images.client import OpenAIImagesClient
-from comfyfleet.providers._http import Attempts, Http, Reply, api_root
-from comfyfleet.providers.errors import (
+from comfyfleet.provider_http.errors import (
     AmbiguousSubmit,
     ModerationError,
     ProviderError,
     RateLimited,
 )
-from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.provider_http.retry import Backoff, Cooldown
+from comfyfleet.provider_http.transport import Attempts, Http, Reply, api_root
 from tests.helpers import FakeTime
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 
 
 def test_known_values_are_masked_longest_first() -> None:

@@ -6,7 +6,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from comfyfleet.providers.retry import (
+from comfyfleet.provider_http.retry import (
     Backoff,
     Cooldown,
     parse_duration,

@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.domain.webhooks import DeliveryState, WebhookDelivery
-from comfyfleet.providers.redact import Redactor
+from comfyfleet.provider_http.redact import Redactor
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql
 from comfyfleet.server.gateway import GATEWAY
 from comfyfleet.server.jobs_api.jobs import DEFAULT_LIMIT, MAX_LIMIT, page

@@ -19,28 +19,26 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import aiohttp
 
-from comfyfleet.providers._http import (
-    Attempts,
-    Http,
-    Reply,
-    Unanswered,
-    Unsent,
-    api_root,
-    fetch_bytes,
-    notify,
-    short,
-)
-from comfyfleet.providers.errors import (
+from comfyfleet.provider_http.client import ProviderClient
+from comfyfleet.provider_http.errors import (
     AmbiguousSubmit,
     JobFailed,
     ModerationError,
     ProviderCancelled,
     ProviderError,
 )
-from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.provider_http.retry import Backoff, Cooldown
+from comfyfleet.provider_http.transport import (
+    Reply,
+    Unanswered,
+    Unsent,
+    fetch_bytes,
+    notify,
+    short,
+)
 
-log = logging.getLogger("comfyfleet.nodes.providers.bfl.client")
+log = logging.getLogger(__name__)
 
 PROVIDER = "bfl"
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -62,7 +60,9 @@ OnSubmitted = Callable[[SubmittedTask], Awaitable[None] | None]
 OnProgress = Callable[[SubmittedTask, str, float | None], Awaitable[None] | None]
 
 
-class BFLClient:
+class BFLClient(ProviderClient):
+    provider = PROVIDER
+
     def __init__(
         self,
         session: aiohttp.ClientSession,
@@ -89,27 +89,26 @@ class BFLClient:
         is where cancel requests go (None: never try); the public API may not offer
         one, relays and the local emulator do. `on_retry` hears every retry.
         """
-        self.base_url = api_root(base_url)
+        super().__init__(
+            session,
+            base_url,
+            api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_attempts=max_attempts,
+            read_attempts=poll_attempts,
+            cooldown=cooldown,
+            backoff=backoff,
+            redactor=redactor,
+            on_retry=on_retry,
+        )
         self.poll_interval = poll_interval
         self.deadline = deadline
         self.cancel_path = cancel_path
         self.cancel_on_abort = cancel_on_abort
-        self.redactor = (redactor or Redactor()).including(api_key)
-        self.cooldown = cooldown or Cooldown()
-        backoff = backoff or Backoff()
-        self._headers = {"x-key": api_key, "accept": "application/json"}
-        self._http = Http(
-            PROVIDER, session, self.redactor, timeout=timeout, connect_timeout=connect_timeout
-        )
-        self._attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown, on_retry=on_retry
-        )
-        self._poll_attempts = Attempts(
-            max_attempts=poll_attempts, backoff=backoff, on_retry=on_retry
-        )
 
-    def __repr__(self) -> str:
-        return f"BFLClient({self.redactor.url(self.base_url)!r})"
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-key": api_key}
 
     async def run(
         self,
@@ -183,7 +182,7 @@ class BFLClient:
         url = self._poll_url(task)
         beat = 0
         while True:
-            answer = await self._poll_attempts.run(lambda: self._poll_once(task, url), "poll")
+            answer = await self._read_attempts.run(lambda: self._poll_once(task, url), "poll")
             status = str(answer.get("status"))
             if status == "Ready":
                 return answer
@@ -213,7 +212,7 @@ class BFLClient:
         return answer
 
     async def download(self, url: str, *, task_id: str | None = None) -> bytes:
-        return await fetch_bytes(self._http, self._poll_attempts, url, task_id=task_id)
+        return await fetch_bytes(self._http, self._read_attempts, url, task_id=task_id)
 
     async def cancel(self, task: SubmittedTask) -> bool:
         """Ask the provider to drop the job. Best effort: False when it cannot or did not."""

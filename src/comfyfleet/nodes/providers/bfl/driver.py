@@ -7,7 +7,7 @@ from typing import Any
 from comfyfleet.fanout.drivers import Connection, Submitted
 from comfyfleet.fanout.request import RemoteRequest
 from comfyfleet.nodes.providers.bfl.client import BFLClient, SubmittedTask
-from comfyfleet.providers.errors import JobFailed
+from comfyfleet.provider_http.errors import JobFailed
 
 
 class BFLDriver:

@@ -16,32 +16,32 @@ from typing import Any
 import aiohttp
 
 from comfyfleet.imaging import media_type
-from comfyfleet.providers._http import (
-    Attempts,
-    Http,
-    Reply,
-    Unanswered,
-    Unsent,
-    api_root,
-    fetch_bytes,
-    short,
-)
-from comfyfleet.providers.errors import (
+from comfyfleet.provider_http.client import ProviderClient
+from comfyfleet.provider_http.errors import (
     AmbiguousSubmit,
     JobFailed,
     ModerationError,
     ProviderError,
 )
-from comfyfleet.providers.openai_errors import MODERATION_CODES, QUOTA_CODES, error_fields
-from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.openai_errors import MODERATION_CODES, QUOTA_CODES, error_fields
+from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.provider_http.retry import Backoff, Cooldown
+from comfyfleet.provider_http.transport import (
+    Reply,
+    Unanswered,
+    Unsent,
+    fetch_bytes,
+    short,
+)
 
 PROVIDER = "openai"
 
 FieldValue = str | int | float | bool
 
 
-class OpenAIImagesClient:
+class OpenAIImagesClient(ProviderClient):
+    provider = PROVIDER
+
     def __init__(
         self,
         session: aiohttp.ClientSession,
@@ -61,23 +61,19 @@ class OpenAIImagesClient:
         `cooldown` gates the job-creating requests only; downloads of `url` answers
         wait out their own 429s. `on_retry` hears every retry.
         """
-        self.base_url = api_root(base_url)
-        self.redactor = (redactor or Redactor()).including(api_key)
-        self.cooldown = cooldown or Cooldown()
-        backoff = backoff or Backoff()
-        self._headers = {"Authorization": f"Bearer {api_key}", "accept": "application/json"}
-        self._http = Http(
-            PROVIDER, session, self.redactor, timeout=timeout, connect_timeout=connect_timeout
+        super().__init__(
+            session,
+            base_url,
+            api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_attempts=max_attempts,
+            read_attempts=max_attempts,
+            cooldown=cooldown,
+            backoff=backoff,
+            redactor=redactor,
+            on_retry=on_retry,
         )
-        self._attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown, on_retry=on_retry
-        )
-        self._download_attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, on_retry=on_retry
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIImagesClient({self.redactor.url(self.base_url)!r})"
 
     async def generate(
         self, body: Mapping[str, Any], *, idempotency_key: str | None = None
@@ -154,9 +150,7 @@ class OpenAIImagesClient:
                 images.append(_decode(what, item["b64_json"]))
             elif isinstance(item, dict) and isinstance(item.get("url"), str):
                 images.append(
-                    await fetch_bytes(
-                        self._http, self._download_attempts, item["url"], task_id=None
-                    )
+                    await fetch_bytes(self._http, self._read_attempts, item["url"], task_id=None)
                 )
             else:
                 raise JobFailed(PROVIDER, f"{what} answered an image with neither b64_json nor url")

@@ -7,7 +7,7 @@ from typing import Any
 from comfyfleet.fanout.drivers import Connection, Submitted
 from comfyfleet.fanout.request import RemoteRequest
 from comfyfleet.nodes.providers.openai_images.client import OpenAIImagesClient
-from comfyfleet.providers.errors import AmbiguousSubmit
+from comfyfleet.provider_http.errors import AmbiguousSubmit
 
 
 class OpenAIImagesDriver:

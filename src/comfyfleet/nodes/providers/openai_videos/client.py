@@ -18,24 +18,32 @@ from urllib.parse import quote
 import aiohttp
 
 from comfyfleet.imaging import media_type
-from comfyfleet.providers._http import Attempts, Http, Reply, Unanswered, Unsent, api_root, short
-from comfyfleet.providers.errors import (
+from comfyfleet.provider_http.client import ProviderClient
+from comfyfleet.provider_http.errors import (
     AmbiguousSubmit,
     JobFailed,
     ModerationError,
     ProviderError,
 )
-from comfyfleet.providers.openai_errors import MODERATION_CODES, QUOTA_CODES, error_fields
-from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Backoff, Cooldown
+from comfyfleet.provider_http.openai_errors import MODERATION_CODES, QUOTA_CODES, error_fields
+from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.provider_http.retry import Backoff, Cooldown
+from comfyfleet.provider_http.transport import (
+    Reply,
+    Unanswered,
+    Unsent,
+    short,
+)
 
-log = logging.getLogger("comfyfleet.providers.openai_videos")
+log = logging.getLogger(__name__)
 
 PROVIDER = "openai_videos"
 _RUNNING = frozenset({"queued", "in_progress"})
 
 
-class OpenAIVideosClient:
+class OpenAIVideosClient(ProviderClient):
+    provider = PROVIDER
+
     def __init__(
         self,
         session: aiohttp.ClientSession,
@@ -58,25 +66,21 @@ class OpenAIVideosClient:
         `cooldown` gates job creation only (it belongs to the account, so share it);
         polls and downloads wait out their own 429s. `on_retry` hears every retry.
         """
-        self.base_url = api_root(base_url)
+        super().__init__(
+            session,
+            base_url,
+            api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_attempts=max_attempts,
+            read_attempts=poll_attempts,
+            cooldown=cooldown,
+            backoff=backoff,
+            redactor=redactor,
+            on_retry=on_retry,
+        )
         self.poll_interval = poll_interval
         self.deadline = deadline
-        self.redactor = (redactor or Redactor()).including(api_key)
-        self.cooldown = cooldown or Cooldown()
-        backoff = backoff or Backoff()
-        self._headers = {"Authorization": f"Bearer {api_key}", "accept": "application/json"}
-        self._http = Http(
-            PROVIDER, session, self.redactor, timeout=timeout, connect_timeout=connect_timeout
-        )
-        self._attempts = Attempts(
-            max_attempts=max_attempts, backoff=backoff, cooldown=self.cooldown, on_retry=on_retry
-        )
-        self._read_attempts = Attempts(
-            max_attempts=poll_attempts, backoff=backoff, on_retry=on_retry
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIVideosClient({self.redactor.url(self.base_url)!r})"
 
     def _url(self, video_id: str = "", tail: str = "") -> str:
         name = f"/{quote(video_id, safe='')}" if video_id else ""

@@ -8,7 +8,7 @@ from typing import Any
 from comfyfleet.fanout.drivers import Connection, Submitted
 from comfyfleet.fanout.request import RemoteRequest
 from comfyfleet.nodes.providers.openai_videos.client import PROVIDER, OpenAIVideosClient
-from comfyfleet.providers._http import api_root
+from comfyfleet.provider_http.transport import api_root
 
 
 class OpenAIVideosDriver:

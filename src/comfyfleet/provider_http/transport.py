@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 import aiohttp
 from multidict import CIMultiDict
 
-from comfyfleet.providers.errors import AmbiguousSubmit, ProviderError, RateLimited
-from comfyfleet.providers.redact import Redactor
-from comfyfleet.providers.retry import Backoff, Cooldown, retry_after_from
+from comfyfleet.provider_http.errors import AmbiguousSubmit, ProviderError, RateLimited
+from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.provider_http.retry import Backoff, Cooldown, retry_after_from
 
-log = logging.getLogger("comfyfleet.providers")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from comfyfleet.providers._http import Reply
+from comfyfleet.provider_http.transport import Reply
 
 #: Codes for a refusal by the provider's content filter.
 MODERATION_CODES = frozenset({"moderation_blocked", "content_policy_violation"})
