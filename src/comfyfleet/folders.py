@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from comfyfleet.errors import ComfyfleetError
+
 FolderType = Literal["output", "input", "temp"]
 
 
-class UnsafePath(ValueError):
+class UnsafePath(ComfyfleetError, ValueError):
     """A path that leaves its folder, or a name that is not one plain file name."""
 
 

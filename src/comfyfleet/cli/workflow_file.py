@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.errors import error, prompt_error_body
 
 
-class WorkflowError(Exception):
+class WorkflowError(ComfyfleetError):
     """A workflow file that cannot be used, reported in ComfyUI's error shape."""
 
     def __init__(self, message: str, details: str = "") -> None:

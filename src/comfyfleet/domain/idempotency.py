@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from comfyfleet.errors import ComfyfleetError
+
 #: How long a key keeps its first answer (24 hours).
 IDEMPOTENCY_WINDOW = 24 * 3600.0
 
@@ -26,7 +28,7 @@ class IdempotentRequest:
     created_at: float = 0.0  # when the store recorded it (0 before)
 
 
-class IdempotencyKeyTaken(Exception):
+class IdempotencyKeyTaken(ComfyfleetError):
     """The tenant used this key less than IDEMPOTENCY_WINDOW ago: nothing was queued."""
 
     def __init__(self, first: IdempotentRequest) -> None:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from comfyfleet import imaging
+from comfyfleet.errors import ComfyfleetError
 
 
-class InterruptProcessingException(Exception):
+class InterruptProcessingException(ComfyfleetError):
     """Raised inside a node when its prompt has been interrupted."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import Prompt
 
 
@@ -70,5 +71,5 @@ class DynamicPrompt:
             self._display[node_id] = self.get_display_node_id(display_id)
 
 
-class NodeNotFoundError(LookupError):
+class NodeNotFoundError(ComfyfleetError, LookupError):
     """A link or lookup names a node that is in neither the prompt nor an expansion."""

@@ -19,13 +19,14 @@ from typing import Any
 from comfyfleet.engine.calls import CallResult
 from comfyfleet.engine.dynamic import DynamicPrompt
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.errors import ComfyfleetError
 
 # Nodes expansions may add to one run: a loop that never ends must end the prompt,
 # not the process. Ten thousand iterations of a typical loop fit.
 MAX_EXPANDED_NODES = 100_000
 
 
-class ExpansionError(ValueError):
+class ExpansionError(ComfyfleetError, ValueError):
     """A node returned a subgraph that cannot join the run."""
 
 

@@ -9,10 +9,11 @@ from typing import Any
 
 from comfyfleet.engine.dynamic import NodeNotFoundError
 from comfyfleet.engine.nodedef import InputTypes, NodeDef
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_link
 
 
-class DependencyCycleError(RuntimeError):
+class DependencyCycleError(ComfyfleetError, RuntimeError):
     """Pending nodes wait on each other (only expansions and lazy inputs can make this
     happen at run time: validation refuses a submitted cycle)."""
 

@@ -39,6 +39,7 @@ from comfyfleet.engine.nodedef import InputTypes, NodeDef
 from comfyfleet.engine.progress import ProgressTracker
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.signature import changed_token, signatures
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol import events
 from comfyfleet.protocol.errors import full_type_name
 from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES, Prompt, is_large, is_link
@@ -154,7 +155,7 @@ class RunHandle:
             listener()
 
 
-class NodeFailure(Exception):
+class NodeFailure(ComfyfleetError):
     """A node failed; carries the ComfyUI `execution_error` fields."""
 
     def __init__(self, node_id: str, exc: BaseException, inputs: dict[str, list[Any]]) -> None:
@@ -164,7 +165,7 @@ class NodeFailure(Exception):
         self.inputs = inputs
 
 
-class Interrupted(Exception):
+class Interrupted(ComfyfleetError):
     def __init__(self, node_id: str) -> None:
         super().__init__(node_id)
         self.node_id = node_id

@@ -28,6 +28,7 @@ from typing import Any
 from comfyfleet.engine.blocker import is_blocker
 from comfyfleet.engine.nodedef import InputInfo, InputTypes, NodeDef
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.errors import error, full_type_name
 from comfyfleet.protocol.prompt import is_large, is_link
 
@@ -106,7 +107,7 @@ class _ClassInputs:
     declared: list[InputInfo]  # required then optional, in declaration order
 
 
-class _CycleError(RuntimeError):
+class _CycleError(ComfyfleetError, RuntimeError):
     """A link back into a node still being validated (the static check prevents it)."""
 
 

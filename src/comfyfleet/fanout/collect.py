@@ -15,6 +15,7 @@ from typing import Any
 
 from comfyfleet.engine.blocker import ExecutionBlocker
 from comfyfleet.engine.context import NodeContext
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.fanout.service import FanoutService
 from comfyfleet.fanout.status import report, sharing, slot_entry
 from comfyfleet.fanout.task import UNUSABLE, Task
@@ -23,7 +24,7 @@ FAIL_FAST, PLACEHOLDER = "fail_fast", "placeholder"
 FAILURE_MODES = [FAIL_FAST, PLACEHOLDER]
 
 
-class CollectFailed(RuntimeError):
+class CollectFailed(ComfyfleetError, RuntimeError):
     """A task of a fail_fast collector failed; the message names the slot and the error."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from comfyfleet import imaging
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.fanout.drivers import Connection, Driver, Submitted
 from comfyfleet.fanout.limits import Throttle
 from comfyfleet.fanout.pool import Place
@@ -47,7 +48,7 @@ PREPARE_AFTER = 0.25
 Follow = Callable[[Task, RemoteJob, RemoteRequest | None], Awaitable[None]]
 
 
-class LiveElsewhere(Exception):
+class LiveElsewhere(ComfyfleetError):
     """The journal has a live job for this request already (another gateway's)."""
 
     def __init__(self, record: RemoteJob) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comfyfleet.domain.jobs import NewJob
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.provider_http.redact import Redactor
 
@@ -50,7 +51,7 @@ REFERENCE_HELP = (
 )
 
 
-class KeyUnavailable(RuntimeError):
+class KeyUnavailable(ComfyfleetError, RuntimeError):
     """A key reference that cannot be resolved; the message says what to do."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, ProgressText
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol import frames
 from comfyfleet.protocol.events import END_EVENTS
 
@@ -38,7 +39,7 @@ MAX_WS_MESSAGE = 64 * 1024 * 1024
 MIME_FORMAT = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
 
 
-class BackendError(Exception):
+class BackendError(ComfyfleetError):
     """The backend could not be reached or answered out of protocol."""
 
 

@@ -17,6 +17,7 @@ import aiohttp
 from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult, JobStatus
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
     MAX_FILE_BYTES,
@@ -68,7 +69,7 @@ VALIDATE_ROUTE = "/comfyfleet/validate"
 BACKEND_DROPS = frozenset({"client_id", URL_KEY, EVENTS_KEY})
 
 
-class PromptRefused(Exception):
+class PromptRefused(ComfyfleetError):
     """The backend answered 400 to the prompt: its validation refused it (or the id)."""
 
     def __init__(self, answer: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ import aiohttp
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec, FileAnswer
 from comfyfleet.lanes.base import Lane
@@ -43,7 +44,7 @@ def _is_header(value: Any) -> bool:
     return isinstance(value, str) and ":" in value
 
 
-class FleetError(ValueError):
+class FleetError(ComfyfleetError, ValueError):
     """A backend definition or change that cannot be applied; the message says why."""
 
 

@@ -21,6 +21,7 @@ import aiohttp
 
 from comfyfleet.engine.nodedef import NodeDef
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, UnsafePath
 from comfyfleet.lanes.backend import BackendClient, BackendError
 from comfyfleet.protocol.prompt import is_large, is_link
@@ -36,7 +37,7 @@ TENANT_PREFIX = "_tenants"
 FetchInputs = Callable[[Sequence[str], Folders, str], Awaitable[None]]
 
 
-class ForeignFile(ValueError):
+class ForeignFile(ComfyfleetError, ValueError):
     """A prompt names a file in the tenants' space on a backend (which only the gateway
     fills) or outside the backend's folder, and the gateway has no such file of its own."""
 

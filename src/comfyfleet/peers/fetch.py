@@ -21,6 +21,7 @@ import aiohttp
 from yarl import URL
 
 from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
 from comfyfleet.peers.keep import TooLarge, keep
 from comfyfleet.peers.signing import PEER_FILE_ROUTE, PeerKey, signed_headers
@@ -66,7 +67,7 @@ class FileRef:
         return f"{PEER_FILE_ROUTE}?{urlencode(query, quote_via=quote)}"
 
 
-class PeerError(Exception):
+class PeerError(ComfyfleetError):
     """A peer answered, but not with the file."""
 
 

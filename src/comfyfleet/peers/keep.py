@@ -17,6 +17,7 @@ import secrets
 import stat
 from collections.abc import AsyncIterator
 
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, plain_name, plain_subfolder
 from comfyfleet.peers.copies import record_path
 
@@ -25,7 +26,7 @@ _BINARY = getattr(os, "O_BINARY", 0)
 _FLUSH_BYTES = 1 << 20
 
 
-class TooLarge(Exception):
+class TooLarge(ComfyfleetError):
     """A peer sent more than the cap."""
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from comfyfleet.errors import ComfyfleetError
 
-class ProviderError(Exception):
+
+class ProviderError(ComfyfleetError):
     """A provider call failed.
 
     `retryable` says whether repeating the *same* operation is safe and may help;

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import aiohttp
 from multidict import CIMultiDict
 
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.provider_http.errors import AmbiguousSubmit, ProviderError, RateLimited
 from comfyfleet.provider_http.redact import Redactor
 from comfyfleet.provider_http.retry import Backoff, Cooldown, retry_after_from
@@ -49,11 +50,11 @@ class Reply:
         return 200 <= self.status < 300
 
 
-class Unsent(Exception):
+class Unsent(ComfyfleetError):
     """No connection was made: the provider never saw the request."""
 
 
-class Unanswered(Exception):
+class Unanswered(ComfyfleetError):
     """The request may have been delivered, but no complete answer came back."""
 
 

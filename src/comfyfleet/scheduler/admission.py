@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from comfyfleet.domain.jobs import Job, NewJob
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.scheduler.attempts import AttemptState
 from comfyfleet.scheduler.recording import Recorder
@@ -20,7 +21,7 @@ from comfyfleet.scheduler.streams import PromptStreams
 from comfyfleet.store.base import PendingLimitReached
 
 
-class QueueFull(Exception):
+class QueueFull(ComfyfleetError):
     """Admission refused: too many pending jobs."""
 
     def __init__(self, pending: int, retry_after: float) -> None:

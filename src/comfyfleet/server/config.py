@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from comfyfleet.domain.gateways import DEFAULT_LEASE, GATEWAY_ID
 from comfyfleet.domain.jobs import MAX_HOLD
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
@@ -24,7 +25,7 @@ DEFAULT_MAX_UPLOAD = 100 * 1024 * 1024
 ProxyNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-class ConfigError(ValueError):
+class ConfigError(ComfyfleetError, ValueError):
     """A setting that cannot be used; the message names it."""
 
 

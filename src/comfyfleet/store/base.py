@@ -24,6 +24,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.store.commit_times import CommitTimes
 
 #: The most candidates one read returns.
@@ -39,7 +40,7 @@ def clamp_candidates(limit: int) -> int:
     return max(1, min(limit, MAX_CANDIDATES))
 
 
-class StoreError(Exception):
+class StoreError(ComfyfleetError):
     """The store failed (I/O, corruption, driver error); the cause is chained."""
 
 
@@ -47,7 +48,7 @@ class DuplicateJob(StoreError):
     """A job with this prompt_id already exists."""
 
 
-class PendingLimitReached(Exception):
+class PendingLimitReached(ComfyfleetError):
     """`submit` with a pending limit: that many jobs are pending already, nothing was
     queued (the store works; the queue is full)."""
 

@@ -60,6 +60,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store import postgres_backend_owners as backend_owners
 from comfyfleet.store import postgres_event_log as event_log
@@ -990,7 +991,7 @@ async def _prepare(conn: Any, schema: str | None, now: float) -> None:
 # -- encoding -----------------------------------------------------------------------
 
 
-class _Refused(Exception):
+class _Refused(ComfyfleetError):
     """The pending limit refused a keyed submit: its transaction is rolled back."""
 
 

@@ -14,6 +14,8 @@ from urllib.parse import SplitResult, urlsplit
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
+from comfyfleet.errors import ComfyfleetError
+
 MAX_URL = 2048
 #: Seconds a submit waits on DNS to check a webhook's host.
 SUBMIT_DNS_TIMEOUT = 5.0
@@ -21,7 +23,7 @@ SUBMIT_DNS_TIMEOUT = 5.0
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class NotAllowed(ValueError):
+class NotAllowed(ComfyfleetError, ValueError):
     """A webhook URL that may not be used; the message says why."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.errors import ClientError
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.plumbing.client_json import OFF_LOOP_BYTES
 
@@ -26,8 +27,10 @@ MAX_KEY_LENGTH = 255
 _KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_LENGTH}}}")
 
 
-class BadKey(ValueError):
+class BadKey(ClientError):
     """The header is there but is not a usable key."""
+
+    type = "invalid_idempotency_key"
 
 
 def idempotency_key(request: web.Request) -> str | None:

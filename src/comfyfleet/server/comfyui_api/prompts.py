@@ -23,6 +23,7 @@ from comfyfleet.domain.jobs import (
     hold_seconds,
 )
 from comfyfleet.engine.validation import ValidationResult
+from comfyfleet.errors import ClientError
 from comfyfleet.fanout.secrets import scrub_new_job
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES, is_large, is_link
@@ -30,12 +31,11 @@ from comfyfleet.scheduler.admission import QueueFull
 from comfyfleet.server.access.auth import scope, tenant_name, visible
 from comfyfleet.server.comfyui_api.idempotency import (
     REPLAYED_HEADER,
-    BadKey,
     body_digest,
     idempotency_key,
     reused_key,
 )
-from comfyfleet.server.comfyui_api.waits import WAITS, BadWait, wait_seconds
+from comfyfleet.server.comfyui_api.waits import WAITS, wait_seconds
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.plumbing.client_json import read_json
 from comfyfleet.server.plumbing.middleware import STORE_RETRY_AFTER
@@ -68,12 +68,9 @@ async def post_prompt(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     try:
         wait = wait_seconds(request)
-    except BadWait as exc:
-        return bad_request("invalid_wait", str(exc), request.query.get("wait", "")[:100])
-    try:
         key = idempotency_key(request)
-    except BadKey as exc:
-        return bad_request("invalid_idempotency_key", str(exc))
+    except ClientError as exc:
+        return bad_request(exc.type, exc.message, exc.details)
     body = await read_json(request, gw.config.max_prompt_bytes)
     if not isinstance(body, dict):
         return bad_request("invalid_prompt", "The request body must be a JSON object")

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.domain.jobs import TERMINAL, Job, JobResult
+from comfyfleet.errors import ClientError
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.store.base import JobStore
 
@@ -27,8 +28,10 @@ STORE_POLL = 3.0
 CLIENT_CHECK = 1.0
 
 
-class BadWait(ValueError):
+class BadWait(ClientError):
     """`wait` is not a number of seconds from 0 to MAX_WAIT."""
+
+    type = "invalid_wait"
 
 
 def wait_seconds(request: web.Request) -> float | None:
@@ -41,7 +44,7 @@ def wait_seconds(request: web.Request) -> float | None:
     except ValueError:
         seconds = math.nan
     if not 0 <= seconds <= MAX_WAIT:  # NaN fails too
-        raise BadWait(f"wait must be a number of seconds from 0 to {MAX_WAIT:.0f}")
+        raise BadWait(f"wait must be a number of seconds from 0 to {MAX_WAIT:.0f}", raw[:100])
     return seconds
 
 

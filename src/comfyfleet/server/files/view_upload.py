@@ -27,6 +27,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from PIL import Image
 
 from comfyfleet import imaging
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder, resolve_inside
 from comfyfleet.lanes.backend import FileAnswer
 from comfyfleet.lanes.outputs import split_reference
@@ -51,7 +52,7 @@ _NAME_CLASHES = (IsADirectoryError, NotADirectoryError, FileExistsError)
 MAX_SUBFOLDER_DEPTH = 64
 
 
-class _Reject(Exception):
+class _Reject(ComfyfleetError):
     """Answer the request with this status and an empty body."""
 
     def __init__(self, status: int) -> None:

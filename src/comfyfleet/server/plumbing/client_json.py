@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.errors import ClientError
 from comfyfleet.protocol.errors import error, prompt_error_body
 
 #: Bodies larger than this are parsed in a worker thread: a 50 MB prompt takes most of a
@@ -33,13 +34,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-class RefusedJson(ValueError):
+class RefusedJson(ClientError):
     """Client JSON that cannot be used: `message` and `details` say why, for the client."""
 
-    def __init__(self, message: str, details: str = "") -> None:
-        super().__init__(f"{message}: {details}" if details else message)
-        self.message = message
-        self.details = details
+    type = "invalid_json"
 
 
 def has_lone_surrogate(text: str) -> bool:
@@ -131,7 +129,7 @@ async def read_json(request: web.Request, max_bytes: int | None = None) -> Any:
             return await asyncio.to_thread(loads, raw)
         return loads(raw)
     except RefusedJson as refused:
-        raise bad_request("invalid_json", refused.message, refused.details) from None
+        raise bad_request(refused.type, refused.message, refused.details) from None
 
 
 def bad_request(kind: str, message: str, details: str = "") -> web.HTTPBadRequest:
