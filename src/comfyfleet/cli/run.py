@@ -144,7 +144,8 @@ class _ProgressView:
 async def _fanout_for_run(engine: Engine, handle: RunHandle, keeps: bool) -> AsyncIterator[None]:
     """At the end of a run, jobs still running are cancelled (Ctrl-C, or a journal in
     memory that would forget them), else left to the journal file for the next run."""
-    service: FanoutService = engine.services[SERVICE]
+    service = engine.services.get(SERVICE)
+    assert service is not None  # the engine was built with the fan-out services
     try:
         yield
     finally:
@@ -174,7 +175,9 @@ async def _run(
     if overridden is None:
         return 2
     # As the server does: a key typed into the workflow never reaches its outputs.
-    overridden, _ = engine.services[SECRETS].scrub(overridden, {}, engine.registry)
+    vault = engine.services.get(SECRETS)
+    assert vault is not None
+    overridden, _ = vault.scrub(overridden, {}, engine.registry)
     checked = await engine.validate(overridden)
     if not checked.ok:
         return _refused(checked, overridden, engine)

@@ -8,9 +8,10 @@ from typing import Any
 
 from comfyfleet.engine.cache import OutputCache
 from comfyfleet.engine.events import EventSink, discard
+from comfyfleet.engine.file_counters import FILE_COUNTERS, FileCounters
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.engine.run import ExecutionRequest, ExecutionResult, PromptRun, RunHandle
-from comfyfleet.engine.services import using_services
+from comfyfleet.engine.services import Services, using_services
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.folders import Folders, using_folders
 
@@ -30,11 +31,14 @@ class Engine:
         *,
         cache_entries: int = 1024,
         worker_threads: int = 16,
-        services: dict[str, Any] | None = None,
+        services: Services | None = None,
     ) -> None:
         self.registry = registry
-        # Named process services node code can reach (see engine.services).
-        self.services: dict[str, Any] = dict(services or {})
+        # What node code can reach besides its inputs (see engine.services).
+        self.services = Services()
+        self.services.add(FILE_COUNTERS, FileCounters())
+        if services is not None:
+            self.services.update(services)
         self.folders = folders
         self._folders_ready = False
         self.cache = OutputCache(cache_entries)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comfyfleet.domain.jobs import NewJob
+from comfyfleet.engine.services import ServiceKey
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.provider_http.redact import Redactor
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The engine service name of the vault.
-SERVICE = "secrets"
+SERVICE: ServiceKey[SecretVault] = ServiceKey("secrets")
 #: Node classes list the inputs that hold key references here.
 SECRET_INPUTS_ATTRIBUTE = "SECRET_INPUTS"
 
@@ -138,7 +139,7 @@ class SecretVault:
 def scrub_new_job(engine: Engine, job: NewJob) -> NewJob:
     """`job` as it may be stored: typed keys swapped for markers (unchanged without a vault)."""
     vault = engine.services.get(SERVICE)
-    if not isinstance(vault, SecretVault):
+    if vault is None:
         return job
     return vault.scrub_job(job, engine.registry)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
 from comfyfleet.engine.context import NodeContext
+from comfyfleet.engine.services import ServiceKey, Services
 from comfyfleet.fanout import secrets
 from comfyfleet.fanout.drivers import Driver
 from comfyfleet.fanout.follow import LOST_IN_FLIGHT, FollowActions, Follower, lost_error
@@ -38,7 +39,7 @@ from comfyfleet.store.base import RemoteJobJournal
 
 log = logging.getLogger(__name__)
 
-SERVICE = "fanout"
+SERVICE: ServiceKey[FanoutService] = ServiceKey("fanout")
 IMAGE, VIDEO = "image", "video"
 
 _LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
@@ -99,9 +100,12 @@ class FanoutService:
             self.follower.follow,
         )
 
-    def services(self) -> dict[str, Any]:
+    def services(self) -> Services:
         """The engine services this provides: itself and its key vault."""
-        return {SERVICE: self, secrets.SERVICE: self.vault}
+        services = Services()
+        services.add(SERVICE, self)
+        services.add(secrets.SERVICE, self.vault)
+        return services
 
     # -- asking for jobs ---------------------------------------------------------
 

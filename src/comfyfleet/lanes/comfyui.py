@@ -8,7 +8,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +17,7 @@ import aiohttp
 from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult, JobStatus
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EngineEvent, EventSink, Message
+from comfyfleet.engine.services import Services
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
@@ -163,7 +164,7 @@ class ComfyUILane:
         self.known = KnownCapabilities()
         # The process's services (engine/services.py): the store's file counters, with
         # gateways sharing a store, name the copies of its outputs.
-        self.services: Mapping[str, Any] = {}
+        self.services = Services()
         self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
         self.holds = False  # a comfyfleet: it runs this gateway's prompts only while told

@@ -11,7 +11,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 # Past this, 2**attempt only overflows; the cap has long been reached anyway.
 _MAX_EXPONENT = 62
@@ -95,22 +94,6 @@ class Cooldown:
             await self._sleep(left)
             waited += left
         return waited
-
-
-_shared: dict[str, Cooldown] = {}
-
-
-def shared_cooldown(name: str, **settings: Any) -> Cooldown:
-    """The process-wide cooldown called `name`, created with `settings` on first use.
-
-    Rate limits belong to an account, not to one client object, so every client
-    of the same provider and key should pass the same cooldown. Name it after the
-    provider and base URL plus a hash of the key, never the key itself.
-    """
-    cooldown = _shared.get(name)
-    if cooldown is None:
-        cooldown = _shared[name] = Cooldown(**settings)
-    return cooldown
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

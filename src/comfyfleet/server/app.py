@@ -34,7 +34,14 @@ from comfyfleet.server.pages.frontend import frontend_routes, web_root
 from comfyfleet.server.pages.logbuffer import LogBuffer, LogFeed
 from comfyfleet.server.pages.settings import settings_routes
 from comfyfleet.server.pages.userdata import userdata_routes
-from comfyfleet.server.plumbing.middleware import body_limit, cors, json_errors, origin_check
+from comfyfleet.server.plumbing.middleware import (
+    ORIGIN_GUARD,
+    OriginGuard,
+    body_limit,
+    cors,
+    json_errors,
+    origin_check,
+)
 from comfyfleet.server.plumbing.routing import Route, install
 from comfyfleet.store.postgres_url import redact_urls_in
 
@@ -90,7 +97,10 @@ def build_app(gateway: Gateway) -> web.Application:
     middlewares: list[Middleware] = [json_errors]
     if config.trusted_proxies:  # first: every check after it sees the client's scheme and host
         middlewares.append(trusted_proxies(config.trusted_proxies))
-    middlewares.append(cors(config.cors_origins) if config.cors_origins else origin_check)
+    guard = OriginGuard()
+    middlewares.append(
+        cors(config.cors_origins, guard) if config.cors_origins else origin_check(guard)
+    )
     if tokens:  # after cross-site checks and CORS answers
         middlewares.append(
             authenticate(
@@ -104,6 +114,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway
     app[WAITS] = waits
+    app[ORIGIN_GUARD] = guard
     install(app, routes)
 
     async def start(_app: web.Application) -> None:

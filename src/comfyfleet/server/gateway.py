@@ -163,7 +163,7 @@ class Gateway:
         if self.store.shared:  # other gateways save files too: names come from the store
             names = FleetNames(self.store, self.config.data_dir, asyncio.get_running_loop())
             await names.prepare()
-            self.engine.services[SHARED_COUNTERS] = names
+            self.engine.services.add(SHARED_COUNTERS, names)
         if self.events is not None:
             await self.events.start()
         if self.relay is not None:

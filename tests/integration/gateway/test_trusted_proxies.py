@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from comfyfleet.server.plumbing import middleware
 from tests.integration.gateway.test_auth import ALICE, tenants
 from tests.integration.gateway.wire import Served, serve
 
@@ -149,11 +148,10 @@ async def test_unusable_forwarded_values_are_ignored(
 
 
 async def test_an_unlisted_tls_proxy_is_named_in_a_warning_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An https page of the server's own host whose requests arrive over http: what a
-    TLS-terminating proxy missing from trusted_proxies looks like."""
-    monkeypatch.setattr(middleware, "_hinted_at_proxy", False)
+    TLS-terminating proxy missing from trusted_proxies looks like (once per server)."""
     async with tenants(tmp_path, local_slots=0) as clients:
         served = clients.anonymous
         with caplog.at_level(logging.WARNING, logger="comfyfleet.server.plumbing.middleware"):

@@ -17,7 +17,7 @@ from comfyfleet.folders import Folders
 from comfyfleet.nodes import build_registry
 from comfyfleet.server.comfyui_api.system import system_routes
 from comfyfleet.server.files.view_upload import file_routes
-from comfyfleet.server.plumbing.middleware import json_errors, origin_check
+from comfyfleet.server.plumbing.middleware import OriginGuard, json_errors, origin_check
 from comfyfleet.server.plumbing.routing import Route, install
 
 MiB = 1024 * 1024
@@ -54,7 +54,7 @@ async def serve(
 ) -> AsyncIterator[Served]:
     folders = Folders.under(root).ensure()
     engine = Engine(build_registry(testing=True), folders)
-    app = web.Application(middlewares=[json_errors, origin_check])
+    app = web.Application(middlewares=[json_errors, origin_check(OriginGuard())])
     routes = file_routes(folders, max_upload_bytes=max_upload_bytes) + system_routes(
         engine, version="9.9.9", max_upload_bytes=max_upload_bytes, models_root=models_root
     )

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.engine.file_counters import FILE_COUNTERS, FileCounters
+from comfyfleet.engine.services import Services, using_services
 from comfyfleet.nodes.core.saving import SPARE_COUNTERS_FROM, SaveTarget, format_prefix
 
 NOW = datetime(2024, 3, 5, 7, 8, 9)
@@ -45,16 +47,37 @@ def test_target_splits_subfolder_and_name(tmp_path: Path) -> None:
 
 
 def test_target_counter_starts_after_highest_and_creates_folder(tmp_path: Path) -> None:
-    target = SaveTarget.resolve(tmp_path, "new/img")
-    assert target.next_counter() == 1
-    assert (tmp_path / "new").is_dir()
-    for name in ("pic_00002_.png", "pic_00011_.webp", "pic_x.png", "picture_00099_.png"):
-        (tmp_path / "new" / name).write_bytes(b"")
-    other = SaveTarget.resolve(tmp_path, "new/pic")
-    assert other.next_counter() == 12
-    # Later calls reserve from memory (no rescan), in blocks.
-    assert other.next_counter(3) == 13
-    assert other.next_counter() == 16
+    services = Services()
+    services.add(FILE_COUNTERS, FileCounters())
+    with using_services(services):  # as the engine runs its nodes
+        target = SaveTarget.resolve(tmp_path, "new/img")
+        assert target.next_counter() == 1
+        assert (tmp_path / "new").is_dir()
+        for name in ("pic_00002_.png", "pic_00011_.webp", "pic_x.png", "picture_00099_.png"):
+            (tmp_path / "new" / name).write_bytes(b"")
+        other = SaveTarget.resolve(tmp_path, "new/pic")
+        assert other.next_counter() == 12
+        # Later calls reserve from the engine's counters (no rescan), in blocks.
+        assert other.next_counter(3) == 13
+        assert other.next_counter() == 16
+
+
+def test_each_engine_keeps_its_own_counters(tmp_path: Path) -> None:
+    """No counter is kept in the process: another engine (or a save outside any) scans
+    the folder, and starts after the files there."""
+    target = SaveTarget.resolve(tmp_path, "img")
+    first = Services()
+    first.add(FILE_COUNTERS, FileCounters())
+    with using_services(first):
+        assert target.next_counter(5) == 1
+    second = Services()
+    second.add(FILE_COUNTERS, FileCounters())
+    with using_services(second):
+        assert target.next_counter() == 1  # nothing was written: the folder is empty
+    (tmp_path / "img_00007_.png").write_bytes(b"")
+    assert target.next_counter() == 8  # no engine: scanned again
+    with using_services(first):
+        assert target.next_counter() == 6  # its hint; write_new skips names taken
 
 
 def test_spare_counters_leave_a_folders_numbering_alone(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from comfyfleet.provider_http.retry import (
     parse_retry_after,
     ratelimit_reset,
     retry_after_from,
-    shared_cooldown,
 )
 from tests.helpers import FakeTime
 
@@ -95,9 +94,3 @@ def test_retry_after_from_headers_in_order_and_capped() -> None:
     assert retry_after_from({"x-ratelimit-reset-requests": "9s"}) == 9.0
     assert retry_after_from({"Retry-After": "86400"}, limit=60.0) == 60.0
     assert retry_after_from({}) is None
-
-
-def test_shared_cooldown_is_one_object_per_name() -> None:
-    first = shared_cooldown("test-bfl-a", burst=2)
-    assert shared_cooldown("test-bfl-a") is first and first.burst == 2
-    assert shared_cooldown("test-bfl-b") is not first

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from comfyfleet.engine.services import optional_service
+from comfyfleet.engine.file_counters import FILE_COUNTERS
+from comfyfleet.engine.services import ServiceKey, optional_service
 from comfyfleet.folders import UnsafePath, resolve_inside
 
 _VARIABLE = re.compile(r"%([^%]+)%")
@@ -80,7 +80,7 @@ def format_prefix(
 
 
 #: The engine service naming saved files on every gateway of a shared store at once.
-SHARED_COUNTERS = "shared_file_counters"
+SHARED_COUNTERS: ServiceKey[SharedCounters] = ServiceKey("shared_file_counters")
 #: Counters from here on are a gateway's spares (taken while its store does not answer):
 #: a folder's own numbering goes on below them.
 SPARE_COUNTERS_FROM = 10**9
@@ -92,9 +92,6 @@ class SharedCounters(Protocol):
         never one another gateway was given for the same folder and name."""
 
 
-# Next free counter per (folder, name): a hint that saves rescanning the folder.
-_COUNTERS: dict[tuple[str, str], int] = {}
-_COUNTERS_LOCK = threading.Lock()
 #: The counter after `<name>_` in a saved file's name.
 _COUNTER = re.compile(r"(\d+)(?=_|\.|$)")
 
@@ -124,23 +121,19 @@ class SaveTarget:
     def next_counter(self, count: int = 1) -> int:
         """Reserve `count` counters past the highest used by `<name>_<counter>` files.
 
-        The folder is scanned once per (folder, name) per process; later calls take
-        the next block from memory, so saving stays O(1) however full the folder
-        gets. Names are still claimed exclusively in `write_new`, so a file made by
-        another process is never replaced.
+        The folder is scanned once per (folder, name) per engine; later calls take
+        the next block from memory (`FILE_COUNTERS`), so saving stays O(1) however full
+        the folder gets. Names are still claimed exclusively in `write_new`, so a file
+        made by another process is never replaced.
         """
         key = (str(self.folder), self.name)
-        with _COUNTERS_LOCK:
-            start = _COUNTERS.get(key)
-            if start is None:
-                start = self._scan()
-            _COUNTERS[key] = start + count
-        shared: SharedCounters | None = optional_service(SHARED_COUNTERS)
+        counters = optional_service(FILE_COUNTERS)
+        start = self._scan() if counters is None else counters.take(key, count, self._scan)
+        shared = optional_service(SHARED_COUNTERS)
         if shared is not None:  # other gateways name files too: the store hands them out
             start = shared.reserve(self.folder, self.name, start, count)
-            if start < SPARE_COUNTERS_FROM:
-                with _COUNTERS_LOCK:
-                    _COUNTERS[key] = max(_COUNTERS[key], start + count)
+            if start < SPARE_COUNTERS_FROM and counters is not None:
+                counters.raise_to(key, start + count)
         return start
 
     def _scan(self) -> int:
@@ -181,7 +174,7 @@ class SaveTarget:
             except BaseException:
                 path.unlink(missing_ok=True)
                 raise
-            with _COUNTERS_LOCK:
-                key = (str(self.folder), name)
-                _COUNTERS[key] = max(_COUNTERS.get(key, 0), counter + 1)
+            counters = optional_service(FILE_COUNTERS)
+            if counters is not None:
+                counters.raise_to((str(self.folder), name), counter + 1)
             return filename, counter

@@ -21,14 +21,13 @@ MAX_SEED = 0xFFFFFFFF
 
 
 def fanout() -> FanoutService:
-    found: FanoutService = service(SERVICE)
-    return found
+    return service(SERVICE)
 
 
 def failure_epoch() -> int:
     """An IS_CHANGED value: changes whenever a job fails, so failures are never cached."""
     found = optional_service(SERVICE)
-    return found.failure_epoch if isinstance(found, FanoutService) else 0
+    return 0 if found is None else found.failure_epoch
 
 
 def seed_input() -> tuple[str, dict[str, Any]]:

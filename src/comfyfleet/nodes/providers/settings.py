@@ -6,7 +6,7 @@ from typing import Any
 
 from comfyfleet.engine.services import service
 from comfyfleet.fanout.request import ApiConfig
-from comfyfleet.fanout.secrets import REFERENCE_HELP, SERVICE, SecretVault, parse_reference
+from comfyfleet.fanout.secrets import REFERENCE_HELP, SERVICE, parse_reference
 from comfyfleet.nodes.providers.common import API_CONFIG
 
 #: `comfyfleet emulate-provider` listens here by default: workflows run without a key.
@@ -69,7 +69,7 @@ class APISettings:
         poll_interval: float = 1.0,
         timeout: float = 900.0,
     ) -> tuple[ApiConfig]:
-        vault: SecretVault = service(SERVICE)
+        vault = service(SERVICE)
         reference = api_key
         if parse_reference(api_key)[0] == "typed":
             # Not scrubbed on the way in (a direct engine call): never let it travel on.

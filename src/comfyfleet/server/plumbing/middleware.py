@@ -45,11 +45,57 @@ _SERVER_ERROR = {
 # Host names resolved to "loopback or not", kept briefly: the Host header is client-chosen.
 _LOOPBACK_TTL = 60.0
 _LOOPBACK_CACHE_SIZE = 1024
-_loopback_cache: dict[str, tuple[float, bool]] = {}
 
 
-@web.middleware
-async def origin_check(request: web.Request, handler: Handler) -> web.StreamResponse:
+class OriginGuard:
+    """What one app's origin checks keep: which Host names are loopback, and whether
+    it has told of a TLS proxy missing from trusted_proxies (once)."""
+
+    def __init__(self) -> None:
+        self._loopback: dict[str, tuple[float, bool]] = {}
+        self._hinted_at_proxy = False
+
+    async def is_loopback(self, host: str) -> bool:
+        """True if `host` is, or resolves to, a loopback address."""
+        host = host.strip("[]")
+        literal = _loopback_literal(host)
+        if literal is not None:
+            return literal
+        if host == "localhost" or host.endswith(".localhost"):
+            return True
+        now = time.monotonic()
+        cached = self._loopback.get(host)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            infos = []
+        # Any loopback address counts: the check then applies rather than being skipped.
+        result = any(_loopback_literal(str(info[4][0])) for info in infos)
+        if len(self._loopback) >= _LOOPBACK_CACHE_SIZE:
+            self._loopback.clear()
+        self._loopback[host] = (now + _LOOPBACK_TTL, result)
+        return result
+
+    def hint_at_proxy(self, origin: str) -> None:
+        """Once: a page of this very host, over https, sent a request that arrived over
+        http: the mark of a TLS proxy not listed in trusted_proxies."""
+        if not self._hinted_at_proxy:
+            self._hinted_at_proxy = True
+            log.warning(
+                "a page of %s sent a request that arrived over http: it is not taken as the "
+                "server's own; behind a TLS-terminating proxy, list the proxy in trusted_proxies",
+                origin,
+            )
+
+
+#: The app's guard, for checks outside the middleware (`same_origin`).
+ORIGIN_GUARD = web.AppKey("origin_guard", OriginGuard)
+
+
+def origin_check(guard: OriginGuard) -> Middleware:
     """Refuse cross-site requests to a server reached through a loopback address (ComfyUI's rule).
 
     Browsers let any page send requests to 127.0.0.1; such a request carries the page's
@@ -58,31 +104,41 @@ async def origin_check(request: web.Request, handler: Handler) -> web.StreamResp
     cross-site page and pass. OPTIONS gets an empty 200, as in ComfyUI. This guard is
     ComfyUI's, no stricter: the login cookie asks for the same origin (`same_origin`).
     """
-    host = request.host  # a trusted proxy's forwarded host, else the Host header
-    origin = request.headers.get(hdrs.ORIGIN)
-    if host and origin:
-        verdict = origin_verdict(host, origin)
-        if verdict is not None and not verdict.same_site and await _is_loopback(verdict.host):
-            log.warning("request with Origin %r does not match Host %r: 403", origin, host)
-            return web.Response(status=403)
-    if request.method == hdrs.METH_OPTIONS:
-        return web.Response()
-    return await handler(request)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.host  # a trusted proxy's forwarded host, else the Host header
+        origin = request.headers.get(hdrs.ORIGIN)
+        if host and origin:
+            verdict = origin_verdict(host, origin)
+            if (
+                verdict is not None
+                and not verdict.same_site
+                and await guard.is_loopback(verdict.host)
+            ):
+                log.warning("request with Origin %r does not match Host %r: 403", origin, host)
+                return web.Response(status=403)
+        if request.method == hdrs.METH_OPTIONS:
+            return web.Response()
+        return await handler(request)
+
+    return middleware
 
 
-def cors(allowed_origins: Iterable[str]) -> Middleware:
+def cors(allowed_origins: Iterable[str], guard: OriginGuard) -> Middleware:
     """Let browser pages from `allowed_origins` ("*" for any) call the API (CORS).
 
     Their requests skip the cross-site guard, preflight OPTIONS requests are answered,
     and every answer to them names the origin in Access-Control-Allow-Origin.
     """
     allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+    checked = origin_check(guard)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         origin = request.headers.get(hdrs.ORIGIN, "")
         if not origin or not ("*" in allowed or origin.rstrip("/").lower() in allowed):
-            return await origin_check(request, handler)
+            return await checked(request, handler)
         if request.method == hdrs.METH_OPTIONS:
             response: web.StreamResponse = web.Response()
         else:
@@ -146,7 +202,6 @@ def origin_verdict(host_header: str, origin_header: str) -> _Verdict | None:
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_hinted_at_proxy = False
 
 
 class Origin(NamedTuple):
@@ -187,46 +242,18 @@ def same_origin(request: web.Request, origin_header: str) -> bool:
         return False
     if origin == own:
         return True
-    if origin.host == own.host and (own.scheme, origin.scheme) == ("http", "https"):
-        _hint_at_proxy(origin_header)
-    return False
-
-
-def _hint_at_proxy(origin: str) -> None:
-    """Once: a page of this very host, over https, sent a request that arrived over
-    http: the mark of a TLS proxy not listed in trusted_proxies."""
-    global _hinted_at_proxy
-    if not _hinted_at_proxy:
-        _hinted_at_proxy = True
-        log.warning(
-            "a page of %s sent a request that arrived over http: it is not taken as the "
-            "server's own; behind a TLS-terminating proxy, list the proxy in trusted_proxies",
-            origin,
+    guard = request.app.get(ORIGIN_GUARD)
+    if (
+        guard is not None
+        and origin.host == own.host
+        and (own.scheme, origin.scheme)
+        == (
+            "http",
+            "https",
         )
-
-
-async def _is_loopback(host: str) -> bool:
-    """True if `host` is, or resolves to, a loopback address."""
-    host = host.strip("[]")
-    literal = _loopback_literal(host)
-    if literal is not None:
-        return literal
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    now = time.monotonic()
-    cached = _loopback_cache.get(host)
-    if cached is not None and cached[0] > now:
-        return cached[1]
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        infos = []
-    # Any loopback address counts: the check then applies rather than being skipped.
-    result = any(_loopback_literal(str(info[4][0])) for info in infos)
-    if len(_loopback_cache) >= _LOOPBACK_CACHE_SIZE:
-        _loopback_cache.clear()
-    _loopback_cache[host] = (now + _LOOPBACK_TTL, result)
-    return result
+    ):
+        guard.hint_at_proxy(origin_header)
+    return False
 
 
 def _loopback_literal(text: str) -> bool | None:
