@@ -6,7 +6,9 @@
 2. 300 jobs through ten collectors with the image pool at 30 running + 30 pending:
    wall time against the ideal of ten waves, and the "waiting for a slot" texts the
    prompt's client was sent.
-3. A storm: 20% of job-creating requests answered 500 and a per-key rate limit
+3. Pace: 30 jobs against a provider that takes 20 job requests a second and answers
+   the rest 429 with Retry-After (median of three fresh runs; ideal 1 s + LATENCY).
+4. A storm: 20% of job-creating requests answered 500 and a per-key rate limit
    answered 429 with Retry-After; duplicate jobs at the emulator (target 0).
 
 Every job asks for 512x512 (0.25 MP, 1:1): the emulator answers with 512x512 PNGs,
@@ -167,6 +169,35 @@ async def throughput(
         figure(f"jobs{jobs}_waiting_texts", texts.texts, "count", jobs)
 
 
+async def paced(tmp: Path, latency: float, rate: float = 20.0, jobs: int = 30) -> None:
+    """`jobs` jobs through one collector against `rate` job-creating requests a second
+    (the emulator answers the rest 429 with Retry-After), each run on a fresh service:
+    the median of three against the ideal (the rest wait one second, then `latency`)."""
+    walls: list[float] = []
+    refused: list[int] = []
+    for run in range(3):
+        server, state = await emulator(latency=latency, rate_limit=rate, retry_after=None)
+        parts = await rig(tmp, FanoutSettings(image=PoolSize(jobs, jobs)))
+        try:
+            url = str(server.make_url("")).rstrip("/")
+            elapsed, counts = await run_batch(parts[0], batch(url, jobs, f"paced{run}"))
+        finally:
+            await close(*parts)
+            await server.close()
+        stats = state.stats()
+        assert counts.get("success", 0) == jobs and stats["duplicates"] == 0, (counts, stats)
+        walls.append(elapsed)
+        refused.append(stats["rate_limited"])
+    median = sorted(walls)[1]
+    ideal = math.ceil(jobs / rate) - 1 + latency
+    print(
+        f"  {jobs} jobs x {latency:g} s against {rate:g} job requests/s: median {median:5.2f} s "
+        f"(runs {', '.join(f'{w:.2f}' for w in walls)})   ideal {ideal:5.2f} s   "
+        f"429s per run {refused}   ok {jobs}/{jobs}, none sent twice"
+    )
+    figure(f"paced{jobs}_wall", median, "s", ideal)
+
+
 async def storm(tmp: Path, jobs: int) -> None:
     server, state = await emulator(
         latency=0.5, fail_rate=0.2, rate_limit=20.0, retry_after=None, max_active=None
@@ -197,6 +228,7 @@ async def main(latency: float, storm_jobs: int) -> None:
         print("fan-out against the provider emulator (engine, pools, SQLite journal)")
         await throughput(root, latency, 30, PoolSize(30, 30), again=True)
         await throughput(root, latency, 300, PoolSize(30, 30))
+        await paced(root, latency)
         await storm(root, storm_jobs)
 
 

@@ -35,12 +35,25 @@ class Backoff:
         return self._rng.uniform(0, ceiling)
 
 
-class Cooldown:
-    """A pause shared by every request to one provider.
+#: How much longer than its window a learned pace keeps a request counted.
+PACE_SLACK = 0.05
+#: Windows held back by a learned pace, with no 429, before it lets one more through.
+PROBE_AFTER = 10
 
-    One 429 may be bad luck; `burst` of them within `window` seconds mean the key
-    is saturated, and concurrent requests retrying on their own would only keep
-    it saturated. A `Retry-After` from the provider sets the pause directly.
+
+class Cooldown:
+    """The pace of one provider account's job-creating requests, shared by all of them.
+
+    When the provider says when to come back (`Retry-After`, or an `x-ratelimit-reset`
+    with nothing remaining), that is the pause. A fixed `pause` is only for a provider
+    that says nothing: `burst` such 429s within `window` seconds mean the key is
+    saturated, and concurrent requests retrying on their own would only keep it so.
+
+    It also learns the account's pace, so that 429s become rare: at a 429, the requests
+    it let through in the last `per` seconds and that were not refused are what the
+    provider takes per `per` seconds, and later requests are spaced to stay within that
+    (a sliding window, as providers count). After PROBE_AFTER windows held back by it
+    with no 429, it lets one more through, so a limit that grew is found again.
     """
 
     def __init__(
@@ -49,16 +62,23 @@ class Cooldown:
         burst: int = 3,
         window: float = 10.0,
         pause: float = 5.0,
+        per: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.burst = burst
         self.window = window
         self.pause = pause
+        self.per = per
         self._clock = clock
         self._sleep = sleep
-        self._recent: deque[float] = deque()
+        self._recent: deque[float] = deque()  # 429s without a hint, within `window`
         self._until = 0.0
+        self._sent: deque[float] = deque()  # requests let through within `per`
+        #: Requests the account takes per `per` seconds, once a 429 has shown it.
+        self.limit: int | None = None
+        self._limited_at = -math.inf
+        self._full_since: float | None = None  # held back by the pace since
         #: 429s recorded, and pauses begun (from none running), since it was made.
         self.rate_limited_count = 0
         self.pauses = 0
@@ -77,23 +97,72 @@ class Cooldown:
         """Record a 429; `retry_after` is the provider's own estimate, if it sent one."""
         self.rate_limited_count += 1
         now = self._clock()
+        self._forget_sent(now)
+        if self._sent:
+            self._sent.pop()  # this request: refused, so not one the provider counts
+        taken = max(1, len(self._sent))
+        self.limit = taken if self.limit is None else min(self.limit, taken)
+        self._limited_at = now
+        if retry_after is not None:
+            self.extend(retry_after)
+            return
         self._recent.append(now)
         while self._recent and self._recent[0] < now - self.window:
             self._recent.popleft()
-        if retry_after is not None:
-            self.extend(retry_after)
         if len(self._recent) >= self.burst:
             self.extend(self.pause)
             self._recent.clear()
 
+    def budget(self, headers: Mapping[str, str]) -> None:
+        """An accepted request's rate-limit headers: with nothing left of a budget,
+        pause until it resets, rather than learn it from a 429."""
+        lowered = {k.lower(): v for k, v in headers.items()}
+        for name, value in lowered.items():
+            if name.startswith("x-ratelimit-remaining") and value.strip() == "0":
+                reset = lowered.get(name.replace("remaining", "reset", 1))
+                seconds = None if reset is None else parse_duration(reset)
+                if seconds is not None:
+                    self.extend(min(seconds, 300.0))
+
     async def wait(self) -> float:
-        """Sleep until the cooldown is over; returns the seconds waited."""
+        """Sleep until a request may go: the pause over, and within the learned pace.
+        Returns the seconds waited; the request is then counted as sent."""
         waited = 0.0
-        # A loop because another request may extend the cooldown while we sleep.
-        while (left := self.remaining()) > 0:
+        # A loop because another request may extend the pause while we sleep.
+        while (left := self._left()) > 0:
             await self._sleep(left)
             waited += left
+        if waited == 0:
+            self._full_since = None  # demand is below the pace: no backlog to probe with
+        self._sent.append(self._clock())
         return waited
+
+    def _left(self) -> float:
+        now = self._clock()
+        if self._until > now:
+            return self._until - now
+        if self.limit is None:
+            return 0.0
+        self._forget_sent(now)
+        if len(self._sent) < self.limit:
+            return 0.0
+        if self._full_since is None:
+            self._full_since = now
+        probe = PROBE_AFTER * self.per
+        if now - self._full_since >= probe and now - self._limited_at >= probe:
+            self.limit += 1  # held back by the pace that long with no 429: try one more
+            self._full_since = now
+            return 0.0
+        return max(1e-3, self._sent[0] + self._span - now)
+
+    @property
+    def _span(self) -> float:
+        # The provider counts a request when it arrives, a little after it was sent.
+        return self.per * (1 + PACE_SLACK)
+
+    def _forget_sent(self, now: float) -> None:
+        while self._sent and self._sent[0] <= now - self._span:
+            self._sent.popleft()
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

@@ -98,3 +98,34 @@ async def test_429s_on_polls_delay_that_job_only(
     assert time.monotonic() - started < 5.0
     assert emulator.stats()["reads_rate_limited"] == 3
     assert cooldown.remaining() == 0
+
+
+async def test_the_providers_retry_after_is_the_pause_and_its_pace_is_kept(
+    emulator: Emulator, session: aiohttp.ClientSession
+) -> None:
+    """Thirty jobs against twenty a second: the ten refused go again when the provider
+    says (Retry-After: 1), not after the 5 s pause kept for 429s that say nothing; the
+    next thirty are spaced to the pace the 429s showed, and none is refused."""
+    emulator.settings.rate_limit = 20.0
+    emulator.settings.retry_after = None  # the emulator says when a slot frees (1 s)
+    cooldown = Cooldown(burst=3, window=10.0, pause=5.0)
+    bfl = BFLClient(
+        session, emulator.url, KEY, max_attempts=10, cooldown=cooldown, backoff=Backoff(0.01)
+    )
+
+    async def batch(tag: str) -> float:
+        started = time.monotonic()
+        submits = (bfl.submit("flux-dev", {"prompt": f"{tag}{i}", "seed": i}) for i in range(30))
+        tasks = await asyncio.gather(*submits)
+        assert len({task.id for task in tasks}) == 30
+        return time.monotonic() - started
+
+    first = await batch("a")
+    refused = emulator.stats()["rate_limited"]
+    assert refused == 10 and cooldown.limit == 20
+    assert 0.9 < first < 2.5  # one second's wait, as asked
+    await asyncio.sleep(1.0)  # the window empties
+    second = await batch("b")
+    assert emulator.stats()["rate_limited"] == refused  # the pace held: no 429
+    assert 0.9 < second < 2.5  # twenty at once, ten a second later
+    assert emulator.stats()["jobs"] == 60

@@ -7,6 +7,8 @@ from email.utils import format_datetime
 import pytest
 
 from comfyfleet.provider_http.retry import (
+    PACE_SLACK,
+    PROBE_AFTER,
     Backoff,
     Cooldown,
     parse_duration,
@@ -94,3 +96,58 @@ def test_retry_after_from_headers_in_order_and_capped() -> None:
     assert retry_after_from({"x-ratelimit-reset-requests": "9s"}) == 9.0
     assert retry_after_from({"Retry-After": "86400"}, limit=60.0) == 60.0
     assert retry_after_from({}) is None
+
+
+async def test_a_pause_the_provider_names_is_the_pause() -> None:
+    """Ten 429s saying `Retry-After: 1` pause for one second: the fixed pause is only
+    for 429s that say nothing."""
+    fake = FakeTime(100.0)
+    cooldown = Cooldown(burst=3, window=10.0, pause=5.0, clock=fake.clock, sleep=fake.sleep)
+    for _ in range(10):
+        cooldown.rate_limited(retry_after=1.0)
+    assert cooldown.remaining() == pytest.approx(1.0)
+    assert await cooldown.wait() == pytest.approx(1.0)
+
+
+async def test_the_pace_a_429_shows_is_kept_so_later_requests_are_not_refused() -> None:
+    fake = FakeTime(100.0)
+    cooldown = Cooldown(per=1.0, clock=fake.clock, sleep=fake.sleep)
+    for _ in range(30):  # thirty at once: nothing is known of the account yet
+        assert await cooldown.wait() == 0
+    fake.now += 0.05
+    for _ in range(10):  # the provider took twenty of them
+        cooldown.rate_limited(retry_after=1.0)
+    assert cooldown.limit == 20
+    waited = [await cooldown.wait() for _ in range(10)]  # the ten again, after the pause
+    assert waited[0] == pytest.approx(1.0) and waited[1:] == [0.0] * 9
+    # Twenty more now would pass the twenty a second: they go as the window moves on.
+    for _ in range(10):
+        assert await cooldown.wait() == 0
+    # (a little over the window: the provider counts a request when it arrives)
+    assert await cooldown.wait() == pytest.approx(1.0 * (1 + PACE_SLACK))
+
+
+async def test_held_back_by_the_pace_long_enough_without_a_429_it_tries_one_more() -> None:
+    fake = FakeTime(0.0)
+    cooldown = Cooldown(per=1.0, clock=fake.clock, sleep=fake.sleep)
+    await cooldown.wait()
+    await cooldown.wait()
+    cooldown.rate_limited()  # one of the two refused, no hint: a limit of one a second
+    assert cooldown.limit == 1
+    for _ in range(PROBE_AFTER):  # a steady backlog at one a second, none refused
+        await cooldown.wait()
+    assert cooldown.limit == 1
+    await cooldown.wait()
+    await cooldown.wait()
+    assert cooldown.limit == 2
+
+
+async def test_an_exhausted_budget_in_an_accepted_answer_pauses_until_its_reset() -> None:
+    fake = FakeTime(0.0)
+    cooldown = Cooldown(clock=fake.clock, sleep=fake.sleep)
+    cooldown.budget({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "1s"})
+    assert cooldown.remaining() == 0
+    cooldown.budget({"X-RateLimit-Remaining-Requests": "0", "X-RateLimit-Reset-Requests": "2s"})
+    assert cooldown.remaining() == pytest.approx(2.0)
+    cooldown.budget({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "soon"})
+    assert cooldown.remaining() == pytest.approx(2.0)

@@ -154,6 +154,7 @@ class BFLClient(ProviderClient):
     def _submitted(self, model: str, reply: Reply) -> SubmittedTask:
         if not reply.ok:
             raise self._error(reply, f"submit to {model}", creates_job=True)
+        self.cooldown.budget(reply.headers)
         data = reply.json()
         task_id = data.get("id") if isinstance(data, dict) else None
         if not isinstance(task_id, str) or not task_id:

@@ -135,6 +135,7 @@ class OpenAIImagesClient(ProviderClient):
                 raise AmbiguousSubmit(PROVIDER, message) from None
             if not reply.ok:
                 raise self._error(reply, what, idempotent=bool(idempotency_key))
+            self.cooldown.budget(reply.headers)
             return reply.json()
 
         answer = await self._attempts.run(once, what)

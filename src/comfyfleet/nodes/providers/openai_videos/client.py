@@ -113,6 +113,7 @@ class OpenAIVideosClient(ProviderClient):
                 raise AmbiguousSubmit(PROVIDER, message) from None
             if not reply.ok:
                 raise self._error(reply, "create", creates_job=True)
+            self.cooldown.budget(reply.headers)
             answer = reply.json()
             video_id = answer.get("id") if isinstance(answer, dict) else None
             if not isinstance(video_id, str) or not video_id:
