@@ -86,7 +86,7 @@ def test_the_editor_runs_a_dropped_workflow_on_the_fleet(
         offline_user(server)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         page, log = open_editor(context, server)
-        # A new user's editor opens its template browser (no templates are installed).
+        # A new user's editor opens its template browser (tests/browser/test_templates.py).
         page.get_by_text("Get Started with a Template").wait_for()
         page.keyboard.press("Escape")
         page.keyboard.press("n")  # the node library

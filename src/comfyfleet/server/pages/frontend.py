@@ -2,10 +2,13 @@
 
 The editor comes from the `comfyui-frontend-package` wheel (the version ComfyUI 0.3.64
 pins) or from `--front-end-root DIR`; its files are never part of this repository.
-The templates (`comfyui-workflow-templates`) and node docs (`comfyui-embedded-docs`)
-packages are served when installed, as ComfyUI does; without them those paths are 404,
-except the templates' index, which is then an empty list: the editor shows no templates
-instead of an error.
+Its template browser's templates come from `comfyui-workflow-templates` (also pinned as
+ComfyUI 0.3.64 pins it, installed with comfyfleet), served at `/templates/` as ComfyUI
+serves that package's folder: `index.json`, the per-language `index.<lang>.json`, each
+template's workflow JSON and its thumbnails. The node docs (`comfyui-embedded-docs`)
+are served at `/docs/` when installed. Without a package its paths are 404, except the
+templates' index, which is then an empty list: the editor shows no templates instead
+of an error.
 
 Every file is found with `resolve_inside`, so no link in a web root leads out of it.
 """
