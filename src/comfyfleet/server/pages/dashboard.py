@@ -406,6 +406,9 @@ def dashboard_routes(feed: DashboardFeed) -> list[Route]:
     async def script(request: web.Request) -> web.StreamResponse:
         return _file("fleet.js", "application/javascript")
 
+    async def chart_script(request: web.Request) -> web.StreamResponse:
+        return _file("charts.js", "application/javascript")
+
     async def status(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
         return web.json_response(await snapshot(gw, feed.watch, viewer_of(request)))
@@ -430,6 +433,7 @@ def dashboard_routes(feed: DashboardFeed) -> list[Route]:
     return [
         Route("GET", "/fleet", page, api_alias=False, page=True),
         Route("GET", "/fleet/fleet.js", script, api_alias=False),
+        Route("GET", "/fleet/charts.js", chart_script, api_alias=False),
         Route("GET", "/api/fleet/status", status),
         Route("GET", "/api/fleet/charts", charts),
         Route("GET", "/api/fleet/ws", live),
