@@ -85,13 +85,15 @@ def build_app(gateway: Gateway) -> web.Application:
     )
     routes += login_routes(tokens)
     routes += health_routes()
-    watch = FleetWatch()
+    watch = FleetWatch(gateway.scheduler)
     gateway.scheduler.observers.add(watch)
     dashboards = DashboardFeed(gateway, watch)
     waits = PromptWaits(gateway.store)  # POST /prompt?wait=
     gateway.scheduler.observers.add(waits)
     routes += dashboard_routes(dashboards)
-    routes += GatewayMetrics(gateway).routes()
+    metrics = GatewayMetrics(gateway)
+    metrics.jobs.idle_gap_listeners.append(watch.charts.idle_gap)  # measured once, there
+    routes += metrics.routes()
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares: list[Middleware] = [json_errors]

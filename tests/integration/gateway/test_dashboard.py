@@ -1,6 +1,7 @@
-"""The fleet dashboard's data (`/api/fleet/status`, `/api/fleet/ws`): running prompts with
-their progress, the queue's head with wait times, recent ends and outputs, fan-out
-collectors' slots; each tenant sees its own, an admin the whole fleet."""
+"""The fleet dashboard's data (`/api/fleet/status`, `/api/fleet/ws`, `/api/fleet/charts`):
+running prompts with their progress, the queue's head with wait times, recent ends,
+failures and outputs, fan-out collectors' slots, the charts; each tenant sees its own, an
+admin the whole fleet."""
 
 from __future__ import annotations
 
@@ -89,6 +90,42 @@ async def test_each_tenant_sees_its_own_prompts_and_files_an_admin_the_fleet(
         assert {r["id"] for r in root["recent"]} == {mine, theirs}
         assert root["outputs"] == []  # its own tenant's files only
         assert root["admin"] is True
+
+
+def fail_prompt(message: str) -> dict[str, Any]:
+    return {
+        "1": {"class_type": "Fail", "inputs": {"message": message}},
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+    }
+
+
+async def test_recent_failures_and_the_charts_each_viewer_is_shown(tmp_path: Path) -> None:
+    async with tenants(tmp_path) as clients:
+        failed = await clients.alice.submit(fail_prompt("<b>out of memory</b>"))
+        await clients.bob.submit(save_prompt(4, "bob"))
+
+        async def both_ended() -> bool:
+            return len((await _status(clients.root))["recent"]) == 2
+
+        await poll(both_ended, what="both prompts ended")
+        root, alice, bob = [await _status(c) for c in (clients.root, clients.alice, clients.bob)]
+        [failure] = root["failures"]
+        assert (failure["id"], failure["tenant"], failure["lane"]) == (failed, "alice", "local")
+        assert (failure["node_id"], failure["node_type"]) == ("1", "Fail")
+        assert failure["exception_type"] == "RuntimeError"
+        assert failure["message"] == "<b>out of memory</b>"  # as it came: the page escapes
+        assert alice["failures"] == [failure] and bob["failures"] == []
+        assert isinstance(root["charts"], int)
+
+        charts = await clients.root.get("/api/fleet/charts")
+        assert charts["step"] == 10.0 and charts["seq"] >= root["charts"]
+        assert {"completed", "failed", "stopped", "totals"} <= set(charts["throughput"])
+        assert {"pending", "peak", "running"} <= set(charts["queue"])
+        assert charts["tenants"]["basis"] == "slot-seconds run"
+        # A tenant's page: the lanes only (the other charts count every tenant's prompts).
+        mine = await clients.alice.get("/api/fleet/charts")
+        assert mine["throughput"] is mine["queue"] is mine["tenants"] is None
+        assert isinstance(mine["lanes"], list)
 
 
 async def test_the_websocket_sends_a_snapshot_at_once_then_only_what_changed(

@@ -1,9 +1,12 @@
-"""The fleet dashboard (`/fleet`): what runs where, the queue, recent outputs, collectors.
+"""The fleet dashboard (`/fleet`): what runs where, the queue, recent outputs, collectors,
+and charts of the last hour.
 
 `FleetWatch` observes every job event the router routes and keeps what the store does
-not: each running prompt's progress, the last finished prompts, their output images and
-collectors' reports. `snapshot` puts that together with the fleet's and the scheduler's
-state and one store read (the head of the queue).
+not: each running prompt's progress, the last finished prompts, the last failures, their
+output images and collectors' reports, and the charts' samples (charts.py). `snapshot`
+puts that together with the fleet's and the scheduler's state and one store read (the
+head of the queue). The charts change once per sample: a snapshot carries only their
+sequence number, and a page reads them (`GET /api/fleet/charts`) when it moves.
 
 Dashboards get snapshots, never events. `DashboardFeed` builds at most one snapshot per
 view (tenant, admin or not) every TICK seconds when something changed, and one every
@@ -21,6 +24,7 @@ import json
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +35,12 @@ from comfyfleet.domain.jobs import Job, JobResult, JobStatus
 from comfyfleet.engine.events import EngineEvent, Message
 from comfyfleet.fanout.status import slot_entry
 from comfyfleet.scheduler.observers import JobObserver
+from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.access.auth import request_tenant, scope, tenant_name
 from comfyfleet.server.admin.fleet_api import backend_state
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs_api.jobs import API_STATUS
+from comfyfleet.server.pages.charts import STEP, Samples
 from comfyfleet.server.plumbing.routing import Route
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,9 @@ MAX_RECENT = 50
 MAX_OUTPUTS = 48
 MAX_REPORTS = 5
 MAX_PENDING_SHOWN = 50
+MAX_FAILURES = 20
+MAX_FAILURES_SHOWN = 10
+MAX_MESSAGE = 300  # characters kept of a failure's message
 PAGE_DIR = Path(__file__).parent / "web" / "fleet"
 
 
@@ -64,19 +73,37 @@ class Viewer:
 
 
 class FleetWatch(JobObserver):
-    """Told of every job event (a scheduler observer); keeps the dashboard's live state."""
+    """Told of every job event (a scheduler observer); keeps the dashboard's live state.
 
-    def __init__(self) -> None:
+    `scheduler`'s lanes and pending count are read when a chart sample closes."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        clock: Callable[[], float] = time.monotonic,
+        step: float = STEP,
+    ) -> None:
+        self.charts = Samples(
+            lambda: [(lane.name, lane.runs_at_once) for lane in scheduler.lanes],
+            lambda: scheduler.pending,
+            clock=clock,
+            step=step,
+        )
         self.progress: dict[str, _Progress] = {}
         self.finished: deque[dict[str, Any]] = deque(maxlen=MAX_RECENT)
+        self.failures: deque[dict[str, Any]] = deque(maxlen=MAX_FAILURES)
         self.outputs: deque[dict[str, Any]] = deque(maxlen=MAX_OUTPUTS)
         self.reports: deque[dict[str, Any]] = deque(maxlen=MAX_REPORTS)
         self.totals: Counter[tuple[str, str]] = Counter()  # (tenant, status) since start
         self.version = 0
 
+    def job_started(self, job: Job) -> None:
+        self.charts.started(job.prompt_id, job.lane or "unknown", job.tenant)
+
     def job_event(self, job: Job, event: EngineEvent) -> None:
         if not isinstance(event, Message):
             return
+        self.charts.running(job.prompt_id)
         progress = self.progress.setdefault(job.prompt_id, _Progress())
         progress.started = True
         data = event.data if isinstance(event.data, dict) else {}
@@ -118,15 +145,40 @@ class FleetWatch(JobObserver):
                 "seconds": round(now - (job.started_at or job.created_at), 3),
             }
         )
+        if status == JobStatus.ERROR:
+            self.failures.appendleft(_failure(job, result, now))
         self.totals[(job.tenant, API_STATUS[status])] += 1
+        self.charts.ended(job.prompt_id, status)
         self.version += 1
 
     def job_stopped(self, job: Job) -> None:
         self.progress.pop(job.prompt_id, None)
+        self.charts.ended(job.prompt_id, None)
         self.version += 1
 
     def queue_changed(self, remaining: int) -> None:
+        self.charts.queue_changed()
         self.version += 1
+
+
+def _failure(job: Job, result: JobResult, now: float) -> dict[str, Any]:
+    """A failed prompt as the page lists it: where and why, its message cut short."""
+    error = result.error or job.error or {}
+
+    def text(key: str, limit: int = 100) -> str | None:
+        value = error.get(key)
+        return None if value is None else str(value).strip()[:limit]
+
+    return {
+        "id": job.prompt_id,
+        "tenant": job.tenant,
+        "lane": job.lane,
+        "finished": now,
+        "node_id": text("node_id"),
+        "node_type": text("node_type"),
+        "exception_type": text("exception_type"),
+        "message": text("exception_message", MAX_MESSAGE),
+    }
 
 
 def _number(value: Any) -> float:
@@ -227,6 +279,7 @@ async def snapshot(gw: Gateway, watch: FleetWatch, view: Viewer) -> dict[str, An
         limit=MAX_PENDING_SHOWN,
         tenant=view.scope,
     )
+    watch.charts.roll()  # intervals that ended while nothing happened
     running = _running(gw, watch, view, now)
     totals: Counter[str] = Counter()
     for (tenant, status), count in watch.totals.items():
@@ -245,6 +298,8 @@ async def snapshot(gw: Gateway, watch: FleetWatch, view: Viewer) -> dict[str, An
         },
         "running": running,
         "recent": [f for f in watch.finished if _visible(view, f["tenant"])][:20],
+        "failures": [f for f in watch.failures if _visible(view, f["tenant"])][:MAX_FAILURES_SHOWN],
+        "charts": watch.charts.seq,  # the charts' newest sample: read them when it moves
         "outputs": [o for o in watch.outputs if o["tenant"] == view.tenant][:24],
         "collectors": _collectors(gw, watch, view),
     }
@@ -351,9 +406,15 @@ def dashboard_routes(feed: DashboardFeed) -> list[Route]:
     async def script(request: web.Request) -> web.StreamResponse:
         return _file("fleet.js", "application/javascript")
 
+    async def chart_script(request: web.Request) -> web.StreamResponse:
+        return _file("charts.js", "application/javascript")
+
     async def status(request: web.Request) -> web.StreamResponse:
         gw = request.app[GATEWAY]
         return web.json_response(await snapshot(gw, feed.watch, viewer_of(request)))
+
+    async def charts(request: web.Request) -> web.StreamResponse:
+        return web.json_response(feed.watch.charts.charts(viewer_of(request).admin))
 
     async def live(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(compress=False, max_msg_size=1024)
@@ -372,6 +433,8 @@ def dashboard_routes(feed: DashboardFeed) -> list[Route]:
     return [
         Route("GET", "/fleet", page, api_alias=False, page=True),
         Route("GET", "/fleet/fleet.js", script, api_alias=False),
+        Route("GET", "/fleet/charts.js", chart_script, api_alias=False),
         Route("GET", "/api/fleet/status", status),
+        Route("GET", "/api/fleet/charts", charts),
         Route("GET", "/api/fleet/ws", live),
     ]

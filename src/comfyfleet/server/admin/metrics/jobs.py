@@ -5,7 +5,8 @@ when a job starts on a lane that had nothing running, from the later of the lane
 last end and the moment the job became ready (queued, or given back), to its start.
 A lane of several slots (the built-in engine's) counts as idle only with every slot
 free. A slot handed a job the moment it is queued shows a gap near zero; a lane
-left idle with nothing queued shows none at all.
+left idle with nothing queued shows none at all. Each gap is measured here once and
+also handed to `idle_gap_listeners` (the dashboard's charts).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class JobMetrics(JobObserver):
         self._lanes: dict[str, _Lane] = {}
         self._on_lane: dict[str, str] = {}  # prompt id -> the lane its attempt runs on
         self._ready: dict[str, float] = {}  # prompt id -> when it was given back
+        #: Told of each idle gap measured: (lane name, seconds), on the event loop.
+        self.idle_gap_listeners: list[Callable[[str, float], None]] = []
         self.submitted = Counter(
             "comfyfleet_jobs_submitted",
             "Prompts queued, by tenant.",
@@ -110,15 +113,19 @@ class JobMetrics(JobObserver):
         lane_name = job.lane or "unknown"
         lane = self._lanes.setdefault(lane_name, _Lane())
         ready = self._ready.pop(job.prompt_id, job.created_at)
+        gap = None
         if lane.running == 0 and lane.idle_since is not None:
-            gap = now - max(lane.idle_since, ready)
-            self.idle_gap.labels(self._lane(lane_name)).observe(max(0.0, gap))
+            gap = max(0.0, now - max(lane.idle_since, ready))
+            self.idle_gap.labels(self._lane(lane_name)).observe(gap)
         lane.running += 1
         self._on_lane[job.prompt_id] = lane_name
         self.attempts.labels(self._lane(lane_name)).inc()
         if job.attempt == 1:
             started = job.started_at if job.started_at is not None else now
             self.queue_wait.observe(max(0.0, started - job.created_at))
+        if gap is not None:  # last: the counts above are kept whatever a listener does
+            for listener in self.idle_gap_listeners:
+                listener(lane_name, gap)
 
     def job_requeued(self, job: Job, reason: dict[str, Any] | None) -> None:
         kind = "shutdown" if reason is None else str(reason.get("kind", "unknown"))

@@ -8,11 +8,16 @@ const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => ESCAPES[c]
 const short = (id) => esc(String(id).slice(0, 8));
 let received = 0;
 let admin = false;
+let chartsDrawn = null; // the newest sample drawn (a snapshot's `charts`)
+let chartsLoading = false;
 
 function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const socket = new WebSocket(`${scheme}://${location.host}${base}/api/fleet/ws`);
-  socket.onopen = () => { $("conn").textContent = "live"; };
+  socket.onopen = () => {
+    $("conn").textContent = "live";
+    chartsDrawn = null; // a restarted server counts its samples from 0 again
+  };
   socket.onmessage = (message) => {
     received += 1;
     $("snapshots").textContent = received;
@@ -108,10 +113,30 @@ function render(snapshot) {
   $("running").innerHTML = running(snapshot.running);
   $("collectors").innerHTML = collectors(snapshot.collectors);
   $("recent").innerHTML = recent(snapshot.recent);
+  drawFailures(snapshot.failures, snapshot.time, admin);
+  if (chartsDrawn === null || snapshot.charts > chartsDrawn) loadCharts();
   const shown = snapshot.outputs.map((o) => o.filename).join("\n");
   if ($("gallery").dataset.shown !== shown) {  // images reload only when the list changes
     $("gallery").dataset.shown = shown;
     $("gallery").innerHTML = gallery(snapshot.outputs);
+  }
+}
+
+// The charts change once per sample: read them when the snapshot says a new one closed.
+async function loadCharts() {
+  if (chartsLoading) return;
+  chartsLoading = true;
+  try {
+    const answer = await fetch(`${base}/api/fleet/charts`);
+    if (answer.ok) {
+      const charts = await answer.json();
+      drawCharts(charts);
+      chartsDrawn = charts.seq;
+    }
+  } catch {
+    // Not read (the connection dropped): the next snapshot asks again.
+  } finally {
+    chartsLoading = false;
   }
 }
 
