@@ -61,6 +61,14 @@ class Warmth:
     def of(cls, prompt: dict[str, Any]) -> Warmth:
         return cls(model_files(prompt), root_nodes(prompt))
 
+    def marks(self) -> frozenset[str]:
+        """What a lane can be warm for: its model files and root nodes, told apart."""
+        return frozenset({f"m:{m}" for m in self.models} | {f"r:{r}" for r in self.roots})
+
+    def best(self) -> tuple[int, int]:
+        """The score of a lane that ran just what this prompt wants: none beats it."""
+        return len(self.models), len(self.roots)
+
     def score(self, wanted: Warmth) -> tuple[int, int]:
         """(shared model files, shared root nodes) with what a prompt `wanted` (its own
         Warmth): higher is better, compared in order."""

@@ -81,17 +81,21 @@ class Admission:
         if self._state.pending > 0 or self._submitting or not self._state.lease.held:
             return None
         job = new.pending(0, 0.0)
-        ready = [  # a parked slot holds no job: its lane is free
-            entry
-            for entry in self._state.free.values()
-            if entry.parked and not entry.retiring and entry.lane.can_run(job)
-        ]
-        if not ready:
+        wanted = Warmth.of(new.prompt)
+        best = (True, wanted.best())
+        chosen: LaneSlots | None = None
+        chosen_rank = (False, (-1, -1))
+        for entry in self._state.free.values():  # a parked slot holds no job: its lane is free
+            if not entry.parked or entry.retiring or not entry.lane.can_run(job):
+                continue
+            rank = (not entry.would_queue, entry.warmth.score(wanted))  # at once, then warmest
+            if rank > chosen_rank:
+                chosen, chosen_rank = entry, rank
+                if rank == best:
+                    break  # none can beat it: a fleet of idle backends is not scanned
+        if chosen is None:
             return None
-        # One that starts it at once, then the warmest.
-        wanted = Warmth.of(new.prompt) if len(ready) > 1 else Warmth()
-        entry = max(ready, key=lambda e: (not e.would_queue, e.warmth.score(wanted)))
-        return entry, entry.parked.popleft()
+        return chosen, chosen.parked.popleft()
 
     async def _hand_off(self, new: NewJob, entry: LaneSlots, parked: Parked) -> Job:
         """Queue the job as claimed by `entry`'s lane in one transaction (one commit fewer

@@ -8,7 +8,6 @@ from __future__ import annotations
 import enum
 
 from comfyfleet.domain.jobs import Job
-from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.scheduler.slots import LaneSlots
 from comfyfleet.scheduler.state import SchedulerState
 
@@ -37,26 +36,37 @@ def avoided(state: SchedulerState, entry: LaneSlots, job: Job) -> bool:
 
 
 def eligible(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
-    """Whether this lane should take the job now."""
+    """Whether this lane should take the job now.
+
+    Affinity: the job is left to another lane that is free right now and warmer, but
+    not to one the job avoids (it would leave the job too, and no lane would take it).
+    The free lanes are looked at lazily, and not at all when none can beat this one:
+    a fleet of a thousand idle backends asks this of every job it claims."""
     if not may_take(state, entry, job):
         return Verdict.PASS
     avoid = state.avoid.get(job.prompt_id)
-    # Affinity: leave the job to another lane that is free right now and warmer, but
-    # not to one the job avoids (it would leave the job too, and no lane would take it).
-    rivals = [
-        other
-        for other in state.free.values()
-        if other is not entry and not (avoid and other.lane.name in avoid) and other.free_for(job)
-    ]
-    if not entry.would_queue:  # only lanes that would start it at once compete
-        rivals = [other for other in rivals if not other.would_queue]
-    elif any(not other.would_queue for other in rivals):
+
+    def rival(other: LaneSlots) -> bool:
+        return (
+            other is not entry
+            and state.free.get(other.lane.name) is other
+            and not (avoid and other.lane.name in avoid)
+            and other.free_for(job)
+            and (entry.would_queue or not other.would_queue)  # at once: only such compete
+        )
+
+    if entry.would_queue and any(
+        not other.would_queue and rival(other) for other in state.free.values()
+    ):
         return Verdict.LEAVE  # a lane that starts it at once takes it
-    if not rivals:
+    if not state.free or (len(state.free) == 1 and entry.lane.name in state.free):
         return Verdict.TAKE  # the common case (one lane, or the others busy): no scoring
-    wanted = Warmth.of(job.prompt)
+    wanted = state.warmth_of(job)
     mine = entry.warmth.score(wanted)
-    if any(other.warmth.score(wanted) > mine for other in rivals):
+    if mine == wanted.best():
+        return Verdict.TAKE  # as warm as a lane can be for it
+    # Only a lane that shares something with the job can score above this one.
+    if any(o.warmth.score(wanted) > mine and rival(o) for o in state.warm_for(wanted)):
         return Verdict.LEAVE  # the others are woken once this claim returns
     return Verdict.TAKE
 

@@ -63,9 +63,7 @@ class Dispatcher:
                 await state.lease.wait_held()
         if slot.reserving is not None and not slot.reserving.done():
             await asyncio.wait([slot.reserving])  # a reservation being made lands first
-        await self._reservations.give_back(
-            lambda r: r.owner is entry and not may_take(state, entry, r.job)
-        )
+        await self._reservations.give_back(lambda r: not may_take(state, entry, r.job), of=entry)
         async with entry.waiting():  # holding no job: a retiring lane may cancel it here
             await lane.wait_ready()
         reserved = self._reservations.pick(entry, slot)

@@ -123,7 +123,7 @@ class Recovery:
                 started = await state.store.start_reserved(job, lane.name)
                 if started is not None:
                     keep.add(prompt_id)
-                    state.reserved.pop(prompt_id, None)
+                    state.reserved.pop(prompt_id)
                     state.avoid.pop(prompt_id, None)
                     state.pending -= 1
                     self._runner.follow(lane, started)

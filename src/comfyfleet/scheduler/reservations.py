@@ -13,7 +13,6 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from comfyfleet.domain.jobs import Job
@@ -39,9 +38,10 @@ class Reservations:
 
     def reserved_for(self, lane: str) -> list[str]:
         """Prompt ids set aside for a lane, in queue order."""
-        held = self._state.reserved.values()
-        mine = [r.job for r in held if r.owner.lane.name == lane]
-        return [job.prompt_id for job in sorted(mine, key=Job.dispatch_key)]
+        entry = self._state.lanes.get(lane)
+        return (
+            [] if entry is None else [r.job.prompt_id for r in self._state.reserved.of_lane(entry)]
+        )
 
     def pick(self, entry: LaneSlots, slot: Slot) -> Reservation | None:
         """The reservation a free slot starts next, taken out of the pool: its lane's
@@ -50,12 +50,12 @@ class Reservations:
         state = self._state
         # In queue order, so whether this lane can run one (node code's classes, model
         # files) is asked of the first few only, not of a thousand lanes' reservations.
-        held = sorted(state.reserved.values(), key=lambda r: r.job.dispatch_key())
-        mine = next((r for r in held if r.owner is entry and may_take(state, entry, r.job)), None)
+        own = state.reserved.of_lane(entry)
+        mine = next((r for r in own if may_take(state, entry, r.job)), None)
         others = next(
             (
                 r
-                for r in itertools.takewhile(lambda r: r is not mine, held)
+                for r in itertools.takewhile(lambda r: r is not mine, state.reserved.in_order())
                 if r.owner is not entry and may_take(state, entry, r.job)
             ),
             None,
@@ -70,17 +70,17 @@ class Reservations:
         ):
             chosen = others
         if chosen is not None:
-            del self._state.reserved[chosen.job.prompt_id]
+            state.reserved.pop(chosen.job.prompt_id)
         return chosen
 
     def put_back(self, reservation: Reservation) -> None:
         """A reservation picked but not started: it is still set aside in the store."""
-        self._state.reserved[reservation.job.prompt_id] = reservation
+        self._state.reserved.add(reservation)
 
     def accepted(self, entry: LaneSlots, slot: Slot, handle: LaneRun) -> None:
         """A backend queued the slot's prompt: the slot may set its next job aside."""
         if not handle.released.is_set():
-            entry.accepted.add(slot)
+            self._state.accept(entry, slot)
             self.reserve_ahead()
 
     def reserve_ahead(self) -> None:
@@ -89,32 +89,35 @@ class Reservations:
         state = self._state
         if state.pending - len(state.reserved) <= 0:
             return
-        held = Counter(r.owner.lane.name for r in state.reserved.values())
-        for entry in state.lanes.values():
+        for entry in list(state.accepting):  # the lanes whose backends hold a prompt
+            held = state.reserved.held_by(entry)
             for slot in entry.accepted:
-                self._reserve_soon(entry, slot, held[entry.lane.name])
+                self._reserve_soon(entry, slot, held)
 
     def make_way_for(self, job: Job) -> None:
         """A new job ahead of reserved ones in queue order: those whose lane could run it
         go back to the queue, so it starts first."""
-        key = job.dispatch_key()
         behind = [
-            r
-            for r in self._state.reserved.values()
-            if key < r.job.dispatch_key() and r.owner.lane.can_run(job)
+            r for r in self._state.reserved.behind(job.dispatch_key()) if r.owner.lane.can_run(job)
         ]
         if behind:
             self._state.settle(asyncio.create_task(self._unreserve(self._set_free(behind))))
 
     async def give_back(
-        self, which: Callable[[Reservation], bool], *, settle: bool = False
+        self,
+        which: Callable[[Reservation], bool],
+        *,
+        of: LaneSlots | None = None,
+        settle: bool = False,
     ) -> None:
-        """Reservations `which` accepts go back to the queue; with `settle`, reservations
-        being made are waited for first (and count too)."""
+        """Reservations `which` accepts (of the lane `of`, or of every lane) go back to
+        the queue; with `settle`, reservations being made are waited for first (and
+        count too)."""
         if settle and self._reserving:
             await asyncio.wait(list(self._reserving))
-        held = [r for r in self._state.reserved.values() if which(r)]
-        await self._unreserve(self._set_free(held))
+        reserved = self._state.reserved
+        held = reserved.of_lane(of) if of is not None else list(reserved.in_order())
+        await self._unreserve(self._set_free([r for r in held if which(r)]))
 
     async def unreserve(self, prompt_ids: list[str]) -> None:
         """Give jobs set aside by a gateway that is gone back to the queue."""
@@ -123,7 +126,7 @@ class Reservations:
     def drop(self, prompt_ids: Sequence[str]) -> None:
         """Forget the reservations of jobs being cancelled."""
         for prompt_id in prompt_ids:
-            self._state.reserved.pop(prompt_id, None)
+            self._state.reserved.pop(prompt_id)
 
     def drop_all(self) -> None:
         self._state.reserved.clear()
@@ -156,12 +159,12 @@ class Reservations:
             log.info("could not reserve a job for %s: %s", lane, exc)
             return
         if job is not None:
-            self._state.reserved[job.prompt_id] = Reservation(job, entry, time.monotonic())
+            self._state.reserved.add(Reservation(job, entry, time.monotonic()))
 
     def _set_free(self, reservations: list[Reservation]) -> list[str]:
         """Out of the pool at once (no slot takes them now); `_unreserve` tells the store."""
         reserved = self._state.reserved
-        return [r.job.prompt_id for r in reservations if reserved.pop(r.job.prompt_id, None)]
+        return [r.job.prompt_id for r in reservations if reserved.pop(r.job.prompt_id)]
 
     async def _unreserve(self, ids: list[str]) -> None:
         if ids:

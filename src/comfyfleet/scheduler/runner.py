@@ -13,7 +13,6 @@ from typing import Any
 
 from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.engine.events import EngineEvent, Message
-from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane, LaneRun
 from comfyfleet.logs import tag_job
 from comfyfleet.scheduler.attempts import AttemptState, EventGate, Running
@@ -75,7 +74,7 @@ class Runner:
         slots = state.lanes.get(lane.name)
         if slots is not None:
             state.taken(slots)
-            slots.warmth = Warmth.of(job.prompt)
+            state.warmed(slots, state.warmth_of(job))
             if slot is not None and not lane.in_process:
                 entry.handle.on_accept(lambda: self._accepted(slots, slot, entry.handle))
         state.queue_changed()
@@ -137,7 +136,7 @@ class Runner:
         if slots is not None:
             self._state.released(slots)
             if slot is not None:
-                slots.accepted.discard(slot)
+                self._state.unaccept(slots, slot)
 
     async def _finish(self, entry: Running, resume: bool) -> None:
         state = self._state

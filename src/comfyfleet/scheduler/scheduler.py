@@ -165,9 +165,8 @@ class Scheduler:
         entry = self.state.lanes[name]
         self.state.retire(entry)
         await self._wind_down(entry.tasks, timeout, lambda r: r.lane is entry.lane)
-        await self._reservations.give_back(lambda r: r.owner is entry, settle=True)
-        del self.state.lanes[name]
-        self.state.free.pop(name, None)
+        await self._reservations.give_back(lambda _r: True, of=entry, settle=True)
+        self.state.remove_lane(entry)
         await entry.lane.close()
 
     async def stop(self, grace: float, before_requeue: Callable[[], None] | None = None) -> None:

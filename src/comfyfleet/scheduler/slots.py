@@ -16,7 +16,7 @@ from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
 
 
-@dataclass
+@dataclass(eq=False)  # one per lane, kept in sets by identity
 class LaneSlots:
     lane: Lane
     tasks: list[asyncio.Task[None]] = field(default_factory=list)

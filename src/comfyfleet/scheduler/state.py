@@ -9,13 +9,18 @@ from collections.abc import Callable, Sequence
 
 from comfyfleet.domain.gateways import DEFAULT_LEASE
 from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
+from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
 from comfyfleet.scheduler.holds import Holds
 from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import Observers
-from comfyfleet.scheduler.slots import LaneSlots, Reservation
+from comfyfleet.scheduler.reserved import ReservedJobs
+from comfyfleet.scheduler.slots import LaneSlots, Slot
 from comfyfleet.store.base import JobStore
+
+#: Jobs whose wanted Warmth is kept (about one per pending job a fleet looks at).
+WARMTH_KEPT = 4096
 
 
 class SchedulerState:
@@ -35,8 +40,10 @@ class SchedulerState:
         # not at every lane of a fleet of thousands. Kept by `taken` and `released`.
         self.free: dict[str, LaneSlots] = dict(self.lanes)
         self.running: dict[str, Running] = {}
-        # Jobs set aside for busy remote lanes (still pending in the store), by id.
-        self.reserved: dict[str, Reservation] = {}
+        # Jobs set aside for busy remote lanes (still pending in the store).
+        self.reserved = ReservedJobs()
+        # The lanes with a slot whose backend holds its prompt (see `accept`).
+        self.accepting: set[LaneSlots] = set()
         # Pending jobs in the store, as counted here (recounted now and then).
         self.pending = 0
         self.running_elsewhere = 0  # by other gateways, at the last recount
@@ -50,8 +57,41 @@ class SchedulerState:
         # Writes under way that must land before the store closes (ends being recorded,
         # reservations given back).
         self.settling: set[asyncio.Task[None]] = set()
+        self._warmth: dict[str, Warmth] = {}  # by prompt id, see `warmth_of`
+        # The lanes warm for each model file and root node (see `Warmth.marks`): the only
+        # lanes that can be warmer for a job than a cold one.
+        self._warm_lanes: dict[str, set[LaneSlots]] = {}
         # Told when a job becomes claimable (see `work_arrived`).
         self.on_arrival: Callable[[DispatchKey | None], None] = lambda _key: None
+
+    def warmth_of(self, job: Job) -> Warmth:
+        """What the job wants of a lane (model files, root nodes), worked out once per
+        job: every free slot that looks at the job asks."""
+        wanted = self._warmth.get(job.prompt_id)
+        if wanted is None:
+            wanted = self._warmth[job.prompt_id] = Warmth.of(job.prompt)
+            if len(self._warmth) > WARMTH_KEPT:
+                del self._warmth[next(iter(self._warmth))]  # the oldest asked
+        return wanted
+
+    def warmed(self, entry: LaneSlots, warmth: Warmth) -> None:
+        """The lane ran a job that wanted `warmth` last: it is warm for that now."""
+        for key in entry.warmth.marks():
+            lanes = self._warm_lanes.get(key)
+            if lanes is not None:
+                lanes.discard(entry)
+                if not lanes:
+                    del self._warm_lanes[key]
+        entry.warmth = warmth
+        for key in entry.warmth.marks():
+            self._warm_lanes.setdefault(key, set()).add(entry)
+
+    def warm_for(self, wanted: Warmth) -> set[LaneSlots]:
+        """The lanes that share a model file or root node with `wanted`."""
+        found: set[LaneSlots] = set()
+        for key in wanted.marks():
+            found |= self._warm_lanes.get(key, set())
+        return found
 
     def settle(self, task: asyncio.Task[None]) -> None:
         """Keep `task` until it is done; `stop` waits for it."""
@@ -99,8 +139,28 @@ class SchedulerState:
             while _wake_one(entry):
                 pass
 
+    def accept(self, entry: LaneSlots, slot: Slot) -> None:
+        """The lane's backend holds the slot's prompt: it may set its next job aside."""
+        entry.accepted.add(slot)
+        self.accepting.add(entry)
+
+    def unaccept(self, entry: LaneSlots, slot: Slot) -> None:
+        entry.accepted.discard(slot)
+        if not entry.accepted:
+            self.accepting.discard(entry)
+
     def add_lane(self, entry: LaneSlots) -> None:
         self.lanes[entry.lane.name] = self.free[entry.lane.name] = entry
+
+    def remove_lane(self, entry: LaneSlots) -> None:
+        """Forget a lane that has wound down."""
+        name = entry.lane.name
+        if self.lanes.get(name) is entry:
+            del self.lanes[name]
+        if self.free.get(name) is entry:
+            del self.free[name]
+        self.accepting.discard(entry)
+        self.warmed(entry, Warmth())  # out of the warm-lane index
 
     def retire(self, entry: LaneSlots) -> None:
         entry.retiring = True

@@ -83,7 +83,7 @@ async def test_a_cold_lane_leaves_the_job_to_a_free_warm_one_but_never_waits(
     try:
         state = scheduler.state
         warm, cold = state.lanes["warm"], state.lanes["cold"]
-        warm.warmth = Warmth.of(prompt("x.safetensors", 0))
+        state.warmed(warm, Warmth.of(prompt("x.safetensors", 0)))
         job = _job("x.safetensors")
         assert eligible(state, warm, job) is Verdict.TAKE
         # The warm lane is free: leave it there (and wake it).

@@ -118,7 +118,7 @@ async def test_a_slot_picks_its_reservation_asking_few_lanes_whether_they_can_ru
     entries = list(state.lanes.values())
     for k, entry in enumerate(entries):  # each lane holds one, in queue order
         reserved = NewJob(f"p{k}", k, False, job("PreviewAny").prompt, {}, ["1"]).pending(k, 0.0)
-        state.reserved[reserved.prompt_id] = Reservation(reserved, entry, 0.0)
+        state.reserved.add(Reservation(reserved, entry, 0.0))
     try:
         reservations = Reservations(state, Candidates(state))
         chosen = reservations.pick(entries[-1], Slot(last_run=1e9))  # its own: none waited long
@@ -126,5 +126,74 @@ async def test_a_slot_picks_its_reservation_asking_few_lanes_whether_they_can_ru
         assert asked <= 2  # its own, and the earliest other (500 before)
         stolen = reservations.pick(entries[-2], Slot(last_run=0.0))  # others have waited
         assert stolen is not None and stolen.job.prompt_id == "p0"
+    finally:
+        plain.close()
+
+
+async def test_at_fleet_scale_a_claim_asks_no_idle_lane_when_none_can_be_warmer(
+    tmp_path: Path,
+) -> None:
+    """A thousand idle lanes: whether a lane takes a job that wants no model (nothing to
+    be warmer for) is decided without asking the other lanes whether they could run it."""
+    from comfyfleet.scheduler.choosing import eligible
+
+    plain = Engine(build_registry(), Folders.under(tmp_path / "p"))
+    store = SQLiteStore(tmp_path / "jobs.db")
+    lanes = [LocalLane(plain, 1, name=f"lane{k}") for k in range(1000)]
+    state = SchedulerState(store, Observers(), lanes)
+    asked = 0
+    for lane in lanes:
+        can_run = lane.can_run
+
+        def counted(job: Job, can_run=can_run) -> bool:  # type: ignore[no-untyped-def]
+            nonlocal asked
+            asked += 1
+            return can_run(job)
+
+        lane.can_run = counted  # type: ignore[method-assign]
+    try:
+        entry = state.lanes["lane500"]
+        assert eligible(state, entry, job("PreviewAny")) is Verdict.TAKE
+        assert asked <= 2  # its own lane (and the avoidance check's), not a thousand
+    finally:
+        plain.close()
+
+
+async def test_reservations_are_found_by_lane_and_by_queue_order(tmp_path: Path) -> None:
+    """What a free slot and a new job ask of a thousand reservations costs what they
+    find: a lane's own, and those behind a new job (none, for a job at the queue's end)."""
+    from comfyfleet.scheduler.reservations import Reservations
+    from comfyfleet.scheduler.slots import Reservation
+
+    plain = Engine(build_registry(), Folders.under(tmp_path / "p"))
+    store = SQLiteStore(tmp_path / "jobs.db")
+    lanes = [LocalLane(plain, 1, name=f"lane{k}") for k in range(1000)]
+    state = SchedulerState(store, Observers(), lanes)
+    asked = 0
+    for lane in lanes:
+        can_run = lane.can_run
+
+        def counted(job: Job, can_run=can_run) -> bool:  # type: ignore[no-untyped-def]
+            nonlocal asked
+            asked += 1
+            return can_run(job)
+
+        lane.can_run = counted  # type: ignore[method-assign]
+    entries = list(state.lanes.values())
+    for k, entry in enumerate(entries):
+        held = NewJob(f"p{k}", k, False, job("PreviewAny").prompt, {}, ["1"]).pending(k, 0.0)
+        state.reserved.add(Reservation(held, entry, 0.0))
+    try:
+        reservations = Reservations(state, Candidates(state))
+        assert reservations.reserved_for("lane7") == ["p7"]
+        last = NewJob("late", 5000, False, job("PreviewAny").prompt, {}, ["1"]).pending(5000, 0.0)
+        reservations.make_way_for(last)  # at the end of the queue: nothing is behind it
+        assert asked == 0 and len(state.reserved) == 1000
+        early = NewJob("early", 499.5, False, job("PreviewAny").prompt, {}, ["1"]).pending(1, 0.0)
+        reservations.make_way_for(early)  # ahead of the last 500: they go back
+        assert asked == 500
+        await asyncio.gather(*state.settling, return_exceptions=True)
+        assert len(state.reserved) == 500
+        assert [r.job.prompt_id for r in state.reserved.in_order()][:3] == ["p0", "p1", "p2"]
     finally:
         plain.close()
