@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from comfyfleet.domain.jobs import Job, JobStatus, NewJob
@@ -23,6 +24,26 @@ from comfyfleet.store.sqlite import SQLiteStore
 def job(class_type: str) -> Job:
     prompt = {"1": {"class_type": class_type, "inputs": {}}}
     return NewJob(str(uuid.uuid4()), 0, False, prompt, {}, ["1"]).pending(1, 0.0)
+
+
+class Asked:
+    """How many times lanes were asked whether they can run a job."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def count_can_run(lanes: list[LocalLane]) -> Asked:
+    asked = Asked()
+    for lane in lanes:
+        can_run = lane.can_run
+
+        def counted(job: Job, can_run: Callable[[Job], bool] = can_run) -> bool:
+            asked.count += 1
+            return can_run(job)
+
+        lane.can_run = counted  # type: ignore[method-assign]
+    return asked
 
 
 async def park_every_slot(state: SchedulerState) -> list[Parked]:
@@ -105,16 +126,7 @@ async def test_a_slot_picks_its_reservation_asking_few_lanes_whether_they_can_ru
     store = SQLiteStore(tmp_path / "jobs.db")
     lanes = [LocalLane(plain, 1, name=f"lane{k}") for k in range(500)]
     state = SchedulerState(store, Observers(), lanes)
-    asked = 0
-    for lane in lanes:
-        can_run = lane.can_run
-
-        def counted(job: Job, can_run=can_run) -> bool:  # type: ignore[no-untyped-def]
-            nonlocal asked
-            asked += 1
-            return can_run(job)
-
-        lane.can_run = counted  # type: ignore[method-assign]
+    asked = count_can_run(lanes)
     entries = list(state.lanes.values())
     for k, entry in enumerate(entries):  # each lane holds one, in queue order
         reserved = NewJob(f"p{k}", k, False, job("PreviewAny").prompt, {}, ["1"]).pending(k, 0.0)
@@ -123,7 +135,7 @@ async def test_a_slot_picks_its_reservation_asking_few_lanes_whether_they_can_ru
         reservations = Reservations(state, Candidates(state))
         chosen = reservations.pick(entries[-1], Slot(last_run=1e9))  # its own: none waited long
         assert chosen is not None and chosen.job.prompt_id == "p499"
-        assert asked <= 2  # its own, and the earliest other (500 before)
+        assert asked.count <= 2  # its own, and the earliest other (500 before)
         stolen = reservations.pick(entries[-2], Slot(last_run=0.0))  # others have waited
         assert stolen is not None and stolen.job.prompt_id == "p0"
     finally:
@@ -141,20 +153,11 @@ async def test_at_fleet_scale_a_claim_asks_no_idle_lane_when_none_can_be_warmer(
     store = SQLiteStore(tmp_path / "jobs.db")
     lanes = [LocalLane(plain, 1, name=f"lane{k}") for k in range(1000)]
     state = SchedulerState(store, Observers(), lanes)
-    asked = 0
-    for lane in lanes:
-        can_run = lane.can_run
-
-        def counted(job: Job, can_run=can_run) -> bool:  # type: ignore[no-untyped-def]
-            nonlocal asked
-            asked += 1
-            return can_run(job)
-
-        lane.can_run = counted  # type: ignore[method-assign]
+    asked = count_can_run(lanes)
     try:
         entry = state.lanes["lane500"]
         assert eligible(state, entry, job("PreviewAny")) is Verdict.TAKE
-        assert asked <= 2  # its own lane (and the avoidance check's), not a thousand
+        assert asked.count <= 2  # its own lane (and the avoidance check's), not a thousand
     finally:
         plain.close()
 
@@ -169,16 +172,7 @@ async def test_reservations_are_found_by_lane_and_by_queue_order(tmp_path: Path)
     store = SQLiteStore(tmp_path / "jobs.db")
     lanes = [LocalLane(plain, 1, name=f"lane{k}") for k in range(1000)]
     state = SchedulerState(store, Observers(), lanes)
-    asked = 0
-    for lane in lanes:
-        can_run = lane.can_run
-
-        def counted(job: Job, can_run=can_run) -> bool:  # type: ignore[no-untyped-def]
-            nonlocal asked
-            asked += 1
-            return can_run(job)
-
-        lane.can_run = counted  # type: ignore[method-assign]
+    asked = count_can_run(lanes)
     entries = list(state.lanes.values())
     for k, entry in enumerate(entries):
         held = NewJob(f"p{k}", k, False, job("PreviewAny").prompt, {}, ["1"]).pending(k, 0.0)
@@ -188,10 +182,10 @@ async def test_reservations_are_found_by_lane_and_by_queue_order(tmp_path: Path)
         assert reservations.reserved_for("lane7") == ["p7"]
         last = NewJob("late", 5000, False, job("PreviewAny").prompt, {}, ["1"]).pending(5000, 0.0)
         reservations.make_way_for(last)  # at the end of the queue: nothing is behind it
-        assert asked == 0 and len(state.reserved) == 1000
+        assert asked.count == 0 and len(state.reserved) == 1000
         early = NewJob("early", 499.5, False, job("PreviewAny").prompt, {}, ["1"]).pending(1, 0.0)
         reservations.make_way_for(early)  # ahead of the last 500: they go back
-        assert asked == 500
+        assert asked.count == 500
         await asyncio.gather(*state.settling, return_exceptions=True)
         assert len(state.reserved) == 500
         assert [r.job.prompt_id for r in state.reserved.in_order()][:3] == ["p0", "p1", "p2"]
