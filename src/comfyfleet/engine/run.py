@@ -7,15 +7,15 @@ import contextlib
 import contextvars
 import logging
 import threading
-import traceback
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from comfyfleet.engine.async_calls import AsyncCalls
 from comfyfleet.engine.blocker import Blocker, ExecutionBlocker
-from comfyfleet.engine.cache import CacheEntry, OutputCache
+from comfyfleet.engine.cache import OutputCache
+from comfyfleet.engine.cache_lookup import CacheLookup
 from comfyfleet.engine.calls import (
     NodeReturns,
     blocker_in,
@@ -27,22 +27,20 @@ from comfyfleet.engine.calls import (
 from comfyfleet.engine.context import (
     InterruptProcessingException,
     NodeContext,
-    Preview,
     reset_current_node,
     set_current_node,
 )
 from comfyfleet.engine.dynamic import DynamicPrompt
-from comfyfleet.engine.events import EventSink, Message, PreviewImage, ProgressText
+from comfyfleet.engine.events import EventSink, Message
 from comfyfleet.engine.expansion import PendingExpansion, add_subgraph, use_builder_prefix
+from comfyfleet.engine.failures import FailureReport, Interrupted, NodeFailure
 from comfyfleet.engine.graph import DependencyCycleError, PendingGraph
+from comfyfleet.engine.node_control import NodeControl
 from comfyfleet.engine.nodedef import InputTypes, NodeDef
 from comfyfleet.engine.progress import ProgressTracker
 from comfyfleet.engine.registry import NodeRegistry
-from comfyfleet.engine.signature import changed_token, signatures
-from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol import events
-from comfyfleet.protocol.errors import full_type_name
-from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES, Prompt, is_large, is_link
+from comfyfleet.protocol.prompt import Prompt, is_large, is_link
 
 log = logging.getLogger(__name__)
 
@@ -155,26 +153,6 @@ class RunHandle:
             listener()
 
 
-class NodeFailure(ComfyfleetError):
-    """A node failed; carries the ComfyUI `execution_error` fields."""
-
-    def __init__(self, node_id: str, exc: BaseException, inputs: dict[str, list[Any]]) -> None:
-        super().__init__(str(exc))
-        self.node_id = node_id
-        self.exc = exc
-        self.inputs = inputs
-
-
-class Interrupted(ComfyfleetError):
-    def __init__(self, node_id: str) -> None:
-        super().__init__(node_id)
-        self.node_id = node_id
-
-
-def _all_done(calls: list[asyncio.Future[Any]]) -> bool:
-    return all(call.done() for call in calls)
-
-
 async def _call_async(
     fn: Callable[..., Any], kwargs: dict[str, Any], node_id: str, index: int
 ) -> Any:
@@ -182,14 +160,8 @@ async def _call_async(
     return await fn(**kwargs)
 
 
-def _format_value(value: Any) -> Any:
-    if value is None or isinstance(value, int | float | bool | str):
-        return value
-    return str(value)
-
-
 class PromptRun:
-    """Runs one prompt; implements the RunControl its nodes report through."""
+    """Runs one prompt: its nodes in dependency order, async ones side by side."""
 
     def __init__(
         self,
@@ -201,7 +173,6 @@ class PromptRun:
         handle: RunHandle,
     ) -> None:
         self.registry = registry
-        self.cache = cache
         self.executor = executor
         self.request = request
         self.prompt_id = request.prompt_id
@@ -211,62 +182,23 @@ class PromptRun:
         self.handle = handle
         self._sink = sink
         self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         self.tracker = ProgressTracker(self.prompt_id, self._emit, self.dynprompt)
         self.messages: list[list[Any]] = []
         self.values: dict[str, list[list[Any]]] = {}
         self.ui: dict[str, dict[str, Any]] = {}
         self.executed: list[str] = []
-        self.hits: dict[str, CacheEntry] = {}
-        self.sigs: dict[str, str] = {}
+        extra = request.extra_data
+        self.lookup = CacheLookup(
+            registry, cache, self.dynprompt, extra, self.node_of, self.types_of
+        )
+        self.hits = self.lookup.hits
         self._types: dict[str, InputTypes] = {}
-        self._inflight: dict[str, list[asyncio.Future[Any]]] = {}
-        # Nodes whose async calls have all ended, in the order they ended: waiting on
-        # this (not on every call in flight) keeps each wake-up O(1) in wide prompts.
-        self._ended: deque[str] = deque()
         self._wake = asyncio.Event()
-        self._async_returns: dict[str, list[Any]] = {}
+        self.calls = AsyncCalls(self._wake.set)
+        self.report = FailureReport(self.prompt_id, self.prompt, self.dynprompt)
         self._expanded: dict[str, PendingExpansion] = {}
-        self._tasks: set[asyncio.Future[Any]] = set()
         self._current: str | None = None
-        # A node was told it is interrupted because the run is held back: its stop
-        # sets it back to run again (see RunHandle), rather than ending the run.
-        self._told_held_back = False
-
-    # -- RunControl -------------------------------------------------------
-
-    @property
-    def interrupted(self) -> bool:
-        return self.handle.interrupted
-
-    @property
-    def stopping(self) -> bool:
-        if self.handle.interrupted:
-            return True
-        if self.handle.held_back:
-            self._told_held_back = True
-            return True
-        return False
-
-    def report_progress(
-        self, node_id: str, value: float, total: float, preview: Preview | None
-    ) -> None:
-        self._on_loop(self._progress, node_id, value, total, preview)
-
-    def send_text(self, node_id: str, text: str) -> None:
-        self._on_loop(self._emit, ProgressText(self.prompt_id, node_id, text))
-
-    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
-        if threading.get_ident() == self._loop_thread:
-            fn(*args)
-        else:
-            self._loop.call_soon_threadsafe(fn, *args)
-
-    def _progress(self, node_id: str, value: float, total: float, preview: Preview | None) -> None:
-        self.tracker.update(node_id, value, total)
-        if preview is not None:
-            self._emit(PreviewImage(self.prompt_id, node_id, preview.format, preview.data))
-        self._emit(Message("progress", events.progress(self.prompt_id, node_id, value, total)))
+        self.control = NodeControl(self.prompt_id, handle, self.tracker, self._emit)
 
     # -- events -----------------------------------------------------------
 
@@ -298,15 +230,15 @@ class PromptRun:
 
     def context_for(self, node_id: str, index: int | None) -> NodeContext:
         display = self.dynprompt.get_display_node_id(node_id)
-        return NodeContext(self.prompt_id, node_id, display, index, self)
+        return NodeContext(self.prompt_id, node_id, display, index, self.control)
 
     # -- the run ----------------------------------------------------------
 
     async def run(self) -> ExecutionResult:
         self._record("execution_start", {"prompt_id": self.prompt_id})
-        self.handle.on_interrupt(lambda: self._on_loop(self._cancel_inflight))
-        self.handle.on_pause_change(lambda: self._on_loop(self._wake.set))
-        self.handle.on_stop(lambda: self._on_loop(self._stop_inflight))
+        self.handle.on_interrupt(lambda: self.control.on_loop(self._cancel_inflight))
+        self.handle.on_pause_change(lambda: self.control.on_loop(self._wake.set))
+        self.handle.on_stop(lambda: self.control.on_loop(self._stop_inflight))
         self.handle.quiet = False
         failure: dict[str, Any] | None = None
         status: Status = "success"
@@ -319,11 +251,11 @@ class PromptRun:
             self._record("execution_success", {"prompt_id": self.prompt_id})
         except Interrupted as stop:
             status = "interrupted"
-            failure = self._interrupted_payload(stop.node_id)
+            failure = self.report.interrupted(stop.node_id, self.executed)
             self._record("execution_interrupted", failure)
         except NodeFailure as fail:
             status = "error"
-            failure = self._error_payload(fail)
+            failure = self.report.error(fail, self.executed, self.values)
             log.warning(
                 "prompt %s: node %s (%s) failed: %s",
                 self.prompt_id,
@@ -349,49 +281,8 @@ class PromptRun:
         return result
 
     async def _look_up_cache(self, node_ids: list[str]) -> None:
-        """Sign `node_ids` (the prompt's, then each expansion's) and take their cache hits.
-
-        Signing runs IS_CHANGED (node code) and walks every node: in one worker-thread
-        hop when there is node code to run or many nodes to walk."""
-        if len(node_ids) > LARGE_PROMPT_NODES or self._any_changed(node_ids):
-            await self._in_thread(lambda: self._sign(node_ids))
-        else:
-            self._sign(node_ids)
-        for node_id in node_ids:
-            entry = self.cache.get(self.sigs[node_id])
-            if entry is not None:
-                self.hits[node_id] = entry
-                self.values[node_id] = entry.outputs
-
-    def _any_changed(self, node_ids: list[str]) -> bool:
-        return any(self.node_of(n).is_changed is not None for n in node_ids)
-
-    def _sign(self, node_ids: list[str]) -> None:
-        changed = self._changed_tokens(node_ids)
-        signatures(self.registry, self.nodes, node_ids, changed, self.sigs)
-
-    def _changed_tokens(self, node_ids: list[str]) -> dict[str, str]:
-        """What the `IS_CHANGED` of `node_ids` say (node code: in a worker thread)."""
-        tokens: dict[str, str] = {}
-        for node_id in node_ids:
-            node = self.node_of(node_id)
-            if node.is_changed is None:
-                continue
-            try:
-                values = gather_inputs(
-                    node_id,
-                    self.nodes[node_id].get("inputs", {}),
-                    self.types_of(node_id),
-                    {},
-                    self.dynprompt,
-                    self.request.extra_data,
-                ).values
-                calls = call_arguments(values, node.input_is_list)
-                results = [node.is_changed(**kw) for kw in calls]
-                tokens[node_id] = changed_token(results[0] if len(results) == 1 else results)
-            except Exception:
-                tokens[node_id] = changed_token(float("nan"))
-        return tokens
+        for node_id, entry in (await self.lookup.look_up(node_ids, self._in_thread)).items():
+            self.values[node_id] = entry.outputs
 
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
         context = contextvars.copy_context()
@@ -409,27 +300,27 @@ class PromptRun:
         else:
             lay_out()
         while graph.pending:
-            while self._ended:
-                node_id = self._ended.popleft()
-                if node_id in self._inflight:  # not taken at once by its own step
+            while self.calls.ended:
+                node_id = self.calls.ended.popleft()
+                if node_id in self.calls.inflight:  # not taken at once by its own step
                     try:
-                        self._collect(node_id)
+                        self.calls.collect(node_id)
                     except Interrupted as stop:
                         self._set_back(stop)
                     graph.release(node_id)
             ready = graph.ready()
             if self.handle.interrupted:
-                busy = next(iter(self._inflight), None)
+                busy = next(iter(self.calls.inflight), None)
                 raise Interrupted(busy or (graph.pick(ready) if ready else self._current or ""))
             if ready and self.handle.held_back:
                 # No node starts until resumed (woken then), or `may_proceed` says yes.
-                self.handle.quiet = not self._inflight
+                self.handle.quiet = not self.calls.inflight
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), HELD_BACK_LOOK)
                 continue
             if not ready:
-                if not self._inflight:
+                if not self.calls.inflight:
                     error = DependencyCycleError("Dependency cycle detected")
                     raise NodeFailure(self._blame(graph.cycle()), error, {})
                 self._wake.clear()
@@ -447,9 +338,9 @@ class PromptRun:
     def _set_back(self, stop: Interrupted) -> None:
         """A node stopped: the run ends if interrupted; if only held back, the node is
         left as not run (still ready), to run again from its start once resumed."""
-        if self.handle.interrupted or not self._told_held_back:
+        if self.handle.interrupted or not self.control.told_held_back:
             raise stop
-        self._told_held_back = False
+        self.control.told_held_back = False
 
     def _has_value(self, node_id: str) -> bool:
         return node_id in self.values
@@ -463,28 +354,14 @@ class PromptRun:
                 return display
         return cycle[0]
 
-    def _collect(self, node_id: str) -> None:
-        """Take the results of a node's finished async calls (or raise its failure)."""
-        returns = []
-        for call in self._inflight.pop(node_id):
-            if call.cancelled():
-                raise Interrupted(node_id)
-            exc = call.exception()
-            if isinstance(exc, InterruptProcessingException | asyncio.CancelledError):
-                raise Interrupted(node_id)
-            if exc is not None:
-                raise NodeFailure(node_id, exc, {})
-            returns.append(call.result())
-        self._async_returns[node_id] = returns
-
     async def _step(self, node_id: str, graph: PendingGraph) -> bool:
         """Advance one node; True when it is done, False while it waits."""
         node = self.node_of(node_id)
         if node_id in self._expanded:
             self._finish_expanded(node_id, node)
             return True
-        if node_id in self._async_returns:
-            return await self._finish(node_id, node, self._async_returns.pop(node_id), {}, graph)
+        if node_id in self.calls.returns:
+            return await self._finish(node_id, node, self.calls.returns.pop(node_id), {}, graph)
         if node_id in self.hits:
             self._replay_cached(node_id)
             return True
@@ -513,11 +390,11 @@ class PromptRun:
                 self._start_async(node_id, node, calls)
                 # Let the calls take their first step now, as ComfyUI does; quick ones finish.
                 await asyncio.sleep(0)
-                if not _all_done(self._inflight[node_id]):
+                if not self.calls.all_done(node_id):
                     graph.hold(node_id)
                     return False
-                self._collect(node_id)
-                returns = self._async_returns.pop(node_id)
+                self.calls.collect(node_id)
+                returns = self.calls.returns.pop(node_id)
             else:
                 returns = await self._in_thread(lambda: self._call_sync(node_id, node, calls))
         except (Interrupted, NodeFailure):
@@ -549,39 +426,15 @@ class PromptRun:
 
     def _start_async(self, node_id: str, node: NodeDef, calls: list[dict[str, Any]]) -> None:
         fn = getattr(node.cls(), node.function_name)
-        tasks: list[asyncio.Future[Any]] = []
+        started: list[asyncio.Future[Any]] = []
         for index, kwargs in enumerate(calls):
             blocked = blocker_in(kwargs, node.input_is_list)
             if blocked is not None:
-                done: asyncio.Future[Any] = self._loop.create_future()
-                done.set_result(self._blocked(node_id, node, blocked))
-                tasks.append(done)
-                continue
-            context = contextvars.copy_context()
-            context.run(set_current_node, self.context_for(node_id, index))
-            task = asyncio.create_task(_call_async(fn, kwargs, node_id, index), context=context)
-            self._tasks.add(task)
-            tasks.append(task)
-        self._inflight[node_id] = tasks
-        self._when_all_end(node_id, tasks)
-
-    def _when_all_end(self, node_id: str, calls: list[asyncio.Future[Any]]) -> None:
-        """Queue `node_id` in `_ended` (and wake the drive) once all its calls have ended."""
-        left = [call for call in calls if not call.done()]
-        if not left:
-            self._ended.append(node_id)
-            self._wake.set()
-            return
-        count = [len(left)]
-
-        def one_ended(_call: asyncio.Future[Any]) -> None:
-            count[0] -= 1
-            if count[0] == 0:
-                self._ended.append(node_id)
-                self._wake.set()
-
-        for call in left:
-            call.add_done_callback(one_ended)
+                started.append(self.calls.resolved(self._blocked(node_id, node, blocked)))
+            else:
+                call = _call_async(fn, kwargs, node_id, index)
+                started.append(self.calls.spawn(call, self.context_for(node_id, index)))
+        self.calls.track(node_id, started)
 
     async def _lazy_wanted(
         self, node_id: str, node: NodeDef, values: dict[str, list[Any]], missing: set[str]
@@ -601,18 +454,8 @@ class PromptRun:
         """A blocker with a message reports it once, as ComfyUI does, then goes silent."""
         if blocker.message is None:
             return blocker
-        payload = {
-            "prompt_id": self.prompt_id,
-            "node_id": node_id,
-            "node_type": node.name,
-            "executed": list(self.executed),
-            "exception_message": f"Execution Blocked: {blocker.message}",
-            "exception_type": "ExecutionBlocked",
-            "traceback": [],
-            "current_inputs": [],
-            "current_outputs": [],
-        }
-        self._on_loop(self._emit, Message("execution_error", payload))
+        payload = self.report.blocked(node_id, node.name, blocker.message, self.executed)
+        self.control.on_loop(self._emit, Message("execution_error", payload))
         return ExecutionBlocker(None)
 
     async def _finish(
@@ -676,7 +519,7 @@ class PromptRun:
         self.values[node_id] = outputs
         self.tracker.finish(node_id)
         self.executed.append(node_id)
-        self.cache.put(self.sigs[node_id], CacheEntry(outputs, ui or None))
+        self.lookup.put(node_id, outputs, ui or None)
 
     def _replay_cached(self, node_id: str) -> None:
         ui = self.hits[node_id].ui
@@ -704,43 +547,14 @@ class PromptRun:
     # -- endings ----------------------------------------------------------
 
     def _stop_inflight(self) -> None:
-        if self._tasks and self.handle.held_back:
-            self._told_held_back = True
+        if self.calls.started_any and self.handle.held_back:
+            self.control.told_held_back = True
             self._cancel_inflight()
 
     def _cancel_inflight(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        self.calls.cancel()
         self._wake.set()  # a paused run, waiting for nothing in flight, ends too
 
     async def _cancel_inflight_and_wait(self) -> None:
-        self._cancel_inflight()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._inflight.clear()
-
-    def _error_payload(self, fail: NodeFailure) -> dict[str, Any]:
-        """ComfyUI's `execution_error`, on the submitted node the failing one descends from."""
-        exc = fail.exc
-        payload = {
-            **self._interrupted_payload(fail.node_id),
-            "exception_message": f"{exc}\n",
-            "exception_type": full_type_name(type(exc)),
-            "traceback": traceback.format_tb(exc.__traceback__),
-            "current_inputs": {k: [_format_value(v) for v in vs] for k, vs in fail.inputs.items()},
-            "current_outputs": list(self.values),
-        }
-        if isinstance(exc, DependencyCycleError):  # ComfyUI's own name and shape for it
-            payload.update(exception_type="graph.DependencyCycleError", traceback=[])
-            payload.update(exception_message=str(exc), current_inputs=[])
-        return payload
-
-    def _interrupted_payload(self, node_id: str) -> dict[str, Any]:
-        real = self.dynprompt.get_real_node_id(node_id)
-        node_type = self.prompt[real]["class_type"] if real in self.prompt else None
-        return {
-            "prompt_id": self.prompt_id,
-            "node_id": real,
-            "node_type": node_type,
-            "executed": list(self.executed),
-        }
+        self._wake.set()
+        await self.calls.cancel_and_wait()

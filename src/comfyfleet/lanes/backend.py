@@ -231,6 +231,19 @@ class BackendClient:
         except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
             raise BackendError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
 
+    async def model_files(self) -> dict[str, list[str]]:
+        """The files of each model folder the backend lists (`GET /models/{folder}`)."""
+        models: dict[str, list[str]] = {}
+        folders = await self.request("GET", "/models", timeout=30.0)
+        for folder in folders if isinstance(folders, list) else []:
+            try:
+                files = await self.request("GET", f"/models/{folder}", timeout=30.0)
+            except BackendError:
+                continue  # a folder it lists but cannot read: no files known there
+            if isinstance(files, list):
+                models[str(folder)] = [str(f) for f in files]
+        return models
+
     async def history(self, prompt_id: str) -> dict[str, Any] | None:
         found = await self.request("GET", f"/history/{prompt_id}")
         return found.get(prompt_id) if isinstance(found, dict) else None

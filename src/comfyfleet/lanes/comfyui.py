@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 
-from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult, JobStatus
+from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
-from comfyfleet.engine.events import EngineEvent, EventSink, Message
+from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.services import Services
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders
@@ -24,7 +21,6 @@ from comfyfleet.lanes.backend import (
     MAX_FILE_BYTES,
     BackendClient,
     BackendError,
-    BackendLost,
     BackendSpec,
     FileAnswer,
     PromptWatch,
@@ -35,35 +31,23 @@ from comfyfleet.lanes.capabilities import Capabilities, Key, KnownCapabilities
 from comfyfleet.lanes.endings import (
     foreign_file_answer,
     refused_result,
-    succeeded,
-    unsafe_output_result,
     withdrawn_result,
 )
+from comfyfleet.lanes.following import BackendState, PromptFollower
 from comfyfleet.lanes.outputs import (
     OutputCopier,
     OutputReferencer,
-    UnsafeOutput,
-    output_files,
 )
+from comfyfleet.lanes.settings import LaneSettings
+from comfyfleet.lanes.submits import Submits
 from comfyfleet.lanes.uploads import FetchInputs, ForeignFile, InputPusher
 from comfyfleet.nodes.core.saving import SHARED_COUNTERS
-from comfyfleet.protocol import events
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
 
 
-class BackendHung(BackendError):
-    """No frame for a running prompt within the hang timeout."""
-
-
 #: The companion pack's routes (comfyfleet.comfyui_pack; comfyfleet serves them too).
-#: Seconds without a frame from a running prompt before the backend's history is asked
-#: whether it ended (and again as often while it stays quiet).
-QUIET_ASK = 5.0
-#: Beyond a comfyfleet backend's hold, before its prompt is taken for lost (s): the two
-#: clocks need not tick alike.
-HOLD_MARGIN = 1.0
 PACK_ROUTE = "/comfyfleet/pack"
 VALIDATE_ROUTE = "/comfyfleet/validate"
 #: extra_data keys a backend is not sent: this gateway routes events and sends webhooks.
@@ -80,60 +64,6 @@ class PromptRefused(ComfyfleetError):
     @property
     def duplicate(self) -> bool:
         return bool(self.answer["error"].get("type") == "duplicate_prompt_id")
-
-
-class Submits:
-    """Prompts being submitted to the backends of one fleet. A finished prompt's history
-    read lets those already under way go first: a submit is what keeps a backend busy,
-    and when many backends finish at once their hand-overs all compete for the CPU.
-
-    Submits are numbered as they start; a wait ends when the oldest still under way is
-    newer than the newest at its start (one future per wait, whatever the number of
-    submits: a thousand backends finishing together each wait once)."""
-
-    def __init__(self) -> None:
-        self._numbers = itertools.count()
-        self._under_way: dict[int, None] = {}  # in the order they started
-        self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
-
-    @contextlib.contextmanager
-    def sending(self) -> Iterator[None]:
-        number = next(self._numbers)
-        self._under_way[number] = None
-        try:
-            yield
-        finally:
-            del self._under_way[number]
-            self._release()
-
-    def _release(self) -> None:
-        oldest = next(iter(self._under_way), None)
-        while self._waiting and (oldest is None or self._waiting[0][0] < oldest):
-            _, waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def let_pass(self, timeout: float = 1.0) -> None:
-        """Wait for the submits under way now (never for a stream of later ones)."""
-        if not self._under_way:
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting.append((next(reversed(self._under_way)), waiter))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter, timeout)
-
-
-@dataclass(frozen=True)
-class LaneSettings:
-    hang_timeout: float = 300.0  # seconds without a frame while a prompt runs there
-    copy_outputs: bool = True
-    probe_interval: float = 5.0  # health check of a connected backend
-    suspect_for: float = 60.0  # after a hang, no new work for this long
-    refresh_interval: float = 60.0  # re-read object_info (new nodes, new model files)
-    max_backoff: float = 30.0  # longest wait between reconnect attempts
-    # A comfyfleet backend runs this gateway's prompts only while told, this long each
-    # time (renewed every probe): a backend lost longer than this has dropped them.
-    hold: float = 30.0
 
 
 class ComfyUILane:
@@ -165,10 +95,8 @@ class ComfyUILane:
         # The process's services (engine/services.py): the store's file counters, with
         # gateways sharing a store, name the copies of its outputs.
         self.services = Services()
-        self._suspect_until = 0.0  # a hung prompt there: no new work until then
         self.validates = False  # it has the companion pack: `validate` asks it
-        self.holds = False  # a comfyfleet: it runs this gateway's prompts only while told
-        self._refused = False  # the last connection attempt was refused: no process there
+        self.state = BackendState()  # holds, refused, suspect: what following depends on
         self.draining = False
         # Its process is (re)starting, warming up or about to be recycled (a managed
         # backend): no new work, whatever an admin's drain or resume says.
@@ -183,6 +111,7 @@ class ComfyUILane:
         self.ready = asyncio.Event()
         self._adopt: Adopt = adopt_none
         self.submits = submits or Submits()  # shared by the lanes of one fleet
+        self.follower = PromptFollower(client, settings, self.state, self.submits, self._outputs)
         # Called when capabilities change, so the fleet can rebuild its node union.
         self.on_change: Callable[[], Awaitable[None]] = _nothing
         # Called as the backend accepts each prompt (a managed backend counts them).
@@ -190,7 +119,7 @@ class ComfyUILane:
 
     @property
     def suspect(self) -> bool:
-        return time.monotonic() < self._suspect_until
+        return time.monotonic() < self.state.suspect_until
 
     def can_run(self, job: Job) -> bool:
         # Runs in the store's writer thread: reads a few fields, changes nothing.
@@ -253,9 +182,9 @@ class ComfyUILane:
             if ended is not None:
                 return ended
             handle.accept()
-            handle.on_interrupt(lambda: self._interrupt_soon(watch))
-            handle.offer_back(lambda: self._withdraw(watch), lambda: not watch.started)
-            return await self._follow(job, watch, sink, handle)
+            handle.on_interrupt(lambda: self.follower.interrupt_soon(watch))
+            handle.offer_back(lambda: self.follower.withdraw(watch), lambda: not watch.started)
+            return await self.follower.follow(job, watch, sink, handle)
         except Withdrawn:
             handle.withdrawn = True
             return withdrawn_result(job)
@@ -269,7 +198,7 @@ class ComfyUILane:
         it, else how the run ended without that (refused, or known there already)."""
         if job.attempt > 1:
             # An earlier attempt may have reached it (and ended there) unbeknown.
-            known = await self._rejoin(job, watch, sink, handle, successes_only=True)
+            known = await self.follower.rejoin(job, watch, sink, handle, successes_only=True)
             if known is not None:
                 return known
         try:
@@ -282,7 +211,7 @@ class ComfyUILane:
             if not refused.duplicate:
                 return refused_result(job, refused.answer)
             # A backend that keeps ids (another comfyfleet) has it from before.
-            known = await self._rejoin(job, watch, sink, handle, successes_only=True)
+            known = await self.follower.rejoin(job, watch, sink, handle, successes_only=True)
             if known is None:
                 raise BackendError(
                     f"{self.client.spec.name} holds {job.prompt_id} but cannot run it again"
@@ -295,41 +224,12 @@ class ComfyUILane:
         await asyncio.wait_for(self.client.connected.wait(), timeout=30.0)
         watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
-            return await self._rejoin(job, watch, sink, handle)
+            return await self.follower.rejoin(job, watch, sink, handle)
         except Withdrawn:
             handle.withdrawn = True
             return withdrawn_result(job)
         finally:
             self.client.unwatch(job.prompt_id)
-
-    async def _rejoin(
-        self,
-        job: Job,
-        watch: PromptWatch,
-        sink: EventSink,
-        handle: LaneRun,
-        *,
-        successes_only: bool = False,
-    ) -> JobResult | None:
-        """The result of a prompt the backend already knows: collected from its history
-        (its files and `executed` frames re-sent: the client missed them), or followed
-        if it is queued or running there; None if it has never heard of it (or, with
-        `successes_only`, holds no success for it)."""
-        entry = await self.client.history(job.prompt_id)
-        if entry is None:
-            running, pending = await self.client.queue_ids()
-            if job.prompt_id in running | pending:
-                watch.started = job.prompt_id in running
-                handle.accept()
-                handle.on_interrupt(lambda: self._interrupt_soon(watch))
-                return await self._follow(job, watch, sink, handle)
-            entry = await self.client.history(job.prompt_id)  # it may have just ended
-        if entry is None or (successes_only and not succeeded(entry)):
-            return None
-        result = await self._result(job, entry, self._outputs(job))
-        for node_id, output in result.outputs.items():
-            sink(Message("executed", events.executed(job.prompt_id, node_id, output)))
-        return result
 
     async def start(self, adopt: Adopt = adopt_none) -> None:
         self._adopt = adopt
@@ -379,11 +279,11 @@ class ComfyUILane:
             self._retry.clear()  # a `retry_now` from here on cuts the wait below short
             try:
                 await self._connect_and_refresh()
-                self._refused = False
+                self.state.refused = False
                 backoff = 0.5
                 await self._watch_health()
             except BackendError as exc:
-                self._refused = _refused(exc)
+                self.state.refused = _refused(exc)
                 # A held backend's process is starting or stopping: that is expected.
                 level = logging.DEBUG if self.held else logging.INFO
                 log.log(level, "backend %s unavailable: %s", self.client.spec.name, exc)
@@ -414,7 +314,7 @@ class ComfyUILane:
             keep = await self._adopt(sorted(running | pending))
         except Exception as exc:  # the store refused (a full disk, say): try again later
             raise BackendError(f"could not sort out what it holds: {exc}") from exc
-        if self.holds and keep:
+        if self.state.holds and keep:
             await self._keep(sorted(keep))  # before the rest goes: it may run them again
         stale = sorted((running | pending) - keep)
         for prompt_id in stale:
@@ -470,17 +370,11 @@ class ComfyUILane:
         self.validates = isinstance(pack, dict) and pack.get("pack") == "comfyfleet"
         # A comfyfleet server with a durable queue of its own: it holds what this gateway
         # sent across its restarts until told which of it is still wanted.
-        self.holds = self.validates and isinstance(pack, dict) and pack.get(HOLDS_FEATURE) is True
+        self.state.holds = (
+            self.validates and isinstance(pack, dict) and pack.get(HOLDS_FEATURE) is True
+        )
         object_info = await self.client.json_bytes("/object_info", timeout=60.0)
-        models: dict[str, list[str]] = {}
-        folders = await self.client.request("GET", "/models", timeout=30.0)
-        for folder in folders if isinstance(folders, list) else []:
-            try:
-                files = await self.client.request("GET", f"/models/{folder}", timeout=30.0)
-            except BackendError:
-                continue  # a folder it lists but cannot read: no files known there
-            if isinstance(files, list):
-                models[str(folder)] = [str(f) for f in files]
+        models = await self.client.model_files()
         key = KnownCapabilities.key(object_info, models)
         if key == self._capabilities_key:
             return False
@@ -498,7 +392,7 @@ class ComfyUILane:
             # The next probe, or at once when the connection drops (reconnecting now). A
             # comfyfleet backend hears from it three times per hold.
             every = self.settings.probe_interval
-            if self.holds:
+            if self.state.holds:
                 every = min(every, self.settings.hold / 3)
             await _first_set((self._retry, self.client.disconnected), every)
             if self._retry.is_set():  # a new process answers: this connection was the old one's
@@ -507,7 +401,7 @@ class ComfyUILane:
             if not self.client.connected.is_set():
                 break
             await self.client.request("GET", "/prompt", timeout=10.0)
-            if self.holds:
+            if self.state.holds:
                 watched = self.client.watched().items()
                 await self._keep(sorted(p for p, watch in watched if not watch.abandoned))
             if time.monotonic() - refreshed > self.settings.refresh_interval:
@@ -534,28 +428,10 @@ class ComfyUILane:
             if isinstance(prompt_id, str) and prompt_id in watched:
                 watched[prompt_id].kept_at = now
 
-    async def _still_there(self, watch: PromptWatch) -> bool:
-        """Whether the backend, reached again, holds the prompt (queued, running or
-        ended); True while it cannot say: it is asked again at the next tick."""
-        try:
-            return not await self._gone(watch.prompt_id)
-        except BackendError:
-            return True
-
-    def _given_up(self, watch: PromptWatch, now: float) -> bool:
-        """Whether a prompt of a backend this gateway cannot reach is lost: at once for a
-        ComfyUI (it forgets its queue when it dies) and for a process that is gone (its
-        port refuses: started again, a comfyfleet holds the prompt until told); else
-        once the backend's hold on it has surely run out (a paused or cut-off comfyfleet
-        has stopped it by then), not before, so it never runs in two places."""
-        if not self.holds or self._refused:
-            return True
-        return now > watch.kept_at + self.settings.hold + HOLD_MARGIN
-
     async def _submit(self, job: Job) -> None:
         # The backend sends no webhook of its own: this gateway delivers the job's end.
         extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
-        if self.holds:
+        if self.state.holds:
             extra[HOLD_KEY] = self.settings.hold
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
@@ -567,125 +443,6 @@ class ComfyUILane:
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
         self.on_sent()
-
-    def _interrupt_soon(self, watch: PromptWatch) -> None:
-        """Out of the backend's queue if it has not started there, else interrupted."""
-
-        async def interrupt() -> None:
-            if not await self._withdraw(watch):
-                with contextlib.suppress(BackendError):
-                    await self.client.interrupt(watch.prompt_id)
-
-        asyncio.get_running_loop().create_task(interrupt())
-
-    async def _withdraw(self, watch: PromptWatch) -> bool:
-        """Take a prompt that has not started out of the backend's queue: its run ends
-        here, as no frame of it will come. False if it runs (or ran) there."""
-        if watch.started:
-            return False
-        try:
-            await self.client.delete_pending(watch.prompt_id)
-            if watch.started or not await self._gone(watch.prompt_id):
-                return False  # it started meanwhile: it runs there
-        except BackendError:
-            return False
-        watch.queue.put_nowait(Withdrawn(watch.prompt_id))
-        return True
-
-    async def _gone(self, prompt_id: str) -> bool:
-        """Neither queued, running nor finished on the backend."""
-        running, pending = await self.client.queue_ids()
-        if prompt_id in running | pending:
-            return False
-        return await self.client.history(prompt_id) is None
-
-    async def _follow(
-        self, job: Job, watch: PromptWatch, sink: EventSink, handle: LaneRun
-    ) -> JobResult:
-        """Relay the prompt's frames until its done signal, then read its history.
-
-        The backend's end event comes just before its done signal (which waits for its
-        history write): the watch releases the slot there, so the next prompt is on its
-        way while this one's outputs are copied and its history written and read."""
-        copier = self._outputs(job)
-        copied: dict[str, Any] = {}  # node -> its output, as relayed
-        watch.start_ticks(1.0)
-        while True:
-            event = await self._next(job, watch)
-            if isinstance(event, Message):
-                if event.type == "executing" and event.data.get("node") is None:
-                    break
-                if event.type == "executed":
-                    node = event.data.get("node")
-                    try:
-                        output = await copier.localize(event.data.get("output"))
-                    except UnsafeOutput as exc:
-                        self._interrupt_soon(watch)  # the prompt has failed: stop it there
-                        name = self.client.spec.name
-                        return unsafe_output_result(job, node, name, exc, copied)
-                    copied[str(node)] = output
-                    event = Message("executed", {**event.data, "output": output})
-            sink(event)
-        entry = await self._history_after_done(job.prompt_id)
-        return await self._result(job, entry, copier)
-
-    async def _next(self, job: Job, watch: PromptWatch) -> EngineEvent:
-        asked = time.monotonic()
-        while True:
-            event = await watch.queue.get()
-            if event is None:  # the watch's tick: check the clock and the connection
-                now = time.monotonic()
-                idle = now - watch.last_frame
-                if watch.started and idle > self.settings.hang_timeout and not watch.abandoned:
-                    # Hung: it answers (a keep since its last frame), yet sends nothing
-                    # for the prompt. A comfyfleet that answers nothing either is paused
-                    # or cut off: its hold stops the prompt there, and it may go on in
-                    # time; given up only once that hold has surely run out.
-                    answering = not self.holds or watch.kept_at > watch.last_frame
-                    if answering or self._given_up(watch, now):
-                        self._suspect_until = time.monotonic() + self.settings.suspect_for
-                        self._interrupt_soon(watch)
-                        watch.abandoned = True  # kept no more: a comfyfleet stops it in time
-                if watch.abandoned and self._given_up(watch, now):
-                    raise BackendHung(f"no frame from {self.client.spec.name} for {idle:.0f} s")
-                if not self.client.connected.is_set():
-                    if self._given_up(watch, now):
-                        raise BackendLost(f"backend {self.client.spec.name} went away")
-                    continue
-                if watch.lost and await self._still_there(watch):
-                    watch.lost = False
-                elif watch.lost:
-                    raise BackendLost(f"backend {self.client.spec.name} came back without it")
-                if idle >= QUIET_ASK and now - asked >= QUIET_ASK and not watch.abandoned:
-                    asked = now
-                    if await self._ended_quietly(job):
-                        # Its frames go elsewhere (submitted by a gateway that died, then
-                        # adopted here), or its done signal was lost: it ended there.
-                        return Message("executing", events.executing(job.prompt_id, None))
-                continue
-            if isinstance(event, BackendLost) and not self._given_up(watch, time.monotonic()):
-                watch.lost = True  # it may still run it there: the ticks look again
-                continue
-            if isinstance(event, BackendError):  # lost, or withdrawn from its queue
-                raise event
-            if watch.abandoned:
-                continue  # given up on there (hung): it runs again elsewhere, whatever comes
-            return event
-
-    async def _ended_quietly(self, job: Job) -> bool:
-        try:
-            return await self.client.history(job.prompt_id) is not None
-        except BackendError:
-            return False  # asked again later; a lost backend is noticed on its own
-
-    async def _history_after_done(self, prompt_id: str) -> dict[str, Any]:
-        await self.submits.let_pass()
-        for delay in (0.0, 0.05, 0.2, 0.5, 1.0):
-            await asyncio.sleep(delay)
-            entry = await self.client.history(prompt_id)
-            if entry is not None:
-                return entry
-        raise BackendError(f"backend {self.client.spec.name} has no history for {prompt_id}")
 
     def _folders(self, job: Job) -> Folders:
         return self.folders if self.tenants is None else self.tenants.of(job.tenant)
@@ -699,32 +456,6 @@ class ComfyUILane:
     async def _fetch(self, filename: str, subfolder: str, kind: str) -> bytes:
         params = {"filename": filename, "subfolder": subfolder, "type": kind}
         return await self.client.read_bytes("/view", params)
-
-    async def _result(
-        self,
-        job: Job,
-        entry: dict[str, Any],
-        copier: OutputCopier | OutputReferencer,
-    ) -> JobResult:
-        status = entry.get("status") or {}
-        messages = status.get("messages") or []
-        outputs: dict[str, Any] = {}
-        for node, ui in (entry.get("outputs") or {}).items():
-            try:
-                outputs[node] = await copier.localize(ui)
-            except UnsafeOutput as exc:
-                return unsafe_output_result(job, node, self.client.spec.name, exc, outputs)
-        last_event, last_data = messages[-1] if messages else ("", {})
-        error: dict[str, Any] | None = last_data if isinstance(last_data, dict) else None
-        if status.get("completed") or status.get("status_str") == "success":
-            state, error = JobStatus.SUCCESS, None
-        elif last_event == "execution_interrupted":
-            state = JobStatus.INTERRUPTED
-        else:
-            state = JobStatus.ERROR
-        return JobResult(
-            state, outputs, entry.get("meta") or {}, messages, error, output_files(outputs)
-        )
 
 
 async def _nothing() -> None:

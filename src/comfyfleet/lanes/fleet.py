@@ -19,9 +19,11 @@ from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec, FileAnswer
 from comfyfleet.lanes.base import Lane
 from comfyfleet.lanes.capabilities import KnownCapabilities
-from comfyfleet.lanes.comfyui import ComfyUILane, LaneSettings, Submits
+from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.lanes.remote_nodes import union_registry
+from comfyfleet.lanes.settings import LaneSettings
+from comfyfleet.lanes.submits import Submits
 from comfyfleet.lanes.uploads import FetchInputs
 from comfyfleet.tenants import TenantFolders
 

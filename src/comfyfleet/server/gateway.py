@@ -16,9 +16,9 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders, using_folders
-from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
 from comfyfleet.lanes.local import remove_files
+from comfyfleet.lanes.settings import LaneSettings
 from comfyfleet.lanes.uploads import UploadInputs
 from comfyfleet.managed.manager import ManagedBackends
 from comfyfleet.nodes import build_registry

@@ -13,8 +13,8 @@ from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import BackendSpec
 from comfyfleet.lanes.capabilities import KnownCapabilities
-from comfyfleet.lanes.comfyui import LaneSettings
 from comfyfleet.lanes.fleet import Fleet
+from comfyfleet.lanes.settings import LaneSettings
 from comfyfleet.nodes import build_registry
 from comfyfleet.tenants import TenantFolders
 from tests.unit.lanes.test_capabilities import INFO, prompt

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from comfyfleet.lanes.comfyui import Submits
+from comfyfleet.lanes.submits import Submits
 
 
 async def test_a_read_waits_for_the_submits_under_way_only() -> None:
