@@ -139,8 +139,8 @@ async def main() -> None:
     for op in OPS:
         # Baseline: one transaction per operation, same number of callers.
         for callers in (1, 64):
-            grouped, single = runs[True, callers][op], runs[False, callers][op]
-            figure(f"{op}_{callers}_callers", grouped, "ops/s", single)
+            with_groups, single = runs[True, callers][op], runs[False, callers][op]
+            figure(f"{op}_{callers}_callers", with_groups, "ops/s", single)
 
 
 async def against_sqlite(url: str, jobs: int, synchronous: str) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("comfyfleet")
 
 
-def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+def add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the ComfyUI-compatible server",
