@@ -9,20 +9,18 @@ the event loop never waits on SQLite itself.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import math
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
@@ -35,18 +33,11 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
-from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
-    DeliveryAttempt,
-    DeliveryState,
-    WebhookDelivery,
     WebhookEvent,
-    WebhookTarget,
 )
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import event_wakeups
 from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
 from comfyfleet.store import sqlite_file_counters as file_counters
@@ -57,7 +48,6 @@ from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
-    GatewayIdInUse,
     PendingLimitReached,
     StoreError,
     WorkWake,
@@ -67,6 +57,11 @@ from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.pending_json import PendingJson
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
+from comfyfleet.store.sqlite_parts.backends import SQLiteBackends
+from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
+from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
+from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
+from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
 
 T = TypeVar("T")
 
@@ -276,7 +271,9 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads
 
 
-class SQLiteStore:
+class SQLiteStore(
+    SQLiteBackends, SQLiteJournal, SQLiteWebhookOutbox, SQLiteEventLog, SQLiteGateways
+):
     """A `JobStore` in one SQLite file.
 
     `synchronous` is SQLite's durability setting: FULL (the default) survives
@@ -376,19 +373,6 @@ class SQLiteStore:
         )
         conn.execute("PRAGMA query_only = ON")
         return conn
-
-    def _open_writer(self) -> GroupWriter:
-        if self._writer is None:
-            raise StoreError("the store is not open")
-        return self._writer
-
-    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._open_writer().submit(op)
-
-    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        if self._readers is None:
-            raise StoreError("the store is not open")
-        return await self._readers.run(op)
 
     # -- queue --------------------------------------------------------------------
 
@@ -507,191 +491,6 @@ class SQLiteStore:
         """The reasons of many jobs in one read (e.g. every re-queued job at start)."""
         return await self._read(functools.partial(_attempt_notes_of, ids=list(prompt_ids)))
 
-    # -- fleet ------------------------------------------------------------------------
-
-    async def backends(self) -> list[dict[str, Any]]:
-        """Backends added at run time, in the order they were added."""
-        return await self._read(_backends)
-
-    async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
-        op = functools.partial(_save_backend, name=name, spec=spec, now=self._clock())
-        await self._write(op)
-
-    async def delete_backend(self, name: str) -> bool:
-        return await self._write(functools.partial(_delete_backend, name=name))
-
-    # -- remote-job journal -------------------------------------------------------------
-
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
-        """Record a paid job as `submitting`, before its job-creating request."""
-        op = functools.partial(
-            journal.record,
-            job=job,
-            resume=journal.encode(job.resume),
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
-
-    async def remote_job_submitted(
-        self, job_id: str, remote_id: str, resume: dict[str, Any]
-    ) -> bool:
-        """The provider's id for a live job; False if it is unknown, final or not ours."""
-        op = functools.partial(
-            journal.submitted,
-            job_id=job_id,
-            remote_id=remote_id,
-            resume=journal.encode(resume),
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
-
-    async def finish_remote_job(
-        self,
-        job_id: str,
-        state: RemoteJobState,
-        *,
-        result: bytes | None = None,
-        result_type: str | None = None,
-        error: dict[str, Any] | None = None,
-        attempts: int | None = None,
-    ) -> bool:
-        """How a live job ended; False if it is unknown, already final or not ours."""
-        op = functools.partial(
-            journal.finish,
-            job_id=job_id,
-            state=state,
-            result=result,
-            result_type=result_type,
-            error=journal.encode_finish(state, result, error),
-            attempts=attempts,
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
-
-    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
-        if slots:
-            await self._write(functools.partial(journal.assign_slots, slots=list(slots)))
-
-    async def remote_job(self, job_id: str) -> RemoteJob | None:
-        return await self._read(functools.partial(journal.one, job_id=job_id))
-
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._read(functools.partial(journal.reusable, request_hash=request_hash))
-
-    async def live_remote_jobs(self) -> list[RemoteJob]:
-        return await self._read(
-            functools.partial(journal.live, owner=self.owner, now=self._clock())
-        )
-
-    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
-        op = functools.partial(journal.adopt, job_id=job_id, owner=self.owner, now=self._clock())
-        return await self._write(op)
-
-    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
-        op = functools.partial(journal.wait, job_id=job_id, gateway=self.owner, waiting=waiting)
-        await self._write(op)
-
-    async def release_remote_job(self, job_id: str) -> bool:
-        op = functools.partial(journal.release, job_id=job_id, owner=self.owner, now=self._clock())
-        return await self._write(op)
-
-    async def prune_remote_jobs(self, finished_before: float) -> int:
-        return await self._write(functools.partial(journal.prune, before=finished_before))
-
-    # -- webhook outbox -----------------------------------------------------------------
-
-    async def set_webhook_targets(self, targets: Sequence[WebhookTarget]) -> None:
-        """Replace the server-wide targets that job ends are matched against."""
-        await self._write(functools.partial(webhooks.set_targets, targets=list(targets)))
-
-    async def claim_webhook_deliveries(
-        self, limit: int, lease_seconds: float
-    ) -> list[WebhookDelivery]:
-        """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
-        now = self._clock()
-        op = functools.partial(
-            webhooks.claim, limit=limit, lease=uuid.uuid4().hex, now=now, until=now + lease_seconds
-        )
-        return await self._write(op)
-
-    async def record_webhook_attempt(
-        self, delivery_id: str, lease: str, attempt: DeliveryAttempt
-    ) -> bool:
-        op = functools.partial(
-            webhooks.record,
-            delivery_id=delivery_id,
-            lease=lease,
-            attempt=attempt,
-            now=self._clock(),
-        )
-        return await self._write(op)
-
-    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
-        op = functools.partial(
-            webhooks.release, delivery_id=delivery_id, lease=lease, next_at=next_at
-        )
-        return await self._write(op)
-
-    async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        return await self._read(functools.partial(webhooks.one, delivery_id=delivery_id))
-
-    async def webhook_deliveries(
-        self,
-        *,
-        state: DeliveryState | None = None,
-        prompt_id: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[list[WebhookDelivery], int]:
-        """A page of deliveries, newest first, and how many match."""
-        op = functools.partial(
-            webhooks.page, state=state, prompt_id=prompt_id, limit=limit, offset=offset
-        )
-        return await self._read(op)
-
-    async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        op = functools.partial(webhooks.retry, delivery_id=delivery_id, now=self._clock())
-        return await self._write(op)
-
-    async def prune_webhook_deliveries(self, before: float) -> int:
-        return await self._write(functools.partial(webhooks.prune, before=before))
-
-    # -- prompt event log -----------------------------------------------------------------
-
-    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
-        """Commit these events in one transaction (with whatever else the writer holds)."""
-        if not events:
-            return []
-        now = self._clock()
-        op = functools.partial(event_log.append, rows=event_log.encode(events), now=now)
-        ids, prompts = await self._write(op)
-        if self._event_wakes:
-            for woken in event_wakeups.appended(prompts):
-                for wake in self._event_wakes:
-                    wake(woken)
-        return [
-            PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame) for i, e in zip(ids, events)
-        ]
-
-    async def watch_events(self, wake: EventsWake) -> None:
-        """In-process: one SQLite file has one gateway, so every append is this one's."""
-        self._event_wakes.append(wake)
-
-    async def prompt_events(
-        self, prompt_id: str, after: int = 0, limit: int = 500
-    ) -> list[PromptEvent]:
-        op = functools.partial(
-            event_log.after, prompt_id=prompt_id, after_id=after, limit=max(0, limit)
-        )
-        return await self._read(op)
-
-    async def prune_prompt_events(self, ended_before: float) -> int:
-        return await self._write(functools.partial(event_log.prune, before=ended_before))
-
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""
         op = functools.partial(
@@ -742,41 +541,6 @@ class SQLiteStore:
         self._number += 1
         return number
 
-    # -- gateways and leases ---------------------------------------------------------
-
-    async def join(
-        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
-    ) -> None:
-        joining = dataclasses.replace(gateway, id=self.owner, instance=self._instance)
-        op = functools.partial(
-            leases.join, joining=joining, lease=lease, now=self._clock(), replace=replace
-        )
-        held = await self._write(op)
-        if held is not None:
-            raise GatewayIdInUse(
-                f"gateway id {self.owner!r} is held by process {held.pid} on {held.host}", held
-            )
-
-    async def heartbeat(self, lease: float) -> bool:
-        now = self._clock()
-        params = (now, now + lease, self.owner, self._instance)
-        return await self._write(lambda conn: conn.execute(leases.HEARTBEAT, params).rowcount == 1)
-
-    async def leave(self) -> None:
-        params = (self.owner, self._instance)
-        await self._write(lambda conn: conn.execute(leases.LEAVE, params))
-
-    async def gateways(self) -> list[GatewayRecord]:
-        return await self._read(functools.partial(leases.live, now=self._clock()))
-
-    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
-        op = functools.partial(fleet_keys.keep, name=name, candidate=candidate, now=self._clock())
-        return await self._write(op)
-
-    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
-        op = functools.partial(file_counters.reserve, key=key, floor=floor, count=count)
-        return await self._write(op)
-
     async def orphaned(self) -> list[Job]:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {leases.ANY_ORPHAN} ORDER BY started_at, seq"
         now = self._clock()
@@ -804,27 +568,6 @@ class SQLiteStore:
         if not await self._write(op):
             return None
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
-
-    async def claim_backends(
-        self, offered: Mapping[str, str], limit: int | None = None, *, take_lapsed: bool = True
-    ) -> list[BackendOwner]:
-        op = functools.partial(
-            backend_owners.claim,
-            owner=self.owner,
-            instance=self._instance,
-            offered=list(offered.items()),
-            limit=limit,
-            now=self._clock(),
-            take_lapsed=take_lapsed,
-        )
-        return await self._write(op)
-
-    async def release_backends(self, names: Sequence[str] | None = None) -> None:
-        names = None if names is None else list(names)
-        await self._write(functools.partial(backend_owners.release, owner=self.owner, names=names))
-
-    async def backend_owners(self) -> list[BackendOwner]:
-        return await self._read(functools.partial(backend_owners.owners, now=self._clock()))
 
     async def watch_work(self, wake: WorkWake) -> None:
         """In-process: one SQLite file has one gateway, so every wake-up is its own (and
@@ -1097,24 +840,6 @@ def _attempt_notes_of(
     for prompt_id, attempt, data in _rows_for(conn, ATTEMPT_NOTES_OF, ids):
         found.setdefault(prompt_id, []).append((attempt, json.loads(data)))
     return found
-
-
-def _backends(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = conn.execute("SELECT spec FROM backends ORDER BY created_at, name").fetchall()
-    return [json.loads(spec) for (spec,) in rows]
-
-
-def _save_backend(conn: sqlite3.Connection, name: str, spec: dict[str, Any], now: float) -> None:
-    conn.execute(
-        "INSERT INTO backends (name, spec, created_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec",
-        (name, _dumps(spec), now),
-    )
-
-
-def _delete_backend(conn: sqlite3.Connection, name: str) -> bool:
-    conn.execute(backend_owners.FORGET, (name,))  # its owner and client id go with it
-    return conn.execute("DELETE FROM backends WHERE name = ?", (name,)).rowcount == 1
 
 
 def _requeue_lane(conn: sqlite3.Connection, prefix: str, owner: str, now: float) -> list[str]:
