@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import asyncpg
 
-from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
@@ -46,31 +44,16 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
-from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
-from comfyfleet.domain.remote_jobs import (
-    NewRemoteJob,
-    RemoteJob,
-    RemoteJobState,
-    check_remote_finish,
-)
+from comfyfleet.domain.prompt_events import EventsAppended
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
-    DeliveryAttempt,
-    DeliveryState,
-    WebhookDelivery,
-    WebhookTarget,
 )
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import postgres_backend_owners as backend_owners
 from comfyfleet.store import postgres_event_log as event_log
-from comfyfleet.store import postgres_fleet_keys as fleet_keys
 from comfyfleet.store import postgres_idempotency as idempotency
-from comfyfleet.store import postgres_journal as journal
-from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
-    GatewayIdInUse,
     PendingLimitReached,
     StoreError,
     WorkWake,
@@ -79,6 +62,12 @@ from comfyfleet.store.base import (
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.postgres_listener import Listener
+from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads
+from comfyfleet.store.postgres_parts.backends import PostgresBackends
+from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
+from comfyfleet.store.postgres_parts.gateways import PostgresGateways
+from comfyfleet.store.postgres_parts.journal import PostgresJournal
+from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
 from comfyfleet.store.postgres_text import (
     from_db,
     from_db_or_none,
@@ -93,7 +82,6 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-Q = webhooks.with_deliveries(load_blocks("postgres_queries.sql"))
 SCHEMA = load_blocks("postgres_schema.sql")
 
 #: Migrations by version: MIGRATIONS[n] takes a version n-1 database to version n.
@@ -107,8 +95,6 @@ MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 #: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work,
 #: then the job's place in the queue when one job became claimable (see parse_work).
 WORK_CHANNEL = "comfyfleet_work"
-#: Where event log appends are announced (see postgres_event_log.parse_wakeup).
-EVENTS_CHANNEL = "comfyfleet_events"
 
 #: How the listening connection names itself (pg_stat_activity.application_name).
 LISTENER_NAME = "comfyfleet-listener"
@@ -126,19 +112,12 @@ DECODE_INLINE = 256 * 1024
 #: The JSON columns of a job row (prompt, extra_data), which make most of its size.
 JOB_JSON = (4, 5)
 
-#: Errors of the driver and the connection, wrapped as StoreError at this boundary.
-DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    OSError,
-)
-
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-_loads = json.loads
+_dumps, _loads = dumps, loads
 
 
-class PostgresStore:
+class PostgresStore(
+    PostgresBackends, PostgresJournal, PostgresWebhookOutbox, PostgresEventLog, PostgresGateways
+):
     """A `JobStore` in a PostgreSQL database.
 
     `url` is a libpq-style URL (`postgresql://user:password@host:port/dbname?...`).
@@ -233,52 +212,6 @@ class PostgresStore:
         if pool is not None:
             with self._wrapped("cannot close"):
                 await pool.close()
-
-    # -- plumbing -----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _wrapped(self, doing: str | None = None) -> Iterator[None]:
-        """Driver errors become StoreError (cause chained), without the URL's password."""
-        try:
-            yield
-        except DRIVER_ERRORS as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            message = redact_url(self._url, text)
-            raise StoreError(f"{doing}: {message}" if doing else message) from exc
-
-    def _db(self) -> Any:
-        if self._pool is None:
-            raise StoreError("the store is not open")
-        return self._pool
-
-    async def _run(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """`op` with the pool (each statement its own transaction)."""
-        db = self._db()
-        with self._wrapped():
-            return await op(db)
-
-    async def _commit(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """A write of `op` with the pool (each statement its own transaction), timed."""
-        db = self._db()
-        with self._wrapped(), self.commit_times.timing():
-            return await op(db)
-
-    async def _write(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """`op` on one connection, in one transaction, committed before this returns."""
-        db = self._db()
-        with self._wrapped(), self.commit_times.timing():
-            async with db.acquire() as conn, conn.transaction():
-                return await op(conn)
-
-    async def _snapshot(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """`op` on one connection, every statement reading the same snapshot."""
-        db = self._db()
-        with self._wrapped():
-            async with (
-                db.acquire() as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
-            ):
-                return await op(conn)
 
     # -- queue --------------------------------------------------------------------
 
@@ -543,59 +476,6 @@ class PostgresStore:
         if at_least <= COUNTER_MAX:
             self._counter_floor = max(self._counter_floor, at_least)
 
-    # -- gateways and leases ---------------------------------------------------------
-
-    async def join(
-        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
-    ) -> None:
-        now = self._clock()
-
-        async def join(conn: Any) -> Any:
-            held = await conn.fetchrow(Q["gateway_holder"], self._owner_db)
-            if held is not None and held[1] not in (self._instance, replace) and held[7] >= now:
-                return held
-            await conn.execute(
-                Q["upsert_gateway"],
-                self._owner_db,
-                self._instance,
-                to_db(gateway.host),
-                gateway.pid,
-                to_db(gateway.url),
-                gateway.started_at,
-                now,
-                now + lease,
-            )
-            return None
-
-        held = await self._write(join)
-        if held is not None:
-            holder = _gateway(held)
-            raise GatewayIdInUse(
-                f"gateway id {self.owner!r} is held by process {holder.pid} on {holder.host}",
-                holder,
-            )
-
-    async def heartbeat(self, lease: float) -> bool:
-        now = self._clock()
-        params = (self._owner_db, self._instance, now, now + lease)
-        status = await self._commit(lambda db: db.execute(Q["heartbeat"], *params))
-        return bool(status == "UPDATE 1")
-
-    async def leave(self) -> None:
-        await self._commit(lambda db: db.execute(Q["leave"], self._owner_db, self._instance))
-
-    async def gateways(self) -> list[GatewayRecord]:
-        rows = await self._run(lambda db: db.fetch(Q["live_gateways"], self._clock()))
-        return [_gateway(row, row[8]) for row in rows]
-
-    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
-        now = self._clock()
-        return await self._write(lambda conn: fleet_keys.keep(conn, to_db(name), candidate, now))
-
-    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
-        params = (to_db(key), floor, count)
-        return int(await self._commit(lambda db: db.fetchval(Q["reserve_file_counter"], *params)))
-
     async def orphaned(self) -> list[Job]:
         rows = await self._run(lambda db: db.fetch(Q["orphaned"], self._clock()))
         return [_job(row) for row in rows]
@@ -610,28 +490,6 @@ class PostgresStore:
         if not await self._commit(lambda db: db.fetchval(Q["adopt"], *params)):
             return None
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
-
-    async def claim_backends(
-        self, offered: Mapping[str, str], limit: int | None = None, *, take_lapsed: bool = True
-    ) -> list[BackendOwner]:
-        return await self._write(
-            lambda conn: backend_owners.claim(
-                conn,
-                self.owner,
-                self._instance,
-                list(offered.items()),
-                limit,
-                self._clock(),
-                take_lapsed,
-            )
-        )
-
-    async def release_backends(self, names: Sequence[str] | None = None) -> None:
-        names = None if names is None else list(names)
-        await self._commit(lambda db: backend_owners.release(db, self.owner, names))
-
-    async def backend_owners(self) -> list[BackendOwner]:
-        return await self._run(lambda db: backend_owners.owners(db, self._clock()))
 
     async def watch_work(self, wake: WorkWake) -> None:
         """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
@@ -777,169 +635,6 @@ class PostgresStore:
         rows = await self._run(lambda db: db.fetch(Q["listed_outputs"], *columns))
         return {OutputFile(*(from_db(value) for value in row)) for row in rows}
 
-    # -- fleet ------------------------------------------------------------------------
-
-    async def backends(self) -> list[dict[str, Any]]:
-        """Backends added at run time, in the order they were added."""
-        rows = await self._run(lambda db: db.fetch(Q["select_backends"]))
-        return [_loads(spec) for (spec,) in rows]
-
-    async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
-        params = (to_db(name), _dumps(spec), self._clock())
-        await self._commit(lambda db: db.execute(Q["save_backend"], *params))
-
-    async def delete_backend(self, name: str) -> bool:
-        async def delete(conn: Any) -> bool:
-            await backend_owners.forget(conn, name)  # its owner and client id go with it
-            return bool(await conn.fetchval(Q["delete_backend"], to_db(name)))
-
-        return await self._write(delete)
-
-    # -- remote-job journal -------------------------------------------------------------
-
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
-        """Record a paid job as `submitting`, before its job-creating request."""
-        now = self._clock()
-        # Each statement its own transaction: a new job is one round trip, and the rare
-        # path (the request has a live job) reads what the insert left alone.
-        return await self._commit(lambda db: journal.record(db, job, now, self.owner))
-
-    async def remote_job_submitted(
-        self, job_id: str, remote_id: str, resume: dict[str, Any]
-    ) -> bool:
-        """The provider's id for a live job; False if it is unknown, final or not ours."""
-        encoded, now = _dumps(resume), self._clock()
-        return await self._commit(
-            lambda db: journal.submitted(db, job_id, remote_id, encoded, now, self.owner)
-        )
-
-    async def finish_remote_job(
-        self,
-        job_id: str,
-        state: RemoteJobState,
-        *,
-        result: bytes | None = None,
-        result_type: str | None = None,
-        error: dict[str, Any] | None = None,
-        attempts: int | None = None,
-    ) -> bool:
-        """How a live job ended; False if it is unknown, already final or not ours."""
-        check_remote_finish(state, result)
-        encoded, now = (None if error is None else _dumps(error)), self._clock()
-        return await self._commit(
-            lambda db: journal.finish(
-                db, job_id, state, result, result_type, encoded, attempts, now, self.owner
-            )
-        )
-
-    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
-        if slots:
-            await self._commit(lambda db: journal.assign_slots(db, slots))
-
-    async def remote_job(self, job_id: str) -> RemoteJob | None:
-        return await self._run(lambda db: journal.one(db, job_id))
-
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._run(lambda db: journal.reusable(db, request_hash))
-
-    async def live_remote_jobs(self) -> list[RemoteJob]:
-        now = self._clock()
-        return await self._run(lambda db: journal.live(db, self.owner, now))
-
-    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
-        now = self._clock()
-        return await self._commit(lambda db: journal.adopt(db, job_id, self.owner, now))
-
-    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
-        await self._commit(lambda db: journal.wait(db, job_id, self.owner, waiting))
-
-    async def release_remote_job(self, job_id: str) -> bool:
-        now = self._clock()
-        return await self._write(lambda conn: journal.release(conn, job_id, self.owner, now))
-
-    # -- webhook outbox -----------------------------------------------------------------
-
-    async def set_webhook_targets(self, targets: Sequence[WebhookTarget]) -> None:
-        """Replace the server-wide targets that job ends are matched against."""
-        await self._write(lambda conn: webhooks.set_targets(conn, targets))
-
-    async def claim_webhook_deliveries(
-        self, limit: int, lease_seconds: float
-    ) -> list[WebhookDelivery]:
-        """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
-        now, lease = self._clock(), uuid.uuid4().hex
-        return await self._commit(
-            lambda db: webhooks.claim(db, limit, lease, now, now + lease_seconds)
-        )
-
-    async def record_webhook_attempt(
-        self, delivery_id: str, lease: str, attempt: DeliveryAttempt
-    ) -> bool:
-        now = self._clock()
-        return await self._commit(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
-
-    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
-        return await self._commit(lambda db: webhooks.release(db, delivery_id, lease, next_at))
-
-    async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        return await self._run(lambda db: webhooks.one(db, delivery_id))
-
-    async def webhook_deliveries(
-        self,
-        *,
-        state: DeliveryState | None = None,
-        prompt_id: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[list[WebhookDelivery], int]:
-        """A page of deliveries, newest first, and how many match."""
-        return await self._snapshot(
-            lambda conn: webhooks.page(conn, state, prompt_id, limit, offset)
-        )
-
-    async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        now = self._clock()
-        return await self._commit(lambda db: webhooks.retry(db, delivery_id, now))
-
-    async def prune_webhook_deliveries(self, before: float) -> int:
-        return await self._commit(lambda db: webhooks.prune(db, before))
-
-    async def prune_remote_jobs(self, finished_before: float) -> int:
-        return await self._commit(lambda db: journal.prune(db, finished_before))
-
-    # -- prompt event log -----------------------------------------------------------------
-
-    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
-        """Commit these events in one statement (one transaction)."""
-        if not events:
-            return []
-        now = self._clock()
-        return await self._run(lambda db: event_log.append(db, events, now, self._instance))
-
-    async def watch_events(self, wake: EventsWake) -> None:
-        """LISTEN (on the connection that listens for work) for every gateway's appends."""
-        self._event_wakes.append(wake)
-        self._db()
-        with self._wrapped("cannot listen for events"):
-            await self._listener.listen(EVENTS_CHANNEL, self._events_notified)
-
-    def _events_notified(self, payload: str) -> None:
-        woken = event_log.parse_wakeup(payload, self._instance)
-        if woken is None:
-            log.warning("ignored a malformed wake-up on %s", EVENTS_CHANNEL)
-            return
-        for wake in self._event_wakes:
-            wake(woken)
-
-    async def prompt_events(
-        self, prompt_id: str, after: int = 0, limit: int = 500
-    ) -> list[PromptEvent]:
-        return await self._run(lambda db: event_log.after(db, prompt_id, after, max(0, limit)))
-
-    async def prune_prompt_events(self, ended_before: float) -> int:
-        return await self._run(lambda db: event_log.prune(db, ended_before))
-
 
 def parse_work(payload: str) -> tuple[str, DispatchKey | None]:
     """A work wake-up's payload (made by comfyfleet_work_payload, migration 11): `OWNER`
@@ -1058,13 +753,6 @@ def _job(row: Sequence[Any]) -> Job:
         error=None if row[14] is None else _loads(row[14]),
         tenant=from_db(row[15]),
         owner=from_db_or_none(row[16]),
-    )
-
-
-def _gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
-    host, url = from_db(row[2]), from_db(row[4])
-    return GatewayRecord(
-        from_db(row[0]), row[1], host, row[3], url, row[5], row[6], row[7], running
     )
 
 
