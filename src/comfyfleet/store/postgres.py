@@ -20,12 +20,10 @@ locked for a job not taken, so no claim skips a job that another only looked at 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -35,22 +33,17 @@ from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
-    DispatchKey,
-    HistoryEntry,
     Job,
     JobResult,
     JobStatus,
     NewJob,
-    OutputFile,
     order_key,
 )
-from comfyfleet.domain.prompt_events import EventsAppended
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
 )
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import postgres_event_log as event_log
 from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store.base import (
     DuplicateJob,
@@ -62,15 +55,25 @@ from comfyfleet.store.base import (
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.postgres_listener import Listener
-from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads
+from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads, quoted
 from comfyfleet.store.postgres_parts.backends import PostgresBackends
 from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
 from comfyfleet.store.postgres_parts.gateways import PostgresGateways
+from comfyfleet.store.postgres_parts.history import PostgresHistory
 from comfyfleet.store.postgres_parts.journal import PostgresJournal
+from comfyfleet.store.postgres_parts.rows import (
+    DECODE_INLINE,
+    JOB_JSON,
+    decoded,
+    job_from_row,
+    text_size,
+)
+from comfyfleet.store.postgres_parts.takeover import PostgresTakeover
+from comfyfleet.store.postgres_parts.wakeups import LISTENER_NAME as LISTENER_NAME
+from comfyfleet.store.postgres_parts.wakeups import PostgresWakeups
 from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
 from comfyfleet.store.postgres_text import (
     from_db,
-    from_db_or_none,
     to_db,
     to_db_all,
     to_db_or_none,
@@ -92,31 +95,21 @@ SCHEMA_VERSION = max(MIGRATIONS)
 #: at once do it one after the other (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 
-#: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work,
-#: then the job's place in the queue when one job became claimable (see parse_work).
-WORK_CHANNEL = "comfyfleet_work"
-
-#: How the listening connection names itself (pg_stat_activity.application_name).
-LISTENER_NAME = "comfyfleet-listener"
-#: Prompts woken one by one after the listener lost its connection; with more, every
-#: follower reads the log again.
-CATCH_UP_MAX = 10_000
-
 #: The counter is a bigint sequence: a stored number past this does not move it.
 COUNTER_MAX = 2**62
-
-#: Characters of JSON decoded on the event loop (a millisecond or two); a result with
-#: more is decoded on a worker thread.
-DECODE_INLINE = 256 * 1024
-
-#: The JSON columns of a job row (prompt, extra_data), which make most of its size.
-JOB_JSON = (4, 5)
 
 _dumps, _loads = dumps, loads
 
 
 class PostgresStore(
-    PostgresBackends, PostgresJournal, PostgresWebhookOutbox, PostgresEventLog, PostgresGateways
+    PostgresHistory,
+    PostgresTakeover,
+    PostgresWakeups,
+    PostgresBackends,
+    PostgresJournal,
+    PostgresWebhookOutbox,
+    PostgresEventLog,
+    PostgresGateways,
 ):
     """A `JobStore` in a PostgreSQL database.
 
@@ -175,7 +168,7 @@ class PostgresStore(
         """Connect, create or migrate the schema; ready for use afterwards."""
         if self._pool is not None:
             raise StoreError("the store is already open")
-        settings = {} if self._schema is None else {"search_path": _quote(self._schema)}
+        settings = {} if self._schema is None else {"search_path": quoted(self._schema)}
         try:
             with self._wrapped("cannot connect"):
                 pool = await asyncpg.create_pool(
@@ -431,9 +424,12 @@ class PostgresStore(
             return running, await conn.fetch(Q["select_pending"], scope)
 
         running, pending = await self._snapshot(op)
-        return await _decoded(
-            lambda: ([_job(row) for row in running], [_job(row) for row in pending]),
-            _size(running, JOB_JSON) + _size(pending, JOB_JSON),
+        return await decoded(
+            lambda: (
+                [job_from_row(row) for row in running],
+                [job_from_row(row) for row in pending],
+            ),
+            text_size(running, JOB_JSON) + text_size(pending, JOB_JSON),
         )
 
     async def active_count(self, tenant: str) -> int:
@@ -476,66 +472,12 @@ class PostgresStore(
         if at_least <= COUNTER_MAX:
             self._counter_floor = max(self._counter_floor, at_least)
 
-    async def orphaned(self) -> list[Job]:
-        rows = await self._run(lambda db: db.fetch(Q["orphaned"], self._clock()))
-        return [_job(row) for row in rows]
-
-    async def requeue_orphaned(self, job: Job) -> bool:
-        params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db)
-        return bool(await self._commit(lambda db: db.fetchval(Q["requeue_orphaned"], *params)))
-
-    async def adopt(self, job: Job) -> Job | None:
-        note = _dumps({"kind": "adopted", "from": job.owner})
-        params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db, note)
-        if not await self._commit(lambda db: db.fetchval(Q["adopt"], *params)):
-            return None
-        return replace(job, attempt=job.attempt + 1, owner=self.owner)
-
-    async def watch_work(self, wake: WorkWake) -> None:
-        """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
-        come through it, this one's own included."""
-        self._wakes.append(wake)
-        self._db()
-        with self._wrapped("cannot listen for work"):
-            await self._listener.listen(WORK_CHANNEL, self._work_notified)
-
-    def _work_notified(self, payload: str) -> None:
-        owner, key = parse_work(payload)
-        for wake in self._wakes:
-            wake(owner, key)
-
-    async def _listening_connection(self) -> Any:
-        # Named with its gateway, so an operator can tell whose it is.
-        settings = {"application_name": f"{LISTENER_NAME} {self.owner}"[:63]}
-        if self._schema is not None:
-            settings["search_path"] = _quote(self._schema)
-        return await asyncpg.connect(
-            self._url, timeout=self._connect_timeout, server_settings=settings
-        )
-
-    async def _catch_up(self, since: float) -> None:
-        """After the listener lost its connection: wake-ups for what may have been missed."""
-        if self._wakes:
-            self._work_notified("")  # no gateway's own: idle slots look at the queue
-        if not self._event_wakes:
-            return
-        try:
-            found = await self._run(lambda db: event_log.appended_since(db, since, CATCH_UP_MAX))
-        except StoreError as exc:
-            log.warning("cannot read what was appended while not listening: %s", exc)
-            found = None
-        if found is None or len(found) >= CATCH_UP_MAX:
-            found = [EventsAppended(None, None, ours=False)]
-        for woken in found:
-            for wake in self._event_wakes:
-                wake(woken)
-
     # -- jobs and history ---------------------------------------------------------
 
     async def get(self, prompt_id: str) -> Job | None:
         """The job with this id, if the store has it."""
         row = await self._run(lambda db: db.fetchrow(Q["select_job"], to_db(prompt_id)))
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     async def jobs(
         self,
@@ -558,96 +500,9 @@ class PostgresStore(
             return rows, await conn.fetchval(Q["jobs_total"], wanted, scope)
 
         rows, total = await self._snapshot(op)
-        return await _decoded(lambda: [_job(row) for row in rows], _size(rows, JOB_JSON)), total
-
-    async def history(
-        self, max_items: int | None = None, offset: int | None = None, *, tenant: str | None = None
-    ) -> list[HistoryEntry]:
-        """History entries in completion order, paged as ComfyUI does (see JobStore); only
-        `tenant`'s entries when one is named."""
-        if max_items is not None and max_items <= 0:
-            return []
-        scope = to_db_or_none(tenant)
-        # ComfyUI: without an offset (or a negative one) the newest max_items, oldest
-        # first; with one, skip that many from the oldest.
-        newest = (offset is None or offset < 0) and max_items is not None
-
-        async def rows(conn: Any) -> list[Any]:
-            if newest:
-                found = await conn.fetch(Q["history_newest_first"], max_items, scope)
-                return list(reversed(found))
-            return list(
-                await conn.fetch(Q["history_oldest_first"], max_items, max(0, offset or 0), scope)
-            )
-
-        return await self._entries(rows)
-
-    async def history_entry(self, prompt_id: str) -> HistoryEntry | None:
-        """One history entry, or None."""
-        key = to_db(prompt_id)
-        entries = await self._entries(lambda conn: conn.fetch(Q["history_one"], key))
-        return entries[0] if entries else None
-
-    async def _entries(self, rows_of: Callable[[Any], Awaitable[list[Any]]]) -> list[HistoryEntry]:
-        """The history entries of the rows `rows_of` reads, with their messages and
-        files, all from one snapshot."""
-
-        async def op(conn: Any) -> tuple[list[Any], list[Any], list[Any]]:
-            rows = await rows_of(conn)
-            if not rows:
-                return rows, [], []
-            ids = [row[0] for row in rows]
-            events = await conn.fetch(Q["events_of"], ids)
-            return rows, events, await conn.fetch(Q["outputs_of"], ids)
-
-        rows, events, files = await self._snapshot(op)
-        size = _size(rows, (*JOB_JSON, 17, 18)) + _size(events, (2,))
-        return await _decoded(lambda: _history_entries(rows, events, files), size)
-
-    async def delete_history(self, prompt_ids: Sequence[str]) -> None:
-        """Remove these entries from the history; the jobs themselves stay."""
-        ids = to_db_all(dict.fromkeys(prompt_ids))
-        if ids:
-            await self._commit(lambda db: db.execute(Q["delete_history"], ids))
-
-    async def clear_history(self, *, tenant: str | None = None) -> None:
-        """Remove every history entry (of `tenant`, when one is named); the jobs stay."""
-        scope = to_db_or_none(tenant)
-        await self._commit(lambda db: db.execute(Q["clear_history"], scope))
-
-    async def prune_history(
-        self, *, max_entries: int | None, max_age_seconds: float | None
-    ) -> list[OutputFile]:
-        """Delete the oldest finished jobs beyond the limits (see JobStore); returns their files."""
-        if max_entries is None and max_age_seconds is None:
-            return []
-        cutoff = -math.inf if max_age_seconds is None else self._clock() - max_age_seconds
-        return await self._write(lambda conn: _prune(conn, max_entries, cutoff))
-
-    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
-        """Those of `files` a job still lists (see JobStore)."""
-        if not files:
-            return set()
-        columns = [
-            to_db_all(getattr(f, field) for f in files)
-            for field in ("filename", "subfolder", "type", "tenant")
-        ]
-        rows = await self._run(lambda db: db.fetch(Q["listed_outputs"], *columns))
-        return {OutputFile(*(from_db(value) for value in row)) for row in rows}
-
-
-def parse_work(payload: str) -> tuple[str, DispatchKey | None]:
-    """A work wake-up's payload (made by comfyfleet_work_payload, migration 11): `OWNER`
-    (a gateway id has no space), or `OWNER FRONT ORDER_KEY SEQ` naming one job's
-    `dispatch_key` (FRONT 0 for a front job, else 1). A place that does not parse is
-    unknown: the wake-up still counts."""
-    owner, _, place = payload.partition(" ")
-    parts = place.split(" ")
-    key: DispatchKey | None = None
-    if len(parts) == 3:
-        with contextlib.suppress(ValueError):
-            key = (int(parts[0]), float(parts[1]), int(parts[2]))
-    return from_db(owner), key
+        return await decoded(
+            lambda: [job_from_row(row) for row in rows], text_size(rows, JOB_JSON)
+        ), total
 
 
 async def _keep_session(_conn: Any) -> None:
@@ -660,16 +515,11 @@ async def _keep_session(_conn: Any) -> None:
 # -- schema ---------------------------------------------------------------------------
 
 
-def _quote(name: str) -> str:
-    """`name` as an SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 async def _prepare(conn: Any, schema: str | None, now: float) -> None:
     """Create the schema or bring it up to date, one process at a time."""
     await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
     if schema is not None:
-        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted(schema)}")
     await conn.execute(SCHEMA["migrations_table"])
     version = await conn.fetchval("SELECT coalesce(max(version), 0) FROM comfyfleet_migrations")
     if version > SCHEMA_VERSION:
@@ -734,93 +584,8 @@ class _ResultParams:
         )
 
 
-def _job(row: Sequence[Any]) -> Job:
-    return Job(
-        prompt_id=from_db(row[0]),
-        number=_loads(row[1]),
-        front=row[2],
-        seq=row[3],
-        prompt=_loads(row[4]),
-        extra_data=_loads(row[5]),
-        outputs=_loads(row[6]),
-        client_id=from_db_or_none(row[7]),
-        status=JobStatus(row[8]),
-        attempt=row[9],
-        lane=from_db_or_none(row[10]),
-        created_at=row[11],
-        started_at=row[12],
-        finished_at=row[13],
-        error=None if row[14] is None else _loads(row[14]),
-        tenant=from_db(row[15]),
-        owner=from_db_or_none(row[16]),
-    )
-
-
 async def _candidates(rows: list[Any]) -> list[Job]:
     """Claim candidates, decoded on the loop when small, else on a worker thread."""
-    if _size(rows, JOB_JSON) <= DECODE_INLINE:
-        return [_job(row) for row in rows]
-    return await asyncio.to_thread(lambda: [_job(row) for row in rows])
-
-
-def _size(rows: Sequence[Any], columns: Sequence[int]) -> int:
-    """Characters of text in these columns of `rows`."""
-    return sum(len(row[column] or "") for row in rows for column in columns)
-
-
-async def _decoded(decode: Callable[[], T], size: int) -> T:
-    """`decode()`, on a worker thread when it has `size` characters of JSON to decode."""
-    if size <= DECODE_INLINE:
-        return decode()
-    return await asyncio.to_thread(decode)
-
-
-def _history_entries(rows: list[Any], events: list[Any], files: list[Any]) -> list[HistoryEntry]:
-    messages: dict[str, list[list[Any]]] = {}
-    for key, kind, data in events:
-        messages.setdefault(key, []).append([from_db(kind), _loads(data)])
-    written = _files_by_job(files, with_tenant=False)
-    width = 17  # the job's columns, then the entry's
-    entries = []
-    for row in rows:
-        job = _job(row)
-        status, outputs, meta = row[width : width + 3]
-        result = JobResult(
-            status=JobStatus(status),
-            outputs=_loads(outputs),
-            meta=_loads(meta),
-            messages=messages.get(row[0], []),
-            error=job.error,
-            files=written.get(row[0], []),
-        )
-        entries.append(HistoryEntry(job, result))
-    return entries
-
-
-def _files_by_job(rows: list[Any], *, with_tenant: bool) -> dict[str, list[OutputFile]]:
-    """outputs_of rows by stored prompt_id, in the order written; each file names its
-    job's tenant when `with_tenant`."""
-    found: dict[str, list[OutputFile]] = {}
-    for key, filename, subfolder, kind, tenant in rows:
-        file = OutputFile(from_db(filename), from_db(subfolder), from_db(kind))
-        if with_tenant:
-            file = replace(file, tenant=from_db(tenant))
-        found.setdefault(key, []).append(file)
-    return found
-
-
-async def _prune(conn: Any, max_entries: int | None, cutoff: float) -> list[OutputFile]:
-    horizon_pos, horizon_time = 0, cutoff
-    if max_entries is not None:
-        row = await conn.fetchrow(Q["history_at_rank"], max(0, max_entries))
-        if row is not None:
-            horizon_pos, horizon_time = row[0], max(cutoff, math.nextafter(row[1], math.inf))
-    victims = [r[0] for r in await conn.fetch(Q["history_before"], horizon_pos, cutoff)]
-    # Jobs with no entry (cancelled, or entry deleted) go once they are older than
-    # the newest entry dropped, so they cannot pile up forever.
-    victims += [r[0] for r in await conn.fetch(Q["unlisted_before"], horizon_time)]
-    if not victims:
-        return []
-    files = _files_by_job(await conn.fetch(Q["outputs_of"], victims), with_tenant=True)
-    await conn.execute(Q["delete_jobs"], victims)
-    return [file for key in victims for file in files.get(key, [])]
+    if text_size(rows, JOB_JSON) <= DECODE_INLINE:
+        return [job_from_row(row) for row in rows]
+    return await asyncio.to_thread(lambda: [job_from_row(row) for row in rows])

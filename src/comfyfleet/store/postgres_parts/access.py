@@ -32,6 +32,11 @@ dumps = json.JSONEncoder(separators=(",", ":")).encode
 loads = json.loads
 
 
+def quoted(name: str) -> str:
+    """`name` as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 class PostgresAccess:
     """The base the concern classes share; `PostgresStore` opens and closes the pool."""
 
