@@ -57,6 +57,7 @@ from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.postgres_listener import Listener
 from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads, quoted
 from comfyfleet.store.postgres_parts.backends import PostgresBackends
+from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter
 from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
 from comfyfleet.store.postgres_parts.gateways import PostgresGateways
 from comfyfleet.store.postgres_parts.history import PostgresHistory
@@ -95,14 +96,12 @@ SCHEMA_VERSION = max(MIGRATIONS)
 #: at once do it one after the other (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 
-#: The counter is a bigint sequence: a stored number past this does not move it.
-COUNTER_MAX = 2**62
-
 _dumps, _loads = dumps, loads
 
 
 class PostgresStore(
     PostgresHistory,
+    PostgresCounter,
     PostgresTakeover,
     PostgresWakeups,
     PostgresBackends,
@@ -456,21 +455,6 @@ class PostgresStore(
         for status, count in rows:
             counts[JobStatus(status)] = count
         return counts
-
-    async def next_number(self) -> int:
-        """The next value of ComfyUI's submission counter (advances on every call)."""
-        async with self._counter:
-            number: int = await self._run(lambda db: db.fetchval(Q["next_number"]))
-            if number < self._counter_floor:  # a number stored from elsewhere is ahead
-                number = self._counter_floor
-                await self._commit(lambda db: db.execute(Q["set_number"], number))
-            self._counter_floor = number + 1
-        return number
-
-    def _raise_counter(self, at_least: int) -> None:
-        """Make the counter hand out at least `at_least` next (it never goes back)."""
-        if at_least <= COUNTER_MAX:
-            self._counter_floor = max(self._counter_floor, at_least)
 
     # -- jobs and history ---------------------------------------------------------
 
