@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,13 +37,11 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
 )
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store import sqlite_event_log as event_log
-from comfyfleet.store import sqlite_file_counters as file_counters
-from comfyfleet.store import sqlite_fleet_keys as fleet_keys
 from comfyfleet.store import sqlite_idempotency as idempotency
 from comfyfleet.store import sqlite_journal as journal
 from comfyfleet.store import sqlite_leases as leases
+from comfyfleet.store import sqlite_schema as schema
 from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
@@ -65,46 +62,35 @@ from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
 
 T = TypeVar("T")
 
-#: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
+#: The version schema.sql's migrations reach; PRAGMA user_version holds a file's version.
 SCHEMA_VERSION = 13
-
-#: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
-#: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
-BACKENDS_TABLE = """
-CREATE TABLE IF NOT EXISTS backends (
-    name       TEXT PRIMARY KEY,
-    spec       TEXT NOT NULL,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
-
-
-def _add_backends(conn: sqlite3.Connection) -> None:
-    conn.execute(BACKENDS_TABLE)
 
 
 def _add_tenants(conn: sqlite3.Connection) -> None:
     """Jobs get their tenant; those from before belong to `default` (see comfyfleet.tenants),
     which keeps the data dir's own folders, so their outputs stay where they are."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-    if "tenant" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "jobs", "tenant"):
         conn.execute("ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-    conn.execute("CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, created_at, seq)")
+    schema.apply(conn, 4)
 
 
+#: Upgrades of a file: MIGRATIONS[n] takes a version n-1 file to version n (a fresh file
+#: is version 0 and takes every one). Each runs inside the opening transaction, so a
+#: failed upgrade leaves the file as it was.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    2: _add_backends,
-    3: journal.migrate,  # the remote-job journal
+    1: functools.partial(schema.apply, version=1),  # jobs, history, events, outputs, meta
+    2: functools.partial(schema.apply, version=2),  # backends added at run time
+    3: functools.partial(schema.apply, version=3),  # the remote-job journal
     4: _add_tenants,
     5: leases.migrate,  # job owners and gateway leases
-    6: idempotency.migrate,  # Idempotency-Key submits
-    7: webhooks.migrate,  # the webhook outbox
-    8: event_log.migrate,  # the prompt event log
-    9: backend_owners.migrate,  # which gateway dispatches to each backend
+    6: functools.partial(schema.apply, version=6),  # Idempotency-Key submits
+    7: functools.partial(schema.apply, version=7),  # the webhook outbox
+    8: functools.partial(schema.apply, version=8),  # the prompt event log
+    9: functools.partial(schema.apply, version=9),  # which gateway dispatches to each backend
     10: journal.migrate_owners,  # remote-job owners: one journal for every gateway
-    11: fleet_keys.migrate,  # keys the gateways sharing the store agree on
+    11: functools.partial(schema.apply, version=11),  # keys the gateways agree on
     12: event_log.add_frames,  # binary frames in the event log
-    13: file_counters.migrate,  # output name counters every gateway shares
+    13: functools.partial(schema.apply, version=13),  # output name counters
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -733,10 +719,6 @@ def _prepare(conn: sqlite3.Connection) -> int:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise StoreError(f"the store file has schema version {version}, newer than this program")
-    if version == 0:
-        for statement in _schema_statements():
-            conn.execute(statement)
-        version = 1
     for target in range(version + 1, SCHEMA_VERSION + 1):
         MIGRATIONS[target](conn)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -745,19 +727,6 @@ def _prepare(conn: sqlite3.Connection) -> int:
     floor = int(floor_row[0]) if floor_row else 0
     # A fresh store starts at 0, like a fresh ComfyUI.
     return max(floor, 0 if counted is None else int(counted) + 1)
-
-
-def _schema_statements() -> Iterator[str]:
-    """schema.sql, one statement at a time (executescript would commit on its own)."""
-    text = resources.files("comfyfleet.store").joinpath("schema.sql").read_text("utf-8")
-    pending = ""
-    for line in text.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            yield pending.strip()
-            pending = ""
-    if pending.strip() and not pending.strip().startswith("--"):
-        raise StoreError("schema.sql ends with an incomplete statement")
 
 
 def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:

@@ -15,16 +15,6 @@ from typing import Any
 
 from comfyfleet.domain.gateways import BackendOwner
 
-#: Version 9 adds the table; IF NOT EXISTS because a fresh file already has it.
-BACKEND_OWNERS_TABLE = """
-CREATE TABLE IF NOT EXISTS backend_owners (
-    backend   TEXT PRIMARY KEY,
-    client_id TEXT NOT NULL,
-    owner     TEXT,
-    since     REAL NOT NULL
-) WITHOUT ROWID
-"""
-
 #: Whether gateway `?` (instance `?`) holds its lease at time `?`.
 LEASE_HOLDS = "SELECT 1 FROM gateways WHERE id = ? AND instance = ? AND lease_until >= ?"
 #: The owner column as the verbs answer it: NULL unless its gateway's lease holds (`?`).
@@ -45,10 +35,6 @@ TAKE = "UPDATE backend_owners SET owner = ?, since = ? WHERE backend = ?"
 RELEASE = "UPDATE backend_owners SET owner = NULL WHERE owner = ? AND backend = ?"
 RELEASE_ALL = "UPDATE backend_owners SET owner = NULL WHERE owner = ?"
 FORGET = "DELETE FROM backend_owners WHERE backend = ?"
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    conn.execute(BACKEND_OWNERS_TABLE)
 
 
 def _row(row: Sequence[Any]) -> BackendOwner:

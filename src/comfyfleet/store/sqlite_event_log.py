@@ -14,21 +14,7 @@ from contextlib import closing
 from typing import Any
 
 from comfyfleet.domain.prompt_events import PAGE_FRAME_BYTES, NewPromptEvent, PromptEvent
-
-#: Version 7 adds the log; IF NOT EXISTS because a fresh file already has it.
-EVENT_LOG_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS event_log (
-        id        INTEGER PRIMARY KEY AUTOINCREMENT,
-        prompt_id TEXT NOT NULL,
-        type      TEXT NOT NULL,
-        data      TEXT NOT NULL,
-        at        REAL NOT NULL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS event_log_prompt ON event_log (prompt_id, id)",
-    "CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at)",
-)
+from comfyfleet.store import sqlite_schema as schema
 
 INSERT = "INSERT INTO event_log (prompt_id, type, data, frame, at) VALUES (?, ?, ?, ?, ?)"
 SELECT_AFTER = """
@@ -52,15 +38,9 @@ DELETE FROM event_log WHERE prompt_id IN (
 Row = tuple[str, str, str, bytes | None]
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in EVENT_LOG_SCHEMA:
-        conn.execute(statement)
-
-
 def add_frames(conn: sqlite3.Connection) -> None:
     """Version 10: binary frames are kept too, their bytes in a column of their own."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(event_log)")}
-    if "frame" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "event_log", "frame"):
         conn.execute("ALTER TABLE event_log ADD COLUMN frame BLOB")
 
 

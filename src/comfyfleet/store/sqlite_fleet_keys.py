@@ -9,21 +9,10 @@ from __future__ import annotations
 import sqlite3
 
 #: Version 9 adds the table; IF NOT EXISTS because a fresh file already has it.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS fleet_keys (
-    name       TEXT PRIMARY KEY,
-    key        BLOB NOT NULL,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
 KEEP_FIRST = """
 INSERT INTO fleet_keys (name, key, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING
 """
 SELECT_KEY = "SELECT key FROM fleet_keys WHERE name = ?"
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    conn.execute(SCHEMA)
 
 
 def keep(conn: sqlite3.Connection, name: str, candidate: bytes, now: float) -> bytes:

@@ -14,22 +14,6 @@ from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-#: Version 5 adds the table; IF NOT EXISTS because a fresh file already has it.
-SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS idempotency_keys (
-        tenant       TEXT NOT NULL,
-        key          TEXT NOT NULL,
-        request_hash TEXT NOT NULL,
-        prompt_id    TEXT NOT NULL,
-        answer       TEXT NOT NULL,
-        created_at   REAL NOT NULL,
-        PRIMARY KEY (tenant, key)
-    ) WITHOUT ROWID
-    """,
-    "CREATE INDEX IF NOT EXISTS idempotency_keys_created ON idempotency_keys (created_at)",
-)
-
 # A key older than the window is free again: the upsert takes its row over; a fresh
 # one is left alone and returns no row.
 CLAIM = """
@@ -51,11 +35,6 @@ DELETE FROM idempotency_keys WHERE (tenant, key) IN (
     SELECT tenant, key FROM idempotency_keys WHERE created_at <= ? LIMIT 16
 )
 """
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in SCHEMA:
-        conn.execute(statement)
 
 
 def claim(

@@ -20,53 +20,12 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
+from comfyfleet.store import sqlite_schema as schema
 from comfyfleet.store.base import StoreError
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-#: Version 3 adds the journal; IF NOT EXISTS because a fresh file already has it.
-REMOTE_JOBS_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS remote_jobs (
-        id           TEXT PRIMARY KEY,
-        request_hash TEXT NOT NULL,
-        provider     TEXT NOT NULL,
-        kind         TEXT NOT NULL,
-        prompt_id    TEXT,
-        node_id      TEXT,
-        slot         INTEGER,
-        state        TEXT NOT NULL,
-        remote_id    TEXT,
-        resume       TEXT NOT NULL,
-        error        TEXT,
-        attempts     INTEGER NOT NULL DEFAULT 0,
-        result       BLOB,
-        result_type  TEXT,
-        created_at   REAL NOT NULL,
-        updated_at   REAL NOT NULL,
-        finished_at  REAL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS remote_jobs_request "
-    "ON remote_jobs (request_hash, state, created_at)",
-    "CREATE INDEX IF NOT EXISTS remote_jobs_live ON remote_jobs (created_at) "
-    "WHERE state IN ('submitting', 'running')",
-    "CREATE INDEX IF NOT EXISTS remote_jobs_finished ON remote_jobs (finished_at) "
-    "WHERE finished_at IS NOT NULL",
-)
-
 #: Version 9: owners, one live job per request, and who waits on whose job.
-ONE_LIVE_PER_REQUEST = (
-    "CREATE UNIQUE INDEX IF NOT EXISTS remote_jobs_one_live ON remote_jobs (request_hash) "
-    "WHERE state IN ('submitting', 'running')"
-)
-WAITERS_TABLE = """
-CREATE TABLE IF NOT EXISTS remote_job_waiters (
-    job_id  TEXT NOT NULL,
-    gateway TEXT NOT NULL,
-    PRIMARY KEY (job_id, gateway)
-) WITHOUT ROWID
-"""
 #: Live jobs that share a request with a newer (or sent) live one, from before owners:
 #: the one kept is followed, the others end. `?`: the error recorded.
 END_DUPLICATES = """
@@ -156,20 +115,13 @@ WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.jo
 """
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in REMOTE_JOBS_SCHEMA:
-        conn.execute(statement)
-
-
 def migrate_owners(conn: sqlite3.Connection) -> None:
     """Version 9: jobs get their owner (none for older ones: orphans, which any gateway
     may take over), one live job per request, and the waiters table."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(remote_jobs)")}
-    if "owner" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "remote_jobs", "owner"):
         conn.execute("ALTER TABLE remote_jobs ADD COLUMN owner TEXT")
     conn.execute(END_DUPLICATES, (_dumps(DUPLICATE_ERROR),))
-    conn.execute(ONE_LIVE_PER_REQUEST)
-    conn.execute(WAITERS_TABLE)
+    schema.apply(conn, 10)  # one live job per request, and the waiters table
 
 
 def _row(row: Sequence[Any]) -> RemoteJob:

@@ -12,19 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comfyfleet.domain.gateways import GatewayRecord
-
-GATEWAYS_TABLE = """
-CREATE TABLE IF NOT EXISTS gateways (
-    id          TEXT PRIMARY KEY,
-    instance    TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    pid         INTEGER NOT NULL,
-    url         TEXT NOT NULL,
-    started_at  REAL NOT NULL,
-    seen_at     REAL NOT NULL,
-    lease_until REAL NOT NULL
-) WITHOUT ROWID
-"""
+from comfyfleet.store import sqlite_schema as schema
 
 #: A job whose owner holds no lease (or that has none): `?` is the time now.
 UNOWNED = """
@@ -63,10 +51,9 @@ GATEWAY_COLUMNS = "id, instance, host, pid, url, started_at, seen_at, lease_unti
 
 def migrate(conn: sqlite3.Connection) -> None:
     """Version 5: jobs get their owner, and the gateways table appears."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-    if "owner" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "jobs", "owner"):
         conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT")
-    conn.execute(GATEWAYS_TABLE)
+    schema.apply(conn, 5)
 
 
 def gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:

@@ -20,45 +20,6 @@ from comfyfleet.domain.webhooks import (
     WebhookTarget,
 )
 
-#: Version 5 adds the outbox; IF NOT EXISTS because a fresh file already has it.
-WEBHOOKS_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS webhook_targets (
-        name    TEXT PRIMARY KEY,
-        url     TEXT NOT NULL,
-        events  TEXT,
-        tenants TEXT
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS webhook_deliveries (
-        pos          INTEGER PRIMARY KEY AUTOINCREMENT,
-        id           TEXT NOT NULL UNIQUE,
-        prompt_id    TEXT NOT NULL,
-        tenant       TEXT NOT NULL,
-        event        TEXT NOT NULL,
-        target       TEXT,
-        url          TEXT NOT NULL,
-        state        TEXT NOT NULL,
-        attempts     INTEGER NOT NULL DEFAULT 0,
-        created_at   REAL NOT NULL,
-        retry_since  REAL NOT NULL,
-        next_at      REAL NOT NULL,
-        lease        TEXT,
-        lease_until  REAL NOT NULL DEFAULT 0,
-        delivered_at REAL,
-        last_status  INTEGER,
-        last_error   TEXT,
-        body         TEXT,
-        updated_at   REAL NOT NULL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (next_at, pos) "
-    "WHERE state = 'pending'",
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_state ON webhook_deliveries (state, pos)",
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_prompt ON webhook_deliveries (prompt_id)",
-)
-
 _NEW_ID = "'msg_' || lower(hex(randomblob(16)))"
 _INSERT = """
 INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
@@ -119,11 +80,6 @@ WHERE id = :id AND state != 'pending'
 RETURNING {_FIELDS}
 """
 PRUNE = "DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < ?"
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in WEBHOOKS_SCHEMA:
-        conn.execute(statement)
 
 
 def _words(values: frozenset[str] | None) -> str | None:
