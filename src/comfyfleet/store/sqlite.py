@@ -53,12 +53,15 @@ from comfyfleet.store.base import (
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.pending_json import PendingJson
+from comfyfleet.store.sql_blocks import load_blocks
 from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
 from comfyfleet.store.sqlite_parts.backends import SQLiteBackends
 from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
 from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
 from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
 from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
+
+Q = load_blocks("sqlite_queries.sql")
 
 T = TypeVar("T")
 
@@ -123,135 +126,49 @@ _TERMINAL_SQL = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL))
 
 # -- write statements -----------------------------------------------------------
 
-#: Pending jobs (the dispatch index holds exactly them).
-COUNT_PENDING = "SELECT count(*) FROM jobs WHERE status = 'pending'"
+COUNT_PENDING = Q["count_pending"]
 
-INSERT_JOB = """
-INSERT INTO jobs (prompt_id, seq, number_json, order_key, front, status, client_id,
-                  prompt, extra_data, outputs, node_errors, created_at, tenant)
-VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs), ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
-RETURNING seq
-"""
-CLAIM_JOB = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending'
-"""
-# Fenced: only while the job is still claimable at the attempt its candidate had.
-CLAIM_CANDIDATE = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
-"""
-# A reserved job stays pending, set aside for the lane named in `lane`; fenced as above.
-RESERVE_CANDIDATE = """
-UPDATE jobs SET lane = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
-"""
-# `lane IS ?`: a job set aside for no lane (NULL) is started the same way.
-START_RESERVED = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane IS ?
-"""
-UNRESERVE_JOB = (
-    "UPDATE jobs SET lane = NULL, owner = NULL WHERE prompt_id = ? AND status = 'pending'"
-)
-FINISH_JOB = """
-UPDATE jobs SET status = ?, finished_at = ?, error = ?
-WHERE prompt_id = ? AND status = 'running' AND attempt = ?
-"""
-INSERT_HISTORY = """
-INSERT INTO history (prompt_id, status, outputs, meta, completed_at) VALUES (?, ?, ?, ?, ?)
-"""
-INSERT_EVENT = "INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES (?, ?, ?, ?, ?)"
-INSERT_OUTPUT = "INSERT INTO outputs (prompt_id, filename, subfolder, type) VALUES (?, ?, ?, ?)"
-ATTEMPT_NOTES_OF = """
-SELECT prompt_id, attempt, data FROM events WHERE prompt_id IN ({marks}) AND type = 'requeued'
-ORDER BY prompt_id, attempt
-"""
-REQUEUE_JOB = """
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
-WHERE prompt_id = ? AND status = 'running' AND attempt = ?
-"""
-# This gateway's jobs, and orphaned ones: never another live gateway's.
-REQUEUE_LANE = f"""
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
-WHERE status = 'running' AND substr(lane, 1, ?) = ? AND (owner = ? OR {leases.ORPHANED})
-RETURNING prompt_id, seq
-"""
-CANCEL_JOB = """
-UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE prompt_id = ? AND status IN
-"""
-CANCEL_PENDING = """
-UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE status = 'pending'
-RETURNING prompt_id, seq
-"""
-DELETE_HISTORY = "DELETE FROM history WHERE prompt_id = ?"
-CLEAR_HISTORY = "DELETE FROM history"
-# Child rows (history, events, outputs) go with the job: ON DELETE CASCADE.
-DELETE_JOB = "DELETE FROM jobs WHERE prompt_id = ?"
-SAVE_NUMBER_FLOOR = """
-INSERT INTO meta (key, value) VALUES ('number_floor', ?)
-ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
-"""
+INSERT_JOB = Q["insert_job"]
+CLAIM_JOB = Q["claim_job"]
+CLAIM_CANDIDATE = Q["claim_candidate"]
+RESERVE_CANDIDATE = Q["reserve_candidate"]
+START_RESERVED = Q["start_reserved"]
+UNRESERVE_JOB = Q["unreserve_job"]
+FINISH_JOB = Q["finish_job"]
+INSERT_HISTORY = Q["insert_history"]
+INSERT_EVENT = Q["insert_event"]
+INSERT_OUTPUT = Q["insert_output"]
+ATTEMPT_NOTES_OF = Q["attempt_notes_of"]
+REQUEUE_JOB = Q["requeue_job"]
+REQUEUE_LANE = Q["requeue_lane"]
+CANCEL_JOB = Q["cancel_job"]
+CANCEL_PENDING = Q["cancel_pending"]
+DELETE_HISTORY = Q["delete_history"]
+CLEAR_HISTORY = Q["clear_history"]
+DELETE_JOB = Q["delete_job"]
+SAVE_NUMBER_FLOOR = Q["save_number_floor"]
 
 # -- read statements --------------------------------------------------------------
 # INDEXED BY pins the partial indexes: without statistics the planner would rather
 # take jobs_status and sort, and the queue must stay an in-order index walk.
 
-SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE prompt_id = ?"
-SELECT_PENDING = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending'
-ORDER BY front DESC, order_key, seq LIMIT ?
-"""
-# What a claim may take: pending and not reserved; a later page starts past the last
-# job of the one before, by dispatch key (front DESC, order_key, seq).
-SELECT_CLAIMABLE = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
-ORDER BY front DESC, order_key, seq LIMIT ?
-"""
-SELECT_CLAIMABLE_AFTER = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
-  AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
-ORDER BY front DESC, order_key, seq LIMIT ?
-"""
-SELECT_RUNNING = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_running WHERE status = 'running'
-ORDER BY started_at, seq
-"""
-COUNT_STATUSES = "SELECT status, count(*) FROM jobs GROUP BY status"
-SELECT_HISTORY = f"""
-SELECT {JOB_COLUMNS_J}, h.status, h.outputs, h.meta
-FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
-"""
-HISTORY_OLDEST_FIRST = SELECT_HISTORY + " ORDER BY h.pos LIMIT ? OFFSET ?"
-HISTORY_NEWEST_FIRST = SELECT_HISTORY + " ORDER BY h.pos DESC LIMIT ?"
-HISTORY_ONE = SELECT_HISTORY + " WHERE h.prompt_id = ?"
-# Only the messages of the attempt that finished the job make its history entry.
-EVENTS_OF = """
-SELECT e.prompt_id, e.type, e.data FROM events e
-JOIN jobs j ON j.prompt_id = e.prompt_id AND j.attempt = e.attempt
-WHERE e.prompt_id IN ({marks}) ORDER BY e.prompt_id, e.seq
-"""
-OUTPUTS_OF = """
-SELECT prompt_id, filename, subfolder, type FROM outputs
-WHERE prompt_id IN ({marks}) ORDER BY rowid
-"""
-# Integer-valued numbers came from the counter (front jobs store it negated);
-# explicit numbers are floats and do not move the counter, as in ComfyUI.
-MAX_COUNTED_NUMBER = """
-SELECT max(abs(CAST(number_json AS INTEGER))) FROM jobs WHERE number_json NOT GLOB '*[^0-9-]*'
-"""
-SELECT_NUMBER_FLOOR = "SELECT value FROM meta WHERE key = 'number_floor'"
-# Retention: the entry at the count limit, and what lies before a horizon.
-HISTORY_AT_RANK = "SELECT pos, completed_at FROM history ORDER BY pos DESC LIMIT 1 OFFSET ?"
-HISTORY_BEFORE = """
-SELECT prompt_id FROM history WHERE pos <= ? OR completed_at < ? ORDER BY pos
-"""
-UNLISTED_BEFORE = f"""
-SELECT prompt_id FROM jobs j INDEXED BY jobs_finished
-WHERE finished_at < ? AND status IN ({_TERMINAL_SQL})
-  AND NOT EXISTS (SELECT 1 FROM history h WHERE h.prompt_id = j.prompt_id)
-ORDER BY finished_at, seq
-"""
+SELECT_JOB = Q["select_job"]
+SELECT_PENDING = Q["select_pending"]
+SELECT_CLAIMABLE = Q["select_claimable"]
+SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
+SELECT_RUNNING = Q["select_running"]
+COUNT_STATUSES = Q["count_statuses"]
+SELECT_HISTORY = Q["select_history"]
+HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
+HISTORY_NEWEST_FIRST = Q["history_newest_first"]
+HISTORY_ONE = Q["history_one"]
+EVENTS_OF = Q["events_of"]
+OUTPUTS_OF = Q["outputs_of"]
+MAX_COUNTED_NUMBER = Q["max_counted_number"]
+SELECT_NUMBER_FLOOR = Q["select_number_floor"]
+HISTORY_AT_RANK = Q["history_at_rank"]
+HISTORY_BEFORE = Q["history_before"]
+UNLISTED_BEFORE = Q["unlisted_before"]
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads
@@ -993,25 +910,14 @@ def _rows_for(conn: sqlite3.Connection, template: str, ids: Sequence[str]) -> It
 
 # -- one tenant's view (authentication on) ------------------------------------------------
 
-SELECT_PENDING_OF = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND tenant = ?
-ORDER BY front DESC, order_key, seq
-"""
-SELECT_RUNNING_OF = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_running WHERE status = 'running' AND tenant = ?
-ORDER BY started_at, seq
-"""
-COUNT_ACTIVE_OF = """
-SELECT count(*) FROM jobs INDEXED BY jobs_status
-WHERE status IN ('pending', 'running') AND tenant = ?
-"""
-HISTORY_OF_OLDEST_FIRST = SELECT_HISTORY + " WHERE j.tenant = ? ORDER BY h.pos LIMIT ? OFFSET ?"
-HISTORY_OF_NEWEST_FIRST = SELECT_HISTORY + " WHERE j.tenant = ? ORDER BY h.pos DESC LIMIT ?"
-CLEAR_HISTORY_OF = """
-DELETE FROM history WHERE prompt_id IN (SELECT prompt_id FROM jobs WHERE tenant = ?)
-"""
-OWNED = "SELECT prompt_id FROM jobs WHERE tenant = ? AND prompt_id IN ({marks})"
-TENANTS_OF = "SELECT prompt_id, tenant FROM jobs WHERE prompt_id IN ({marks})"
+SELECT_PENDING_OF = Q["select_pending_of"]
+SELECT_RUNNING_OF = Q["select_running_of"]
+COUNT_ACTIVE_OF = Q["count_active_of"]
+HISTORY_OF_OLDEST_FIRST = Q["history_of_oldest_first"]
+HISTORY_OF_NEWEST_FIRST = Q["history_of_newest_first"]
+CLEAR_HISTORY_OF = Q["clear_history_of"]
+OWNED = Q["owned"]
+TENANTS_OF = Q["tenants_of"]
 
 
 def _tenant_queue(conn: sqlite3.Connection, tenant: str) -> tuple[list[Job], list[Job]]:

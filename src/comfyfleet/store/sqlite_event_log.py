@@ -15,25 +15,14 @@ from typing import Any
 
 from comfyfleet.domain.prompt_events import PAGE_FRAME_BYTES, NewPromptEvent, PromptEvent
 from comfyfleet.store import sqlite_schema as schema
+from comfyfleet.store.sql_blocks import load_blocks
 
-INSERT = "INSERT INTO event_log (prompt_id, type, data, frame, at) VALUES (?, ?, ?, ?, ?)"
-SELECT_AFTER = """
-SELECT id, type, data, at, frame FROM event_log INDEXED BY event_log_prompt
-WHERE prompt_id = ? AND id > ? ORDER BY id LIMIT ?
-"""
-SELECT_CLIENT = "SELECT tenant, client_id FROM jobs WHERE prompt_id = ?"
-# Prompts with an event older than the cutoff (found by time, so each prune reads only
-# what aged since the last), whose newest event is older too and whose job is over.
-PRUNE = """
-DELETE FROM event_log WHERE prompt_id IN (
-    SELECT old.prompt_id
-    FROM (SELECT DISTINCT prompt_id FROM event_log INDEXED BY event_log_at WHERE at < ?1) old
-    WHERE (SELECT l.at FROM event_log l INDEXED BY event_log_prompt
-           WHERE l.prompt_id = old.prompt_id ORDER BY l.id DESC LIMIT 1) < ?1
-      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.prompt_id = old.prompt_id
-                      AND j.status IN ('pending', 'running'))
-)
-"""
+Q = load_blocks("sqlite_queries.sql")
+
+INSERT = Q["event_log_insert"]
+SELECT_AFTER = Q["event_log_select_after"]
+SELECT_CLIENT = Q["event_log_select_client"]
+PRUNE = Q["event_log_prune"]
 
 Row = tuple[str, str, str, bytes | None]
 

@@ -11,30 +11,15 @@ import sqlite3
 from typing import Any
 
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
+from comfyfleet.store.sql_blocks import load_blocks
+
+Q = load_blocks("sqlite_queries.sql")
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-# A key older than the window is free again: the upsert takes its row over; a fresh
-# one is left alone and returns no row.
-CLAIM = """
-INSERT INTO idempotency_keys (tenant, key, request_hash, prompt_id, answer, created_at)
-VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (tenant, key) DO UPDATE SET
-    request_hash = excluded.request_hash, prompt_id = excluded.prompt_id,
-    answer = excluded.answer, created_at = excluded.created_at
-WHERE idempotency_keys.created_at <= ?
-RETURNING 1
-"""
-FIRST = """
-SELECT key, request_hash, answer, created_at FROM idempotency_keys
-WHERE tenant = ? AND key = ? AND created_at > ?
-"""
-# Each keyed submit forgets a few expired keys, so the table holds about one window.
-FORGET_EXPIRED = """
-DELETE FROM idempotency_keys WHERE (tenant, key) IN (
-    SELECT tenant, key FROM idempotency_keys WHERE created_at <= ? LIMIT 16
-)
-"""
+CLAIM = Q["idempotency_claim"]
+FIRST = Q["idempotency_first"]
+FORGET_EXPIRED = Q["idempotency_forget_expired"]
 
 
 def claim(

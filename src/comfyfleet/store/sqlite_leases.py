@@ -13,6 +13,9 @@ from typing import Any
 
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.store import sqlite_schema as schema
+from comfyfleet.store.sql_blocks import load_blocks
+
+Q = load_blocks("sqlite_queries.sql")
 
 #: A job whose owner holds no lease (or that has none): `?` is the time now.
 UNOWNED = """
@@ -25,27 +28,13 @@ ORPHANED = f"status = 'running' AND {UNOWNED}"
 #: a gateway that is gone.
 ANY_ORPHAN = f"(status = 'running' OR (status = 'pending' AND lane IS NOT NULL)) AND {UNOWNED}"
 
-SELECT_HOLDER = "SELECT {columns} FROM gateways WHERE id = ?"
-UPSERT_GATEWAY = """
-INSERT INTO gateways (id, instance, host, pid, url, started_at, seen_at, lease_until)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, host = excluded.host,
-    pid = excluded.pid, url = excluded.url, started_at = excluded.started_at,
-    seen_at = excluded.seen_at, lease_until = excluded.lease_until
-"""
-HEARTBEAT = "UPDATE gateways SET seen_at = ?, lease_until = ? WHERE id = ? AND instance = ?"
-LEAVE = "DELETE FROM gateways WHERE id = ? AND instance = ?"
-LIVE_GATEWAYS = """
-SELECT {columns}, (SELECT count(*) FROM jobs j WHERE j.status = 'running' AND j.owner = g.id)
-FROM gateways g WHERE g.lease_until >= ? ORDER BY g.id
-"""
-REQUEUE_ORPHANED = f"""
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
-WHERE prompt_id = ? AND attempt = ? AND {ORPHANED}
-"""
-ADOPT = f"""
-UPDATE jobs SET owner = ?, attempt = attempt + 1 WHERE prompt_id = ? AND attempt = ? AND {ORPHANED}
-"""
+SELECT_HOLDER = Q["lease_select_holder"]
+UPSERT_GATEWAY = Q["lease_upsert_gateway"]
+HEARTBEAT = Q["lease_heartbeat"]
+LEAVE = Q["lease_leave"]
+LIVE_GATEWAYS = Q["lease_live_gateways"]
+REQUEUE_ORPHANED = Q["lease_requeue_orphaned"]
+ADOPT = Q["lease_adopt"]
 GATEWAY_COLUMNS = "id, instance, host, pid, url, started_at, seen_at, lease_until"
 
 

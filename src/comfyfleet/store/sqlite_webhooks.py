@@ -19,67 +19,23 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
     WebhookTarget,
 )
+from comfyfleet.store.sql_blocks import load_blocks
+
+Q = load_blocks("sqlite_queries.sql")
 
 _NEW_ID = "'msg_' || lower(hex(randomblob(16)))"
-_INSERT = """
-INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
-                                created_at, retry_since, next_at, updated_at)
-"""
-# The job's own webhook: only looked for (JSON parsed) when its extra_data names one and
-# holds no escaped NUL (as on PostgreSQL, whose JSON functions fail on one).
-ENQUEUE = f"""
-{_INSERT}
-SELECT {_NEW_ID}, j.prompt_id, j.tenant, :event, NULL,
-       json_extract(j.extra_data, '$.webhook_url'), 'pending', :now, :now, :now, :now
-FROM jobs j
-WHERE j.prompt_id = :prompt_id
-  AND CASE WHEN instr(j.extra_data, '"webhook_url"') > 0
-                AND instr(j.extra_data, '\\u0000') = 0 THEN
-        json_type(j.extra_data, '$.webhook_url') = 'text'
-        AND (json_type(j.extra_data, '$.webhook_events') IS NOT 'array'
-             OR EXISTS (SELECT 1 FROM json_each(j.extra_data, '$.webhook_events')
-                        WHERE value = :event))
-      ELSE 0 END
-UNION ALL
-SELECT {_NEW_ID}, j.prompt_id, j.tenant, :event, t.name, t.url, 'pending', :now, :now, :now, :now
-FROM jobs j, webhook_targets t
-WHERE j.prompt_id = :prompt_id
-  AND (t.events IS NULL OR instr(t.events, ' ' || :event || ' ') > 0)
-  AND (t.tenants IS NULL OR instr(t.tenants, ' ' || j.tenant || ' ') > 0)
-"""
+_INSERT = Q["webhook__insert"]
+ENQUEUE = Q["webhook_enqueue"]
 _FIELDS = (
     "id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since, "
     "next_at, delivered_at, last_status, last_error, body, lease"
 )
-CLAIM = f"""
-UPDATE webhook_deliveries SET lease = :lease, lease_until = :until
-WHERE pos IN (
-    SELECT pos FROM webhook_deliveries INDEXED BY webhook_deliveries_due
-    WHERE state = 'pending' AND next_at <= :now AND lease_until <= :now
-    ORDER BY next_at, pos LIMIT :limit)
-RETURNING {_FIELDS}
-"""
-RECORD = """
-UPDATE webhook_deliveries
-SET state = :state, attempts = attempts + 1, next_at = coalesce(:next_at, next_at),
-    delivered_at = CASE WHEN :state = 'delivered' THEN :now ELSE delivered_at END,
-    last_status = :status, last_error = :error, body = coalesce(body, :body),
-    lease = NULL, lease_until = 0, updated_at = :now
-WHERE id = :id AND lease = :lease
-"""
-RELEASE = """
-UPDATE webhook_deliveries SET next_at = ?, lease = NULL, lease_until = 0
-WHERE id = ? AND lease = ?
-"""
-SELECT_ONE = f"SELECT {_FIELDS} FROM webhook_deliveries WHERE id = ?"
-RETRY = f"""
-UPDATE webhook_deliveries
-SET state = 'pending', next_at = :now, retry_since = :now, lease = NULL, lease_until = 0,
-    updated_at = :now
-WHERE id = :id AND state != 'pending'
-RETURNING {_FIELDS}
-"""
-PRUNE = "DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < ?"
+CLAIM = Q["webhook_claim"]
+RECORD = Q["webhook_record"]
+RELEASE = Q["webhook_release"]
+SELECT_ONE = Q["webhook_select_one"]
+RETRY = Q["webhook_retry"]
+PRUNE = Q["webhook_prune"]
 
 
 def _words(values: frozenset[str] | None) -> str | None:
