@@ -121,8 +121,8 @@ _JOB_FIELDS = (
     "owner",
 )
 JOB_COLUMNS = ", ".join(_JOB_FIELDS)
-JOB_COLUMNS_J = ", ".join(f"j.{name}" for name in _JOB_FIELDS)
-_TERMINAL_SQL = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL))
+
+ORPHANED = Q["orphaned"]
 
 # -- write statements -----------------------------------------------------------
 
@@ -158,7 +158,6 @@ SELECT_CLAIMABLE = Q["select_claimable"]
 SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
 SELECT_RUNNING = Q["select_running"]
 COUNT_STATUSES = Q["count_statuses"]
-SELECT_HISTORY = Q["select_history"]
 HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
 HISTORY_NEWEST_FIRST = Q["history_newest_first"]
 HISTORY_ONE = Q["history_one"]
@@ -436,7 +435,7 @@ class SQLiteStore(
         return await self._read(_counts)
 
     async def ping(self) -> None:
-        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+        await self._read(lambda conn: conn.execute(Q["ping"]).fetchone())
 
     async def next_number(self) -> int:
         """The next value of ComfyUI's submission counter (advances on every call)."""
@@ -445,9 +444,8 @@ class SQLiteStore(
         return number
 
     async def orphaned(self) -> list[Job]:
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {leases.ANY_ORPHAN} ORDER BY started_at, seq"
         now = self._clock()
-        return await self._read(lambda conn: [_job(row) for row in conn.execute(sql, (now,))])
+        return await self._read(lambda conn: [_job(row) for row in conn.execute(ORPHANED, (now,))])
 
     async def requeue_orphaned(self, job: Job) -> bool:
         params = (job.prompt_id, job.attempt, self._clock())

@@ -19,11 +19,6 @@ from comfyfleet.store.sql_blocks import load_blocks
 Q = load_blocks("sqlite_queries.sql")
 
 LEASE_HOLDS = Q["backend_owner_lease_holds"]
-#: The owner column as the verbs answer it: NULL unless its gateway's lease holds (`?`).
-LIVE_OWNER = """
-CASE WHEN EXISTS (SELECT 1 FROM gateways g WHERE g.id = o.owner AND g.lease_until >= ?)
-     THEN o.owner END
-"""
 SELECT_ONE = Q["backend_owner_select_one"]
 SELECT_ALL = Q["backend_owner_select_all"]
 INSERT = Q["backend_owner_insert"]

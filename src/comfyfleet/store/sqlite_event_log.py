@@ -49,7 +49,7 @@ def append(
     conn.executemany(INSERT, [(*row, now) for row in rows])
     # One connection writes, and AUTOINCREMENT takes the largest id ever used plus one:
     # the rows of one statement have consecutive ids, ending at the last one inserted.
-    last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    last: int = conn.execute(Q["event_log_last_id"]).fetchone()[0]
     prompts = list(dict.fromkeys(row[0] for row in rows))
     return list(range(last - len(rows) + 1, last + 1)), [_client(conn, p) for p in prompts]
 

@@ -36,16 +36,6 @@ DUPLICATE_ERROR = {
     "status": None,
 }
 
-_LIVE = "('submitting', 'running')"
-_FIELDS = (
-    "id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, "
-    "error, attempts, created_at, updated_at, finished_at, owner"
-)
-#: The job is the caller's (first `?`), or its owner holds no lease (second `?`: now).
-_OURS_OR_ORPHANED = """
-(owner IS NULL OR owner = ? OR NOT EXISTS (
-    SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= ?))
-"""
 INSERT = Q["journal_insert"]
 SUBMITTED = Q["journal_submitted"]
 FINISH = Q["journal_finish"]
@@ -113,7 +103,7 @@ def record(
     if inserted:
         return _row(inserted[0])
     # The request has a live job; the insert did not get as far as the id's check.
-    if conn.execute("SELECT 1 FROM remote_jobs WHERE id = ?", (job.id,)).fetchone():
+    if conn.execute(Q["journal_exists"], (job.id,)).fetchone():
         raise StoreError(f"remote job {job.id!r} already exists")
     return _row(conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone())
 

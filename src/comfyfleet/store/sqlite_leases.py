@@ -17,17 +17,6 @@ from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("sqlite_queries.sql")
 
-#: A job whose owner holds no lease (or that has none): `?` is the time now.
-UNOWNED = """
-(owner IS NULL OR NOT EXISTS (
-    SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= ?))
-"""
-#: A running job nobody live holds.
-ORPHANED = f"status = 'running' AND {UNOWNED}"
-#: Orphans: running jobs nobody live holds, and jobs set aside for a lane (pending) by
-#: a gateway that is gone.
-ANY_ORPHAN = f"(status = 'running' OR (status = 'pending' AND lane IS NOT NULL)) AND {UNOWNED}"
-
 SELECT_HOLDER = Q["lease_select_holder"]
 UPSERT_GATEWAY = Q["lease_upsert_gateway"]
 HEARTBEAT = Q["lease_heartbeat"]
@@ -35,7 +24,6 @@ LEAVE = Q["lease_leave"]
 LIVE_GATEWAYS = Q["lease_live_gateways"]
 REQUEUE_ORPHANED = Q["lease_requeue_orphaned"]
 ADOPT = Q["lease_adopt"]
-GATEWAY_COLUMNS = "id, instance, host, pid, url, started_at, seen_at, lease_until"
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -51,7 +39,7 @@ def gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
 
 
 def holder(conn: sqlite3.Connection, gateway_id: str) -> GatewayRecord | None:
-    row = conn.execute(SELECT_HOLDER.format(columns=GATEWAY_COLUMNS), (gateway_id,)).fetchone()
+    row = conn.execute(SELECT_HOLDER, (gateway_id,)).fetchone()
     return None if row is None else gateway(row)
 
 
@@ -84,8 +72,7 @@ def join(
 
 
 def live(conn: sqlite3.Connection, now: float) -> list[GatewayRecord]:
-    columns = ", ".join(f"g.{name}" for name in GATEWAY_COLUMNS.split(", "))
-    rows = conn.execute(LIVE_GATEWAYS.format(columns=columns), (now,)).fetchall()
+    rows = conn.execute(LIVE_GATEWAYS, (now,)).fetchall()
     return [gateway(row, row[8]) for row in rows]
 
 

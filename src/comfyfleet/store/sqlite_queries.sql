@@ -113,10 +113,6 @@ ORDER BY started_at, seq
 -- name: count_statuses
 SELECT status, count(*) FROM jobs GROUP BY status
 
--- name: select_history
-SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs, j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at, j.error, j.tenant, j.owner, h.status, h.outputs, h.meta
-FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
-
 -- name: history_oldest_first
 SELECT j.prompt_id, j.number_json, j.front, j.seq, j.prompt, j.extra_data, j.outputs, j.client_id, j.status, j.attempt, j.lane, j.created_at, j.started_at, j.finished_at, j.error, j.tenant, j.owner, h.status, h.outputs, h.meta
 FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
@@ -194,6 +190,20 @@ SELECT prompt_id FROM jobs WHERE tenant = ? AND prompt_id IN ({marks})
 -- name: tenants_of
 SELECT prompt_id, tenant FROM jobs WHERE prompt_id IN ({marks})
 
+
+-- name: ping
+SELECT 1
+
+-- name: select_backends
+-- Backends added at run time, in the order they were added.
+SELECT spec FROM backends ORDER BY created_at, name
+
+-- name: save_backend
+INSERT INTO backends (name, spec, created_at) VALUES (?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
+
+-- name: delete_backend
+DELETE FROM backends WHERE name = ?
 
 -- == remote-job journal =======================================================
 
@@ -288,9 +298,12 @@ DELETE FROM remote_job_waiters
 WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.job_id)
 
 
+-- name: journal_exists
+SELECT 1 FROM remote_jobs WHERE id = ?
+
 -- == webhook outbox ===========================================================
 
--- name: webhook__insert
+-- name: webhook_insert
 INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
                                 created_at, retry_since, next_at, updated_at)
 
@@ -352,6 +365,18 @@ RETURNING id, prompt_id, tenant, event, target, url, state, attempts, created_at
 DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < ?
 
 
+-- name: orphaned
+-- Jobs a gateway that is gone held: running, or pending but set aside for its lane
+-- (`?` is the time now).
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs
+WHERE (status = 'running' OR (status = 'pending' AND lane IS NOT NULL)) AND 
+(owner IS NULL OR NOT EXISTS (
+    SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= ?))
+ORDER BY started_at, seq
+
+-- name: webhook_clear_targets
+DELETE FROM webhook_targets
+
 -- == prompt event log =========================================================
 
 -- name: event_log_insert
@@ -377,10 +402,13 @@ DELETE FROM event_log WHERE prompt_id IN (
 )
 
 
+-- name: event_log_last_id
+SELECT last_insert_rowid()
+
 -- == gateways and leases ======================================================
 
 -- name: lease_select_holder
-SELECT {columns} FROM gateways WHERE id = ?
+SELECT id, instance, host, pid, url, started_at, seen_at, lease_until FROM gateways WHERE id = ?
 
 -- name: lease_upsert_gateway
 INSERT INTO gateways (id, instance, host, pid, url, started_at, seen_at, lease_until)
@@ -396,7 +424,8 @@ UPDATE gateways SET seen_at = ?, lease_until = ? WHERE id = ? AND instance = ?
 DELETE FROM gateways WHERE id = ? AND instance = ?
 
 -- name: lease_live_gateways
-SELECT {columns}, (SELECT count(*) FROM jobs j WHERE j.status = 'running' AND j.owner = g.id)
+SELECT g.id, g.instance, g.host, g.pid, g.url, g.started_at, g.seen_at, g.lease_until,
+       (SELECT count(*) FROM jobs j WHERE j.status = 'running' AND j.owner = g.id)
 FROM gateways g WHERE g.lease_until >= ? ORDER BY g.id
 
 -- name: lease_requeue_orphaned

@@ -23,8 +23,7 @@ from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("sqlite_queries.sql")
 
-_NEW_ID = "'msg_' || lower(hex(randomblob(16)))"
-_INSERT = Q["webhook__insert"]
+_INSERT = Q["webhook_insert"]
 ENQUEUE = Q["webhook_enqueue"]
 _FIELDS = (
     "id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since, "
@@ -55,7 +54,7 @@ def enqueue(conn: sqlite3.Connection, prompt_id: str, event: WebhookEvent, now: 
 
 
 def set_targets(conn: sqlite3.Connection, targets: Sequence[WebhookTarget]) -> None:
-    conn.execute("DELETE FROM webhook_targets")
+    conn.execute(Q["webhook_clear_targets"])
     conn.executemany(
         "INSERT INTO webhook_targets (name, url, events, tenants) VALUES (?, ?, ?, ?)",
         [(t.name, t.url, _words(t.events), _words(t.tenants)) for t in targets],

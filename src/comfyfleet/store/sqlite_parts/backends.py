@@ -8,7 +8,10 @@ import sqlite3
 from typing import Any
 
 from comfyfleet.store import sqlite_backend_owners as backend_owners
+from comfyfleet.store.sql_blocks import load_blocks
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
+
+Q = load_blocks("sqlite_queries.sql")
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -29,18 +32,14 @@ class SQLiteBackends(SQLiteAccess):
 
 
 def _backends(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = conn.execute("SELECT spec FROM backends ORDER BY created_at, name").fetchall()
+    rows = conn.execute(Q["select_backends"]).fetchall()
     return [json.loads(spec) for (spec,) in rows]
 
 
 def _save_backend(conn: sqlite3.Connection, name: str, spec: dict[str, Any], now: float) -> None:
-    conn.execute(
-        "INSERT INTO backends (name, spec, created_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec",
-        (name, _dumps(spec), now),
-    )
+    conn.execute(Q["save_backend"], (name, _dumps(spec), now))
 
 
 def _delete_backend(conn: sqlite3.Connection, name: str) -> bool:
     conn.execute(backend_owners.FORGET, (name,))  # its owner and client id go with it
-    return conn.execute("DELETE FROM backends WHERE name = ?", (name,)).rowcount == 1
+    return conn.execute(Q["delete_backend"], (name,)).rowcount == 1
