@@ -142,6 +142,7 @@ ATTEMPT_NOTES_OF = Q["attempt_notes_of"]
 REQUEUE_JOB = Q["requeue_job"]
 REQUEUE_LANE = Q["requeue_lane"]
 CANCEL_JOB = Q["cancel_job"]
+CANCEL_PENDING_JOB = Q["cancel_pending_job"]
 CANCEL_PENDING = Q["cancel_pending"]
 DELETE_HISTORY = Q["delete_history"]
 CLEAR_HISTORY = Q["clear_history"]
@@ -732,8 +733,7 @@ def _requeue_lane(conn: sqlite3.Connection, prefix: str, owner: str, now: float)
 
 
 def _cancel(conn: sqlite3.Connection, ids: list[str], pending_only: bool, now: float) -> list[str]:
-    statuses = "('pending')" if pending_only else "('pending', 'running')"
-    statement = CANCEL_JOB + statuses
+    statement = CANCEL_PENDING_JOB if pending_only else CANCEL_JOB
     cancelled = [pid for pid in ids if conn.execute(statement, (now, pid)).rowcount]
     for prompt_id in cancelled:
         webhooks.enqueue(conn, prompt_id, WebhookEvent.CANCELLED, now)

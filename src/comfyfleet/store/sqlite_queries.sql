@@ -68,7 +68,11 @@ WHERE status = 'running' AND substr(lane, 1, ?) = ? AND (owner = ? OR status = '
 RETURNING prompt_id, seq
 
 -- name: cancel_job
-UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE prompt_id = ? AND status IN
+UPDATE jobs SET status = 'cancelled', finished_at = ?
+WHERE prompt_id = ? AND status IN ('pending', 'running')
+
+-- name: cancel_pending_job
+UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE prompt_id = ? AND status = 'pending'
 
 -- name: cancel_pending
 UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE status = 'pending'
@@ -302,10 +306,6 @@ WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.jo
 SELECT 1 FROM remote_jobs WHERE id = ?
 
 -- == webhook outbox ===========================================================
-
--- name: webhook_insert
-INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
-                                created_at, retry_since, next_at, updated_at)
 
 -- name: webhook_enqueue
 -- The job's own webhook: only looked for (JSON parsed) when its extra_data names one and

@@ -23,7 +23,6 @@ from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("sqlite_queries.sql")
 
-_INSERT = Q["webhook_insert"]
 ENQUEUE = Q["webhook_enqueue"]
 _FIELDS = (
     "id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since, "
