@@ -12,61 +12,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from comfyfleet.domain.gateways import GatewayRecord
+from comfyfleet.store import sqlite_schema as schema
+from comfyfleet.store.sql_blocks import load_blocks
 
-GATEWAYS_TABLE = """
-CREATE TABLE IF NOT EXISTS gateways (
-    id          TEXT PRIMARY KEY,
-    instance    TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    pid         INTEGER NOT NULL,
-    url         TEXT NOT NULL,
-    started_at  REAL NOT NULL,
-    seen_at     REAL NOT NULL,
-    lease_until REAL NOT NULL
-) WITHOUT ROWID
-"""
+Q = load_blocks("sqlite_queries.sql")
 
-#: A job whose owner holds no lease (or that has none): `?` is the time now.
-UNOWNED = """
-(owner IS NULL OR NOT EXISTS (
-    SELECT 1 FROM gateways g WHERE g.id = jobs.owner AND g.lease_until >= ?))
-"""
-#: A running job nobody live holds.
-ORPHANED = f"status = 'running' AND {UNOWNED}"
-#: Orphans: running jobs nobody live holds, and jobs set aside for a lane (pending) by
-#: a gateway that is gone.
-ANY_ORPHAN = f"(status = 'running' OR (status = 'pending' AND lane IS NOT NULL)) AND {UNOWNED}"
-
-SELECT_HOLDER = "SELECT {columns} FROM gateways WHERE id = ?"
-UPSERT_GATEWAY = """
-INSERT INTO gateways (id, instance, host, pid, url, started_at, seen_at, lease_until)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, host = excluded.host,
-    pid = excluded.pid, url = excluded.url, started_at = excluded.started_at,
-    seen_at = excluded.seen_at, lease_until = excluded.lease_until
-"""
-HEARTBEAT = "UPDATE gateways SET seen_at = ?, lease_until = ? WHERE id = ? AND instance = ?"
-LEAVE = "DELETE FROM gateways WHERE id = ? AND instance = ?"
-LIVE_GATEWAYS = """
-SELECT {columns}, (SELECT count(*) FROM jobs j WHERE j.status = 'running' AND j.owner = g.id)
-FROM gateways g WHERE g.lease_until >= ? ORDER BY g.id
-"""
-REQUEUE_ORPHANED = f"""
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
-WHERE prompt_id = ? AND attempt = ? AND {ORPHANED}
-"""
-ADOPT = f"""
-UPDATE jobs SET owner = ?, attempt = attempt + 1 WHERE prompt_id = ? AND attempt = ? AND {ORPHANED}
-"""
-GATEWAY_COLUMNS = "id, instance, host, pid, url, started_at, seen_at, lease_until"
+SELECT_HOLDER = Q["lease_select_holder"]
+UPSERT_GATEWAY = Q["lease_upsert_gateway"]
+HEARTBEAT = Q["lease_heartbeat"]
+LEAVE = Q["lease_leave"]
+LIVE_GATEWAYS = Q["lease_live_gateways"]
+REQUEUE_ORPHANED = Q["lease_requeue_orphaned"]
+ADOPT = Q["lease_adopt"]
 
 
 def migrate(conn: sqlite3.Connection) -> None:
     """Version 5: jobs get their owner, and the gateways table appears."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-    if "owner" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "jobs", "owner"):
         conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT")
-    conn.execute(GATEWAYS_TABLE)
+    schema.apply(conn, 5)
 
 
 def gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
@@ -75,7 +39,7 @@ def gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
 
 
 def holder(conn: sqlite3.Connection, gateway_id: str) -> GatewayRecord | None:
-    row = conn.execute(SELECT_HOLDER.format(columns=GATEWAY_COLUMNS), (gateway_id,)).fetchone()
+    row = conn.execute(SELECT_HOLDER, (gateway_id,)).fetchone()
     return None if row is None else gateway(row)
 
 
@@ -108,8 +72,7 @@ def join(
 
 
 def live(conn: sqlite3.Connection, now: float) -> list[GatewayRecord]:
-    columns = ", ".join(f"g.{name}" for name in GATEWAY_COLUMNS.split(", "))
-    rows = conn.execute(LIVE_GATEWAYS.format(columns=columns), (now,)).fetchall()
+    rows = conn.execute(LIVE_GATEWAYS, (now,)).fetchall()
     return [gateway(row, row[8]) for row in rows]
 
 

@@ -15,8 +15,8 @@ from comfyfleet.domain.webhooks import (
     WebhookTarget,
 )
 from comfyfleet.store.base import JobStore
+from tests.unit.store.job_helpers import new_job, result
 from tests.unit.store.stores import Clock, claim_next
-from tests.unit.store.test_store_contract import new_job, result
 
 HOOK = "https://hooks.example.com/in"
 
