@@ -101,7 +101,9 @@ async def test_server_wide_targets_match_by_event_and_tenant(store: JobStore) ->
     await store.set_webhook_targets(
         [
             WebhookTarget("all", "https://a.example/h"),
-            WebhookTarget("failures", "https://f.example/h", events=frozenset({"job.failed"})),
+            WebhookTarget(
+                "failures", "https://f.example/h", events=frozenset({WebhookEvent.FAILED})
+            ),
             WebhookTarget("acme", "https://acme.example/h", tenants=frozenset({"acme"})),
         ]
     )
