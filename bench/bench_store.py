@@ -27,7 +27,7 @@ import asyncpg
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.postgres import PostgresStore
-from comfyfleet.store.postgres_url import redact_url
+from comfyfleet.store.postgres_parts.url import redact_url
 from comfyfleet.store.sqlite import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -44,7 +44,6 @@ from comfyfleet.domain.webhooks import (
 )
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import postgres_idempotency as idempotency
 from comfyfleet.store.base import (
     DuplicateJob,
     PendingLimitReached,
@@ -54,7 +53,7 @@ from comfyfleet.store.base import (
 )
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
-from comfyfleet.store.postgres_listener import Listener
+from comfyfleet.store.postgres_parts import idempotency_sql as idempotency
 from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads, quoted
 from comfyfleet.store.postgres_parts.backends import PostgresBackends
 from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter
@@ -62,6 +61,7 @@ from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
 from comfyfleet.store.postgres_parts.gateways import PostgresGateways
 from comfyfleet.store.postgres_parts.history import PostgresHistory
 from comfyfleet.store.postgres_parts.journal import PostgresJournal
+from comfyfleet.store.postgres_parts.listener import Listener
 from comfyfleet.store.postgres_parts.rows import (
     DECODE_INLINE,
     JOB_JSON,
@@ -70,16 +70,16 @@ from comfyfleet.store.postgres_parts.rows import (
     text_size,
 )
 from comfyfleet.store.postgres_parts.takeover import PostgresTakeover
-from comfyfleet.store.postgres_parts.wakeups import LISTENER_NAME as LISTENER_NAME
-from comfyfleet.store.postgres_parts.wakeups import PostgresWakeups
-from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
-from comfyfleet.store.postgres_text import (
+from comfyfleet.store.postgres_parts.text import (
     from_db,
     to_db,
     to_db_all,
     to_db_or_none,
 )
-from comfyfleet.store.postgres_url import redact_url
+from comfyfleet.store.postgres_parts.url import redact_url
+from comfyfleet.store.postgres_parts.wakeups import LISTENER_NAME as LISTENER_NAME
+from comfyfleet.store.postgres_parts.wakeups import PostgresWakeups
+from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
 from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")

@@ -84,7 +84,7 @@ SELECT pg_notify('comfyfleet_work', $2) FROM (SELECT count(*) AS n FROM given) g
 -- One statement, one round trip: the update fenced on the attempt and, only when it
 -- changed the job, the history entry ($6: whether the status makes one), the attempt's
 -- messages (seq, type, data side by side), the files it wrote, in the order given, and
--- the webhook deliveries of its event ($15; see postgres_webhooks.sql).
+-- the webhook deliveries of its event ($15; see postgres_parts/webhooks_sql.py).
 WITH job AS (
     UPDATE jobs SET status = $3, finished_at = $4, error = $5
     WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
@@ -285,7 +285,7 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
 -- name: delete_backend
 DELETE FROM backends WHERE name = $1 RETURNING true
 
--- The remote-job journal (see postgres_journal.py). Every write about a job is fenced on
+-- The remote-job journal (see postgres_parts/journal_sql.py). Every write about a job is fenced on
 -- the job being live and on its owner; a request hash has at most one live job.
 
 -- name: record_remote_job
@@ -437,7 +437,7 @@ ORDER BY started_at, seq
 SELECT 1
 
 -- name: reserve_file_counter
--- Output name counters every gateway shares (see sqlite_file_counters.py).
+-- Output name counters every gateway shares (see sqlite_parts/file_counters_sql.py).
 INSERT INTO file_counters (key, next) VALUES ($1, $2::bigint + $3::bigint)
 ON CONFLICT (key) DO UPDATE SET next = greatest(file_counters.next, $2::bigint) + $3::bigint
 RETURNING next - $3::bigint
@@ -546,7 +546,7 @@ WITH old AS (
 )
 SELECT count(*) FROM gone
 
--- Fleet keys (see postgres_fleet_keys.py): the first candidate stored wins.
+-- Fleet keys (see postgres_parts/fleet_keys_sql.py): the first candidate stored wins.
 
 -- name: fleet_key_keep_first
 INSERT INTO fleet_keys (name, key, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING
@@ -556,7 +556,7 @@ SELECT key FROM fleet_keys WHERE name = $1
 
 -- == webhook outbox ===========================================================
 -- The webhook outbox on PostgreSQL: its statements, by name (see sql_blocks.py).
--- A delivery's columns come in one order (postgres_webhooks.py decodes them by position):
+-- A delivery's columns come in one order (postgres_parts/webhooks_sql.py decodes them by position):
 -- id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since,
 -- next_at, delivered_at, last_status, last_error, body, lease.
 
@@ -654,7 +654,7 @@ WITH gone AS (
 SELECT count(*) FROM gone
 
 -- == backend owners ===========================================================
--- Backend ownership on PostgreSQL (see sqlite_backend_owners.py): named blocks the
+-- Backend ownership on PostgreSQL (see sqlite_parts/backend_owners_sql.py): named blocks the
 -- store runs for the `BackendOwners` verbs. A backend is owned while its owner's
 -- lease (the gateways table) holds ($n: the time now).
 

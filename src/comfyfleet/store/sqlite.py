@@ -1,7 +1,7 @@
 """The SQLite job store: one file in WAL mode, async-only, durable at every await.
 
 Writes go through one writer thread that commits queued operations in groups
-(see `sqlite_io.GroupWriter`); reads run on a small pool of reader threads.
+(see `sqlite_parts/io.py`, GroupWriter); reads run on a small pool of reader threads.
 Each public coroutine returns once its change is committed (or its read done);
 the event loop never waits on SQLite itself.
 """
@@ -37,12 +37,6 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
 )
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import sqlite_event_log as event_log
-from comfyfleet.store import sqlite_idempotency as idempotency
-from comfyfleet.store import sqlite_journal as journal
-from comfyfleet.store import sqlite_leases as leases
-from comfyfleet.store import sqlite_schema as schema
-from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
     PendingLimitReached,
@@ -54,10 +48,16 @@ from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.pending_json import PendingJson
 from comfyfleet.store.sql_blocks import load_blocks
-from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
+from comfyfleet.store.sqlite_parts import event_log_sql as event_log
+from comfyfleet.store.sqlite_parts import idempotency_sql as idempotency
+from comfyfleet.store.sqlite_parts import journal_sql as journal
+from comfyfleet.store.sqlite_parts import leases_sql as leases
+from comfyfleet.store.sqlite_parts import schema as schema
+from comfyfleet.store.sqlite_parts import webhooks_sql as webhooks
 from comfyfleet.store.sqlite_parts.backends import SQLiteBackends
 from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
 from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
+from comfyfleet.store.sqlite_parts.io import GroupWriter, ReaderPool, WriterStats
 from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
 from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
 
@@ -65,7 +65,7 @@ Q = load_blocks("sqlite_queries.sql")
 
 T = TypeVar("T")
 
-#: The version schema.sql's migrations reach; PRAGMA user_version holds a file's version.
+#: The version sqlite_schema.sql's migrations reach; PRAGMA user_version holds a file's version.
 SCHEMA_VERSION = 13
 
 

@@ -1,5 +1,5 @@
 -- comfyfleet job store on SQLite: every statement, by name (see sql_blocks.py); the
--- tables are in schema.sql. A statement with `{marks}` takes a list of `?` for an
+-- tables are in sqlite_schema.sql. A statement with `{marks}` takes a list of `?` for an
 -- `IN (...)` (see sqlite.py `_marks`).
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.store.postgres_text import from_db, to_db
-from comfyfleet.store.postgres_url import is_postgres_url, redact_url, redact_urls_in
+from comfyfleet.store.postgres_parts.text import from_db, to_db
+from comfyfleet.store.postgres_parts.url import is_postgres_url, redact_url, redact_urls_in
 from comfyfleet.store.sql_blocks import load_blocks, parse_blocks
 from comfyfleet.store.sqlite import MIGRATIONS
 
@@ -41,7 +41,7 @@ def test_the_shipped_files_have_their_blocks() -> None:
     assert {"insert_job", "claimable", "claim_job", "finish_job"} <= set(queries)
     assert "migration_1" in load_blocks("postgres_schema.sql")
     assert {"insert_job", "claim_candidate", "finish_job"} <= set(load_blocks("sqlite_queries.sql"))
-    assert "migration_1" in load_blocks("schema.sql")
+    assert "migration_1" in load_blocks("sqlite_schema.sql")
 
 
 def test_every_sqlite_named_query_prepares(tmp_path: Path) -> None:

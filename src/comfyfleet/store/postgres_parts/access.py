@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.commit_times import CommitTimes
-from comfyfleet.store.postgres_url import redact_url
+from comfyfleet.store.postgres_parts import webhooks_sql as webhooks
+from comfyfleet.store.postgres_parts.url import redact_url
 from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from comfyfleet.store import postgres_backend_owners as backend_owners
+from comfyfleet.store.postgres_parts import backend_owners_sql as backend_owners
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q, dumps, loads
-from comfyfleet.store.postgres_text import to_db
+from comfyfleet.store.postgres_parts.text import to_db
 
 
 class PostgresBackends(PostgresAccess):

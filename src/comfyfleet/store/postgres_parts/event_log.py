@@ -6,14 +6,14 @@ import logging
 from collections.abc import Sequence
 
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
-from comfyfleet.store import postgres_event_log as event_log
 from comfyfleet.store.event_wakeups import EventsWake
-from comfyfleet.store.postgres_listener import Listener
+from comfyfleet.store.postgres_parts import event_log_sql as event_log
 from comfyfleet.store.postgres_parts.access import PostgresAccess
+from comfyfleet.store.postgres_parts.listener import Listener
 
 log = logging.getLogger(__name__)
 
-#: Where event log appends are announced (see postgres_event_log.parse_wakeup).
+#: Where event log appends are announced (see event_log_sql.parse_wakeup).
 EVENTS_CHANNEL = "comfyfleet_events"
 
 

@@ -11,7 +11,7 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
-from comfyfleet.store import postgres_journal as journal
+from comfyfleet.store.postgres_parts import journal_sql as journal
 from comfyfleet.store.postgres_parts.access import PostgresAccess, dumps
 
 

@@ -11,12 +11,12 @@ import asyncpg
 
 from comfyfleet.domain.jobs import DispatchKey
 from comfyfleet.domain.prompt_events import EventsAppended
-from comfyfleet.store import postgres_event_log as event_log
 from comfyfleet.store.base import StoreError, WorkWake
 from comfyfleet.store.event_wakeups import EventsWake
-from comfyfleet.store.postgres_listener import Listener
+from comfyfleet.store.postgres_parts import event_log_sql as event_log
 from comfyfleet.store.postgres_parts.access import PostgresAccess, quoted
-from comfyfleet.store.postgres_text import from_db
+from comfyfleet.store.postgres_parts.listener import Listener
+from comfyfleet.store.postgres_parts.text import from_db
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
-from comfyfleet.store import postgres_webhooks as webhooks
+from comfyfleet.store.postgres_parts import webhooks_sql as webhooks
 from comfyfleet.store.postgres_parts.access import PostgresAccess
 
 

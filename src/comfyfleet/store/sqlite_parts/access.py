@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool
+from comfyfleet.store.sqlite_parts.io import GroupWriter, ReaderPool
 
 T = TypeVar("T")
 

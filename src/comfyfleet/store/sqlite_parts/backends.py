@@ -7,8 +7,8 @@ import json
 import sqlite3
 from typing import Any
 
-from comfyfleet.store import sqlite_backend_owners as backend_owners
 from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import backend_owners_sql as backend_owners
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 
 Q = load_blocks("sqlite_queries.sql")

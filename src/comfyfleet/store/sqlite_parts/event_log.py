@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
 from comfyfleet.store import event_wakeups
-from comfyfleet.store import sqlite_event_log as event_log
 from comfyfleet.store.event_wakeups import EventsWake
+from comfyfleet.store.sqlite_parts import event_log_sql as event_log
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 
 

@@ -8,11 +8,11 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
-from comfyfleet.store import sqlite_backend_owners as backend_owners
-from comfyfleet.store import sqlite_file_counters as file_counters
-from comfyfleet.store import sqlite_fleet_keys as fleet_keys
-from comfyfleet.store import sqlite_leases as leases
 from comfyfleet.store.base import GatewayIdInUse
+from comfyfleet.store.sqlite_parts import backend_owners_sql as backend_owners
+from comfyfleet.store.sqlite_parts import file_counters_sql as file_counters
+from comfyfleet.store.sqlite_parts import fleet_keys_sql as fleet_keys
+from comfyfleet.store.sqlite_parts import leases_sql as leases
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 
 

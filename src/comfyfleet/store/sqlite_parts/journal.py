@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
-from comfyfleet.store import sqlite_journal as journal
+from comfyfleet.store.sqlite_parts import journal_sql as journal
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 
 

@@ -12,7 +12,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
-from comfyfleet.store import sqlite_webhooks as webhooks
+from comfyfleet.store.sqlite_parts import webhooks_sql as webhooks
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 
 

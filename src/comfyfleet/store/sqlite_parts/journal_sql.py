@@ -20,9 +20,9 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
-from comfyfleet.store import sqlite_schema as schema
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import schema as schema
 
 Q = load_blocks("sqlite_queries.sql")
 

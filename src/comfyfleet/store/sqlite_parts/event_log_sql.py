@@ -14,8 +14,8 @@ from contextlib import closing
 from typing import Any
 
 from comfyfleet.domain.prompt_events import PAGE_FRAME_BYTES, NewPromptEvent, PromptEvent
-from comfyfleet.store import sqlite_schema as schema
 from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import schema as schema
 
 Q = load_blocks("sqlite_queries.sql")
 

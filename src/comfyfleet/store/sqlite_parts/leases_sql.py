@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from comfyfleet.domain.gateways import GatewayRecord
-from comfyfleet.store import sqlite_schema as schema
 from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import schema as schema
 
 Q = load_blocks("sqlite_queries.sql")
 

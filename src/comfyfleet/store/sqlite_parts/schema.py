@@ -1,4 +1,4 @@
-"""The SQLite schema: the migrations of schema.sql, each a named block of statements."""
+"""The SQLite schema: the migrations of sqlite_schema.sql, each a named block of statements."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ def statements(sql: str) -> Iterator[str]:
             yield pending.strip()
             pending = ""
     if pending.strip() and not pending.strip().startswith("--"):
-        raise StoreError("schema.sql has an incomplete statement")
+        raise StoreError("sqlite_schema.sql has an incomplete statement")
 
 
 def apply(conn: sqlite3.Connection, version: int) -> None:
     """Run the block that takes a file to `version` (inside the caller's transaction)."""
-    for statement in statements(load_blocks("schema.sql")[f"migration_{version}"]):
+    for statement in statements(load_blocks("sqlite_schema.sql")[f"migration_{version}"]):
         conn.execute(statement)
 
 

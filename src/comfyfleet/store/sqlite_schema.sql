@@ -124,7 +124,7 @@ CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, created_at, seq);
 
 -- name: migration_5
 -- The gateways sharing this store, each with the lease that covers the jobs it runs
--- (jobs.owner); see sqlite_leases.py.
+-- (jobs.owner); see sqlite_parts/leases_sql.py.
 CREATE TABLE IF NOT EXISTS gateways (
     id          TEXT PRIMARY KEY,
     instance    TEXT NOT NULL,
@@ -165,7 +165,7 @@ CREATE TABLE IF NOT EXISTS webhook_targets (
 ) WITHOUT ROWID;
 
 -- The webhook outbox: one row per job end and target, written with the end (see
--- sqlite_webhooks.py). `id` is the webhook-id every attempt carries; a sender leases a
+-- sqlite_parts/webhooks_sql.py). `id` is the webhook-id every attempt carries; a sender leases a
 -- row (lease, lease_until) while it sends. Not tied to jobs: a delivery outlives
 -- retention, and `body` keeps what was first sent.
 CREATE TABLE IF NOT EXISTS webhook_deliveries (
@@ -228,7 +228,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS remote_jobs_one_live ON remote_jobs (request_h
     WHERE state IN ('submitting', 'running');
 
 -- The gateways that wait on another gateway's live job: its owner hands it to one of
--- them rather than cancel it (see sqlite_journal.release).
+-- them rather than cancel it (see sqlite_parts/journal_sql.py, release).
 CREATE TABLE IF NOT EXISTS remote_job_waiters (
     job_id  TEXT NOT NULL,
     gateway TEXT NOT NULL,
@@ -237,7 +237,7 @@ CREATE TABLE IF NOT EXISTS remote_job_waiters (
 
 -- name: migration_11
 -- Secrets the gateways sharing this store agree on (the key signing their requests to
--- each other): the first stored wins; see sqlite_fleet_keys.py.
+-- each other): the first stored wins; see sqlite_parts/fleet_keys_sql.py.
 CREATE TABLE IF NOT EXISTS fleet_keys (
     name       TEXT PRIMARY KEY,
     key        BLOB NOT NULL,
@@ -245,7 +245,7 @@ CREATE TABLE IF NOT EXISTS fleet_keys (
 ) WITHOUT ROWID;
 
 -- name: migration_13
--- Output name counters every gateway shares; see sqlite_file_counters.py.
+-- Output name counters every gateway shares; see sqlite_parts/file_counters_sql.py.
 CREATE TABLE IF NOT EXISTS file_counters (
     key  TEXT PRIMARY KEY,
     next INTEGER NOT NULL
