@@ -3,7 +3,7 @@
 Each wake-up names the prompt and a digest of its client (tenant and client id), so a
 gateway learns whether one of its sockets wants the frames without reading the job.
 The digest is short (64 bits) and only a hint: whoever acts on it checks the job.
-It is computed over the text as PostgreSQL stores it (postgres_parts/text.py), so the database
+It is computed over the text as PostgreSQL stores it (postgres_text.py), so the database
 can compute it in the statement that appends the events.
 """
 
@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 
 from comfyfleet.domain.prompt_events import EventsAppended
-from comfyfleet.store.postgres_parts.text import to_db
+from comfyfleet.store.postgres_text import to_db
 
 #: Hex digits of the digest kept.
 DIGEST_LENGTH = 16

@@ -70,16 +70,16 @@ from comfyfleet.store.postgres_parts.rows import (
     text_size,
 )
 from comfyfleet.store.postgres_parts.takeover import PostgresTakeover
-from comfyfleet.store.postgres_parts.text import (
+from comfyfleet.store.postgres_parts.url import redact_url
+from comfyfleet.store.postgres_parts.wakeups import LISTENER_NAME as LISTENER_NAME
+from comfyfleet.store.postgres_parts.wakeups import PostgresWakeups
+from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
+from comfyfleet.store.postgres_text import (
     from_db,
     to_db,
     to_db_all,
     to_db_or_none,
 )
-from comfyfleet.store.postgres_parts.url import redact_url
-from comfyfleet.store.postgres_parts.wakeups import LISTENER_NAME as LISTENER_NAME
-from comfyfleet.store.postgres_parts.wakeups import PostgresWakeups
-from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
 from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")

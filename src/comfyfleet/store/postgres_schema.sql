@@ -7,7 +7,7 @@
 -- The tables mirror the SQLite schema (schema.sql). JSON columns hold compact JSON text
 -- (TEXT, not JSONB: key order and number spelling come back exactly as stored); times
 -- are Unix seconds. Text that comes from outside keeps every character: the store
--- escapes NUL, which PostgreSQL text cannot hold (see postgres_parts/text.py).
+-- escapes NUL, which PostgreSQL text cannot hold (see postgres_text.py).
 
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS comfyfleet_migrations (

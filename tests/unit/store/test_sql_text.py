@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.store.postgres_parts.text import from_db, to_db
 from comfyfleet.store.postgres_parts.url import is_postgres_url, redact_url, redact_urls_in
+from comfyfleet.store.postgres_text import from_db, to_db
 from comfyfleet.store.sql_blocks import load_blocks, parse_blocks
 from comfyfleet.store.sqlite import MIGRATIONS
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comfyfleet.domain.gateways import BackendOwner
-from comfyfleet.store.postgres_parts.text import from_db, from_db_or_none, to_db, to_db_all
+from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_all
 from comfyfleet.store.sql_blocks import load_blocks
 
 B = load_blocks("postgres_queries.sql")

@@ -6,7 +6,7 @@ from typing import Any
 
 from comfyfleet.store.postgres_parts import backend_owners_sql as backend_owners
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q, dumps, loads
-from comfyfleet.store.postgres_parts.text import to_db
+from comfyfleet.store.postgres_text import to_db
 
 
 class PostgresBackends(PostgresAccess):

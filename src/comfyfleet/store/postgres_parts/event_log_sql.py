@@ -17,7 +17,7 @@ from comfyfleet.domain.prompt_events import (
     NewPromptEvent,
     PromptEvent,
 )
-from comfyfleet.store.postgres_parts.text import from_db, to_db
+from comfyfleet.store.postgres_text import from_db, to_db
 from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("postgres_queries.sql")

@@ -11,7 +11,7 @@ from comfyfleet.store.base import GatewayIdInUse
 from comfyfleet.store.postgres_parts import backend_owners_sql as backend_owners
 from comfyfleet.store.postgres_parts import fleet_keys_sql as fleet_keys
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q
-from comfyfleet.store.postgres_parts.text import from_db, to_db
+from comfyfleet.store.postgres_text import from_db, to_db
 
 
 class PostgresGateways(PostgresAccess):

@@ -10,7 +10,7 @@ from typing import Any
 from comfyfleet.domain.jobs import HistoryEntry, JobResult, JobStatus, OutputFile
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q, loads
 from comfyfleet.store.postgres_parts.rows import JOB_JSON, decoded, job_from_row, text_size
-from comfyfleet.store.postgres_parts.text import from_db, to_db, to_db_all, to_db_or_none
+from comfyfleet.store.postgres_text import from_db, to_db, to_db_all, to_db_or_none
 
 
 class PostgresHistory(PostgresAccess):

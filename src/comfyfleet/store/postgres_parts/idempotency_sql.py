@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
-from comfyfleet.store.postgres_parts.text import from_db, to_db
+from comfyfleet.store.postgres_text import from_db, to_db
 from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("postgres_queries.sql")

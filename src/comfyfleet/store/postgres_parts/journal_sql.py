@@ -17,7 +17,7 @@ import asyncpg
 
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.postgres_parts.text import from_db, from_db_or_none, to_db, to_db_or_none
+from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_or_none
 from comfyfleet.store.sql_blocks import load_blocks
 
 Q = load_blocks("postgres_queries.sql")

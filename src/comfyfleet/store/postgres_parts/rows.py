@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.store.postgres_parts.access import loads
-from comfyfleet.store.postgres_parts.text import from_db, from_db_or_none
+from comfyfleet.store.postgres_text import from_db, from_db_or_none
 
 T = TypeVar("T")
 

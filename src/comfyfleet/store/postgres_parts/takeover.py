@@ -7,7 +7,7 @@ from dataclasses import replace
 from comfyfleet.domain.jobs import Job
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q, dumps
 from comfyfleet.store.postgres_parts.rows import job_from_row
-from comfyfleet.store.postgres_parts.text import to_db
+from comfyfleet.store.postgres_text import to_db
 
 
 class PostgresTakeover(PostgresAccess):

@@ -16,7 +16,7 @@ from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.postgres_parts import event_log_sql as event_log
 from comfyfleet.store.postgres_parts.access import PostgresAccess, quoted
 from comfyfleet.store.postgres_parts.listener import Listener
-from comfyfleet.store.postgres_parts.text import from_db
+from comfyfleet.store.postgres_text import from_db
 
 log = logging.getLogger(__name__)
 

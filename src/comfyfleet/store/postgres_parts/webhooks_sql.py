@@ -16,7 +16,7 @@ from comfyfleet.domain.webhooks import (
     WebhookDelivery,
     WebhookTarget,
 )
-from comfyfleet.store.postgres_parts.text import from_db, to_db, to_db_or_none
+from comfyfleet.store.postgres_text import from_db, to_db, to_db_or_none
 from comfyfleet.store.sql_blocks import load_blocks
 
 W = load_blocks("postgres_queries.sql")
