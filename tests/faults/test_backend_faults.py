@@ -41,6 +41,11 @@ def settle_and_check(fleet: Fleet, jobs: dict[str, str], timeout: float = 60) ->
     """Every job completed exactly once at the gateway, with exactly one output file."""
 
     def settled() -> bool:
+        # Each job asked by itself: counts read one status at a time can miss a job
+        # that moves back from running to pending (given up on a hung backend) between
+        # two reads.
+        if any(fleet.job(p)["status"] in ("pending", "in_progress") for p in jobs):
+            return False
         counts = job_counts(fleet.gateway)
         return counts["pending"] == 0 and counts["in_progress"] == 0
 
