@@ -44,8 +44,12 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
             "a prompt's validity is semantic (node classes, links, input types): most "
             "schema-valid graphs get ComfyUI's 400 with node_errors, as they should"
         )
-        for operation_id in ("postPrompt", "validatePrompt")
+        for operation_id in ("postPrompt", "validatePrompt", "submitJobV2")
     },
+    ("listJobsV2", "positive_data_acceptance"): (
+        "a cursor is one the server handed out (`next_cursor`): any other string is v2's "
+        "400 `invalid_cursor`"
+    ),
     **{
         (operation_id, "negative_data_rejection"): (
             "ComfyUI answers these with 200 whatever the body holds: wrong types and non-string "

@@ -267,7 +267,7 @@ async def job_workflow(request: web.Request) -> web.Response:
 
 def _cursor(text: str | None) -> tuple[int, int | None]:
     """(offset, total when the listing started) of a cursor this server handed out."""
-    if text is None:
+    if not text:  # none, or empty: the first page
         return 0, None
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)) if len(text) <= 200 else b""
@@ -297,8 +297,8 @@ def _list_params(request: web.Request) -> tuple[int, list[JobStatus] | None, dic
     if limit < 1:
         raise invalid_request(f"limit must be 1 to {MAX_LIMIT}")
     statuses = None
-    if query.get("status"):
-        names = [s.strip() for s in query["status"].split(",") if s.strip()]
+    if "status" in query:
+        names = query["status"].split(",")
         unknown = [n for n in names if n not in shapes.FROM_V2]
         if unknown:
             raise invalid_request(
