@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,14 @@ from comfy_sdk import (
 )
 from comfy_sdk.exceptions import ComfyError
 
-from tests.integration.api_v2.conftest import ALICE, BOB, Served, image_workflow, slow_workflow
+from tests.integration.api_v2.conftest import (
+    ALICE,
+    BOB,
+    Served,
+    image_workflow,
+    serve,
+    slow_workflow,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -200,3 +208,26 @@ async def test_tenants_see_only_their_own_jobs_and_keys(
         with pytest.raises(ComfyError) as refused:
             await nobody.jobs.get(mine.id)
         assert refused.value.code == "unauthorized"
+
+
+async def test_events_end_with_the_outcome_when_the_event_log_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async for served in serve(tmp_path, local_slots=1, events_retention=0):
+        async with served.client(monkeypatch) as comfy:
+            running = await comfy.submit(Workflow(slow_workflow(60)))
+            waiting = await comfy.submit(Workflow(image_workflow("later")))
+            await until_status(running, "running")
+            stream = waiting.events()
+            first = await anext(stream)
+            assert isinstance(first, StatusChange) and first.status == "queued"
+            await waiting.cancel()  # cancelled while queued: no event is ever logged for it
+            async with asyncio.timeout(10):
+                rest = [event async for event in stream]
+            assert [(type(e), getattr(e, "status", None)) for e in rest] == [
+                (StatusChange, "canceled")
+            ]
+            await running.cancel()
+            async with asyncio.timeout(20):
+                ends = [e async for e in running.events()]
+            assert isinstance(ends[-1], StatusChange) and ends[-1].status == "canceled"

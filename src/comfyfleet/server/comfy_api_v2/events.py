@@ -107,6 +107,10 @@ class _Progress:
         }
 
 
+class _Gone(Exception):
+    """The stream has said its last word: it ends here."""
+
+
 class _Stream:
     """One client's stream: what it has been sent, so nothing goes twice."""
 
@@ -168,8 +172,9 @@ class _Stream:
         """The job's record now; sends its status when it moved. The job once over."""
         gw = self.request.app[GATEWAY]
         job = await gw.store.get(self.job.prompt_id)
-        if job is None:
-            return self.job
+        if job is None:  # deleted meanwhile (retention): it is gone for good
+            await self.send("status", {"status": "expired", "queue_position": None})
+            raise _Gone
         status = shapes.V2_STATUS[job.status]
         if job.status in TERMINAL:
             return job
@@ -241,6 +246,8 @@ async def job_events(request: web.Request, streams: set[web.StreamResponse]) -> 
                     await stream.logged(event)
                     continue
             if time.monotonic() >= next_check:
+                if not gw.serving:  # shutting down: the client polls, or reconnects elsewhere
+                    return response
                 next_check = time.monotonic() + CHECK_EVERY
                 over = await stream.checked()
                 if over is not None:
@@ -249,6 +256,8 @@ async def job_events(request: web.Request, streams: set[web.StreamResponse]) -> 
                 if time.monotonic() - stream.last_write >= KEEP_ALIVE:
                     await response.write(b": keep-alive\n\n")
                     stream.last_write = time.monotonic()
+    except _Gone:
+        return response
     finally:
         streams.discard(response)
         if pending is not None and not pending.done():
