@@ -231,3 +231,25 @@ async def test_events_end_with_the_outcome_when_the_event_log_is_off(
             async with asyncio.timeout(20):
                 ends = [e async for e in running.events()]
             assert isinstance(ends[-1], StatusChange) and ends[-1].status == "canceled"
+
+
+async def test_a_cancelled_running_job_is_canceling_until_it_has_stopped(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flow = image_workflow("blocking")
+    # A node that blocks its thread between steps: the interrupt lands at a step's end.
+    flow["3"] = {
+        "class_type": "Progress",
+        "inputs": {"value": ["1", 0], "steps": 4, "seconds_per_step": 0.5},
+    }
+    flow["2"]["inputs"]["images"] = ["3", 0]
+    async with served.client(monkeypatch) as comfy:
+        job = await comfy.submit(Workflow(flow))
+        await until_status(job, "running")
+        stream = job.events()
+        assert (await anext(stream)).status == "running"
+        assert (await job.cancel()).status == "canceling"
+        async with asyncio.timeout(20):
+            rest = [e.status async for e in stream if isinstance(e, StatusChange)]
+        assert rest[-1] == "canceled" and set(rest) <= {"canceling", "canceled"}
+        assert (await job.refresh()).status == "canceled"

@@ -175,12 +175,14 @@ class _Stream:
         if job is None:  # deleted meanwhile (retention): it is gone for good
             await self.send("status", {"status": "expired", "queue_position": None})
             raise _Gone
-        status = shapes.V2_STATUS[job.status]
         if job.status in TERMINAL:
             return job
+        status = shapes.V2_STATUS[job.status]
+        if status == "running" and gw.scheduler.cancelling(job.prompt_id):
+            status = "canceling"
         if status != self.status:
             self.status = status
-            await self.send("status", status_event(job))
+            await self.send("status", {"status": status, "queue_position": None})
         return None
 
     async def finish(self, job: Job) -> None:

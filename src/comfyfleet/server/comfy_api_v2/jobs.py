@@ -73,7 +73,9 @@ async def own_job(request: web.Request) -> Job:
 
 
 async def job_reply(request: web.Request, job: Job, *, canceling: bool = False) -> dict[str, Any]:
+    """The v2 Job object of `job`: `canceling` while a cancelled job is stopping here."""
     gw = request.app[GATEWAY]
+    canceling = canceling or gw.scheduler.cancelling(job.prompt_id)
     max_age = gw.config.history_max_age
     entry = await gw.store.history_entry(job.prompt_id) if job.status in JOB_TERMINAL else None
     outputs = await shapes.job_outputs(folders_of(request), base_url(request), entry, max_age)
@@ -253,7 +255,7 @@ async def cancel_job(request: web.Request) -> web.Response:
         return web.json_response(await job_reply(request, job))
     await gw.scheduler.cancel([job.prompt_id])
     now = await gw.store.get(job.prompt_id) or job
-    return web.json_response(await job_reply(request, now, canceling=True))
+    return web.json_response(await job_reply(request, now))
 
 
 async def job_workflow(request: web.Request) -> web.Response:
