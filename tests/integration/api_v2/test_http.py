@@ -163,3 +163,13 @@ async def test_without_a_token_every_v2_route_is_401_in_the_v2_envelope(tenants:
         assert_error(status, answer, 401, "unauthorized")
     status, _, page = await tenants.call("GET", f"{V2}/jobs", token=ALICE)
     assert status == 200 and page == {"jobs": []}
+
+
+async def test_a_large_workflow_is_taken_and_given_back_whole(served: Served) -> None:
+    flow = image_workflow()
+    flow["1"]["inputs"]["note"] = "x" * 400_000  # past the size parsed on the loop
+    status, _, job = await served.call("POST", f"{V2}/jobs", json={"workflow": flow})
+    assert status == 201
+    status, _, kept = await served.call("GET", f"{V2}/jobs/{job['id']}/workflow")
+    assert status == 200 and kept["format"] == "api"
+    assert kept["workflow"]["1"]["inputs"]["note"] == "x" * 400_000

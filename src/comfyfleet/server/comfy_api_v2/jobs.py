@@ -13,6 +13,7 @@ namespace of their own: a v2 key never matches a `POST /prompt` key).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -26,14 +27,15 @@ from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import TERMINAL as JOB_TERMINAL
 from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.folders import Folders
+from comfyfleet.protocol.prompt import is_large
 from comfyfleet.server.access.auth import scope, tenant_name, visible
 from comfyfleet.server.comfy_api_v2 import shapes
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, invalid_request, not_found
 from comfyfleet.server.comfyui_api.idempotency import body_digest
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, submit_prompt
 from comfyfleet.server.gateway import GATEWAY
-from comfyfleet.server.plumbing.client_json import RefusedJson, loads
-from comfyfleet.server.plumbing.routing import Route
+from comfyfleet.server.plumbing.client_json import OFF_LOOP_BYTES, RefusedJson, loads
+from comfyfleet.server.plumbing.routing import Route, json_reply
 
 HEADER = "Idempotency-Key"
 #: v2 keys: 1 to 255 printable ASCII characters (what the SDK sends).
@@ -102,7 +104,10 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if len(raw) > limit:
         raise V2Error(413, "too_large", f"The request body is larger than {limit} bytes")
     try:
-        body = loads(raw) if raw.strip() else None
+        if len(raw) > OFF_LOOP_BYTES:  # a large workflow is parsed off the loop
+            body = await asyncio.to_thread(loads, raw)
+        else:
+            body = loads(raw) if raw.strip() else None
     except RefusedJson as refused:
         raise invalid_request(f"The body is not usable JSON: {refused.message}") from None
     if not isinstance(body, dict):
@@ -215,7 +220,10 @@ async def submit_job(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     key = _key(request)
     body = await _body(request)
-    workflow = _workflow(body)
+    if len(await request.read()) > OFF_LOOP_BYTES:  # a large workflow is walked off the loop
+        workflow = await asyncio.to_thread(_workflow, body)
+    else:
+        workflow = _workflow(body)
     extra = _extra_data(body)
     found = _labels(body)
     if found:
@@ -261,7 +269,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 async def job_workflow(request: web.Request) -> web.Response:
     """The API-format graph the job ran (as validated: what `/history` shows)."""
     job = await own_job(request)
-    return web.json_response({"workflow": job.prompt, "format": "api"})
+    return await json_reply({"workflow": job.prompt, "format": "api"}, large=is_large(job.prompt))
 
 
 # -- list -----------------------------------------------------------------------------------
