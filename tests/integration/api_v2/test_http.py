@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+from pathlib import Path
 from typing import Any
 
-from tests.integration.api_v2.conftest import ALICE, Served, image_workflow
+from tests.integration.api_v2.conftest import ALICE, Served, image_workflow, serve
 
 V2 = "/api/v2"
 
@@ -173,3 +174,18 @@ async def test_a_large_workflow_is_taken_and_given_back_whole(served: Served) ->
     status, _, kept = await served.call("GET", f"{V2}/jobs/{job['id']}/workflow")
     assert status == 200 and kept["format"] == "api"
     assert kept["workflow"]["1"]["inputs"]["note"] == "x" * 400_000
+
+
+async def test_a_body_past_the_upload_cap_is_413_in_the_v2_envelope(
+    tmp_path: Path,
+) -> None:
+    async for served in serve(tmp_path, max_upload_bytes=1000, max_prompt_bytes=10_000):
+        big = json.dumps({"workflow": image_workflow(), "pad": "x" * 2000})
+        status, _, answer = await served.call(
+            "POST", f"{V2}/jobs", data=big, headers={"Content-Type": "application/json"}
+        )
+        assert_error(status, answer, 413, "too_large")
+        status, _, _ = await served.call(
+            "POST", "/prompt", data=big, headers={"Content-Type": "application/json"}
+        )
+        assert status == 413  # ComfyUI's routes keep their empty 413
