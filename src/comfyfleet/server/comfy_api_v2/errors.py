@@ -12,6 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.errors import ComfyfleetError
+
 #: Where the v2 surface is mounted.
 PREFIX = "/api/v2"
 
@@ -32,7 +34,7 @@ def v2_error(
     return web.json_response(envelope(code, message, details), status=status, headers=headers)
 
 
-class V2Error(web.HTTPException):
+class V2Error(web.HTTPException, ComfyfleetError):
     """A v2 error to raise from a handler (aiohttp answers it as it is)."""
 
     def __init__(

@@ -29,6 +29,7 @@ from aiohttp import web
 from comfyfleet.domain.jobs import TERMINAL, Job
 from comfyfleet.domain.prompt_events import PromptEvent
 from comfyfleet.engine.events import PreviewImage
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.server.comfy_api_v2 import shapes
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error
 from comfyfleet.server.comfy_api_v2.jobs import base_url, folders_of, own_job
@@ -107,7 +108,7 @@ class _Progress:
         }
 
 
-class _Gone(Exception):
+class _Gone(ComfyfleetError):
     """The stream has said its last word: it ends here."""
 
 
