@@ -26,6 +26,7 @@ import asyncio
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -121,11 +122,17 @@ async def log_bytes(data: Path, store: str | None, prompt_id: str) -> int:
             return int(conn.execute(query + "?", (prompt_id,)).fetchone()[0])
     import asyncpg  # only the PostgreSQL runs need it
 
-    conn = await asyncpg.connect(store)
+    connection = await asyncpg.connect(store)
     try:
-        return int(await conn.fetchval(query + "$1", prompt_id))
+        return int(await connection.fetchval(query + "$1", prompt_id))
     finally:
-        await conn.close()
+        await connection.close()
+
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    if server.poll() is None:
+        server.terminate()
+        server.wait()
 
 
 async def one_run(shape: str, nodes: int, store: str | None, kill: bool) -> dict[str, float]:
@@ -135,7 +142,7 @@ async def one_run(shape: str, nodes: int, store: str | None, kill: bool) -> dict
         port = free_port()
         extra = ["--local-slots", "8", *(["--store", store] if store else [])]
         server = serve(data, port, *extra)
-        stack.callback(lambda: server.poll() is None and (server.terminate(), server.wait()))
+        stack.callback(stop, server)
         url = f"http://127.0.0.1:{port}"
         await wait_ready(url)
         async with aiohttp.ClientSession() as session:

@@ -169,7 +169,7 @@ async def _measure(
         out["page_render_p99"] = percentile(renders, 0.99)
         out["page_render_max"] = max(renders)
         out["page_renders"] = len(renders)
-        out["page_catch_up"] = (caught_up(done, total) - end) * 1000  # type: ignore[arg-type]
+        out["page_catch_up"] = (caught_up(done, total) - end) * 1000
         await page.close()
     return out
 

@@ -195,7 +195,7 @@ async def burst_rate(burst: int, *extra: str) -> float:
 
                 await asyncio.gather(*(one(n) for n in range(burst)))
                 while True:
-                    params = {"limit": 1000, "status": "completed"}
+                    params: dict[str, str | int] = {"limit": 1000, "status": "completed"}
                     async with session.get(url + "/api/jobs", params=params) as answer:
                         body = await answer.json()
                     if body["pagination"]["total"] >= burst:
@@ -206,7 +206,7 @@ async def burst_rate(burst: int, *extra: str) -> float:
                     jobs = (await answer.json())["jobs"]
             ends = max(j["execution_end_time"] for j in jobs) / 1000
             starts = min(j["create_time"] for j in jobs) / 1000
-            return burst / (ends - starts)
+            return float(burst / (ends - starts))
         finally:
             process.terminate()
             process.wait(30)

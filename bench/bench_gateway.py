@@ -139,7 +139,8 @@ async def main(count: int, in_flight: int, comfyui: str | None) -> float:
         figure(f"slots{slots}_submit_done_p99", figures["p99"] * 1e3, "ms")
     if comfyui is None:
         print(f"  for scale: {COMFYUI_REFERENCE}")
-    return figures["rate"]
+    rate: float = figures["rate"]
+    return rate
 
 
 def compare_stores(count: int, in_flight: int, server_url: str, sqlite_rate: float) -> None:

@@ -147,8 +147,8 @@ def failover(store: str, lease: float) -> float:
         for n in range(2):
             port = free_port()
             # The gateway id names the port, so the one running the prompt is found by it.
-            flags = ("--store", store, "--lease", f"{lease}s", "--gateway-id", f"gw-{port}")
-            flags += ("--shutdown-grace", "0")  # the re-run prompt is not waited for
+            flags = ["--store", store, "--lease", f"{lease}s", "--gateway-id", f"gw-{port}"]
+            flags += ["--shutdown-grace", "0"]  # the re-run prompt is not waited for
             proc = serve(Path(tmp) / f"gw{n}", port, "--testing-nodes", *flags)
             stack.callback(_stop, proc)
             procs[f"http://127.0.0.1:{port}"] = proc

@@ -27,7 +27,7 @@ import asyncpg
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.postgres import PostgresStore
-from comfyfleet.store.postgres_url import redact_url
+from comfyfleet.store.postgres_parts.url import redact_url
 from comfyfleet.store.sqlite import SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -139,8 +139,8 @@ async def main() -> None:
     for op in OPS:
         # Baseline: one transaction per operation, same number of callers.
         for callers in (1, 64):
-            grouped, single = runs[True, callers][op], runs[False, callers][op]
-            figure(f"{op}_{callers}_callers", grouped, "ops/s", single)
+            with_groups, single = runs[True, callers][op], runs[False, callers][op]
+            figure(f"{op}_{callers}_callers", with_groups, "ops/s", single)
 
 
 async def against_sqlite(url: str, jobs: int, synchronous: str) -> None:

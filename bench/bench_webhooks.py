@@ -64,7 +64,9 @@ class Receiver:
         return web.Response(status=204)
 
 
-async def watch(session: aiohttp.ClientSession, url: str, client_id: str, ends: dict) -> None:
+async def watch(
+    session: aiohttp.ClientSession, url: str, client_id: str, ends: dict[str, float]
+) -> None:
     async with session.ws_connect(f"{url}/ws?clientId={client_id}", max_msg_size=0) as ws:
         async for message in ws:
             if message.type != aiohttp.WSMsgType.TEXT:

@@ -369,8 +369,8 @@ class SimBackend:
             number = -self.number if body.get("front") else self.number
             self.number += 1
         if "prompt" not in body:
-            error = _error("no_prompt", "No prompt provided", "No prompt provided")
-            return web.json_response({"error": error, "node_errors": {}}, status=400)
+            missing = _error("no_prompt", "No prompt provided", "No prompt provided")
+            return web.json_response({"error": missing, "node_errors": {}}, status=400)
         prompt = body["prompt"]
         prompt_id = str(body.get("prompt_id") or uuid.uuid4())
         targets = body.get("partial_execution_targets")
@@ -610,7 +610,12 @@ class SimBackend:
         loop = asyncio.get_running_loop()
         wake: asyncio.Future[None] = loop.create_future()
         self._wake = wake
-        timer = loop.call_later(seconds, lambda: wake.done() or wake.set_result(None))
+
+        def wake_up() -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        timer = loop.call_later(seconds, wake_up)
         try:
             await wake
         finally:

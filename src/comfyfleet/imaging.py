@@ -14,7 +14,8 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps, ImageSequence, PngImagePlugin
 
 try:  # a dependency; a checkout put on another program's path may lack it (Pillow then)
-    from imagecodecs import png_decode  # loaded now, not on the first result
+    # Loaded now, not on the first result; "as" marks it public (the tests replace it).
+    from imagecodecs import png_decode as png_decode
 except ImportError:  # only outside comfyfleet's own install (see the tests)
     png_decode = None  # type: ignore[assignment]
 

@@ -4,6 +4,7 @@ every relative link pointing at a file of the repository."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -52,7 +53,7 @@ def test_configuration_reference_names_every_setting_and_flag() -> None:
     serve = next(
         action.choices["serve"]
         for action in build_parser()._actions
-        if getattr(action, "choices", None) and "serve" in action.choices
+        if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices
     )
     for action in serve._actions:
         for flag in action.option_strings:

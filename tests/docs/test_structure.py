@@ -51,3 +51,9 @@ def test_the_drawing_leaves_out_arrows_a_longer_path_implies() -> None:
     )
     assert made.drawn_arrows() == [("mid", "low"), ("top", "mid")]
     assert made.floors() == {"top": 2, "mid": 1, "low": 0}
+
+
+def test_no_class_over_400_lines() -> None:
+    classes = _structure().measure().classes
+    assert len(classes) > 100  # the walk found the classes
+    assert [(c.name, c.lines) for c in classes if c.lines > 400] == []

@@ -4,6 +4,7 @@ it. Side effects are counted outside the processes: the files in each data dir."
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -63,13 +64,17 @@ def test_two_gateways_never_give_two_files_one_name(tmp_path: Path, postgres_dat
         three_saves_three_names(first, second, first)
 
 
+def in_history(server: ServerProcess, prompt_id: str) -> bool:
+    return prompt_id in server.get("/history")
+
+
 def three_saves_three_names(one: ServerProcess, two: ServerProcess, three: ServerProcess) -> None:
     """Three saves of one prefix, through these gateways in turn: three names, and
     `/view` of each answers the same image on every gateway."""
     ids = []
     for server, color in ((one, 0xFF0000), (two, 0x00FF00), (three, 0x0000FF)):
         prompt_id = submit(server, save_prompt(color, "same"))
-        poll(lambda p=prompt_id, s=server: p in s.get("/history"), what="the prompt")
+        poll(functools.partial(in_history, server, prompt_id), what="the prompt")
         ids.append(prompt_id)
     names = [image["filename"] for p in ids for image in images(one, p)]
     assert len(names) == 3 and len(set(names)) == 3, names

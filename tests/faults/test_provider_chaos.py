@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from comfyfleet.fanout import FanoutSettings, PoolSize
-from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, start_emulator
+from tests.emulators import Emulator
+from tests.integration.fanout.conftest import Graph, MakeRig, start_emulator
 from tests.integration.fanout.test_concurrency import run, status_of
 from tests.integration.fanout.test_kinds import openai_inputs
 

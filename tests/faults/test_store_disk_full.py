@@ -13,7 +13,7 @@ import pytest
 from comfyfleet.domain.jobs import NewJob
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.sqlite import SQLiteStore
-from comfyfleet.store.sqlite_io import GroupWriter
+from comfyfleet.store.sqlite_parts.io import GroupWriter
 from tests.faults.test_disk_full import fill, small_disk
 
 pytestmark = pytest.mark.faults

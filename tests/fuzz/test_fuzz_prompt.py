@@ -213,13 +213,13 @@ def test_huge_numbers(live: LiveServer) -> None:
         post_prompt(live, {"prompt": base_prompt(), "number": value})
         post_prompt(live, {"prompt": base_prompt(), "prompt_id": value})
     # Numbers Python's json reads but floats cannot hold, and non-standard JSON constants.
-    prompt = json.dumps(base_prompt())
+    encoded = json.dumps(base_prompt())
     raws = [
-        f'{{"prompt": {prompt}, "number": 1e999}}',
-        f'{{"prompt": {prompt}, "number": -Infinity}}',
-        f'{{"prompt": {prompt}, "number": NaN}}',
-        f'{{"prompt": {prompt}, "number": "nan"}}',
-        f'{{"prompt": {prompt}, "number": {"9" * 5000}}}',  # past Python's int digit limit
+        f'{{"prompt": {encoded}, "number": 1e999}}',
+        f'{{"prompt": {encoded}, "number": -Infinity}}',
+        f'{{"prompt": {encoded}, "number": NaN}}',
+        f'{{"prompt": {encoded}, "number": "nan"}}',
+        f'{{"prompt": {encoded}, "number": {"9" * 5000}}}',  # past Python's int digit limit
         "[" * 100_000 + "]" * 100_000,  # deeper than the JSON parser's recursion
         f'{{"prompt": {{"1": {{"class_type": "EmptyImage", "inputs": {{"width": {"[" * 900}'
         f"{']' * 900}}}}}}}}}",

@@ -128,7 +128,7 @@ def session() -> Iterator[requests.Session]:
 _HOST = re.compile(r"^(https?://)[^/]+")
 
 
-def _keep_backends_local(case: schemathesis.Case) -> None:
+def _keep_backends_local(case: schemathesis.Case[Any]) -> None:
     """Point a backend the case would add at 127.0.0.1:9, where nothing listens.
 
     The server tries to reach every backend it is given; a host the generator made up must
@@ -158,7 +158,7 @@ def _keep_backends_local(case: schemathesis.Case) -> None:
     print_blob=True,
 )
 def test_operation(
-    case: schemathesis.Case, server: ServerProcess, session: requests.Session
+    case: schemathesis.Case[Any], server: ServerProcess, session: requests.Session
 ) -> None:
     _keep_backends_local(case)
     SENT[case.operation.label] += 1

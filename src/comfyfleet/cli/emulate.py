@@ -44,7 +44,7 @@ def _fraction(value: str) -> float:
     return number
 
 
-def add_emulate_parser(commands: argparse._SubParsersAction) -> None:
+def add_emulate_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from comfyfleet.cli import HelpFormatter
 
     emulate = commands.add_parser(

@@ -18,7 +18,7 @@ from comfyfleet import logs
 from comfyfleet.provider_http.redact import Redactor
 from comfyfleet.server.config import ConfigError, ServerConfig, load_config
 from comfyfleet.store.base import StoreError
-from comfyfleet.store.postgres_url import is_postgres_url, redact_url, redact_urls_in
+from comfyfleet.store.postgres_parts.url import is_postgres_url, redact_url, redact_urls_in
 
 if TYPE_CHECKING:
     from comfyfleet.server.gateway import Gateway
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("comfyfleet")
 
 
-def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+def add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the ComfyUI-compatible server",

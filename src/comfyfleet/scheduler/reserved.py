@@ -8,14 +8,17 @@ finds, not a pass over all of them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeAlias
 
 from sortedcontainers import SortedKeyList
 
 from comfyfleet.domain.jobs import DispatchKey
 from comfyfleet.scheduler.slots import LaneSlots, Reservation
 
+_Order: TypeAlias = tuple[DispatchKey, str]
 
-def _order(reservation: Reservation) -> tuple[DispatchKey, str]:
+
+def _order(reservation: Reservation) -> _Order:
     return reservation.job.dispatch_key(), reservation.job.prompt_id
 
 
@@ -24,8 +27,8 @@ class ReservedJobs:
 
     def __init__(self) -> None:
         self._by_id: dict[str, Reservation] = {}
-        self._in_order: SortedKeyList = SortedKeyList(key=_order)
-        self._by_lane: dict[str, SortedKeyList] = {}
+        self._in_order: SortedKeyList[Reservation, _Order] = SortedKeyList(key=_order)
+        self._by_lane: dict[str, SortedKeyList[Reservation, _Order]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -46,7 +46,7 @@ from comfyfleet.server.plumbing.middleware import (
     origin_check,
 )
 from comfyfleet.server.plumbing.routing import Route, install
-from comfyfleet.store.postgres_url import redact_urls_in
+from comfyfleet.store.postgres_parts.url import redact_urls_in
 
 
 def build_app(gateway: Gateway) -> web.Application:

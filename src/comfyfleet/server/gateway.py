@@ -37,7 +37,7 @@ from comfyfleet.server.delivery.relay import ClientRelay
 from comfyfleet.server.identity import process_alive, this_gateway
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
-from comfyfleet.store.postgres_url import is_postgres_url
+from comfyfleet.store.postgres_parts.url import is_postgres_url
 from comfyfleet.tenants import DEFAULT_TENANT, TenantFolders
 from comfyfleet.webhooks import WebhookSender, WebhookSettings
 from comfyfleet.webhooks.signing import parse_secret

@@ -3,7 +3,7 @@
 Each wake-up names the prompt and a digest of its client (tenant and client id), so a
 gateway learns whether one of its sockets wants the frames without reading the job.
 The digest is short (64 bits) and only a hint: whoever acts on it checks the job.
-It is computed over the text as PostgreSQL stores it (postgres_text), so the database
+It is computed over the text as PostgreSQL stores it (postgres_text.py), so the database
 can compute it in the statement that appends the events.
 """
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.postgres import PostgresStore
-from comfyfleet.store.postgres_url import SCHEMES, is_postgres_url
+from comfyfleet.store.postgres_parts.url import SCHEMES, is_postgres_url
 from comfyfleet.store.sqlite import SQLiteStore
 
 

@@ -20,57 +20,32 @@ locked for a job not taken, so no claim skips a job that another only looked at 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import asyncpg
 
-from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
     TERMINAL,
-    DispatchKey,
-    HistoryEntry,
     Job,
     JobResult,
     JobStatus,
     NewJob,
-    OutputFile,
     order_key,
-)
-from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent, PromptEvent
-from comfyfleet.domain.remote_jobs import (
-    NewRemoteJob,
-    RemoteJob,
-    RemoteJobState,
-    check_remote_finish,
 )
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
-    DeliveryAttempt,
-    DeliveryState,
-    WebhookDelivery,
-    WebhookTarget,
 )
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import postgres_backend_owners as backend_owners
-from comfyfleet.store import postgres_event_log as event_log
-from comfyfleet.store import postgres_fleet_keys as fleet_keys
-from comfyfleet.store import postgres_idempotency as idempotency
-from comfyfleet.store import postgres_journal as journal
-from comfyfleet.store import postgres_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
-    GatewayIdInUse,
     PendingLimitReached,
     StoreError,
     WorkWake,
@@ -78,22 +53,39 @@ from comfyfleet.store.base import (
 )
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
-from comfyfleet.store.postgres_listener import Listener
+from comfyfleet.store.postgres_parts import idempotency_sql as idempotency
+from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads, quoted
+from comfyfleet.store.postgres_parts.backends import PostgresBackends
+from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter
+from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
+from comfyfleet.store.postgres_parts.gateways import PostgresGateways
+from comfyfleet.store.postgres_parts.history import PostgresHistory
+from comfyfleet.store.postgres_parts.journal import PostgresJournal
+from comfyfleet.store.postgres_parts.listener import Listener
+from comfyfleet.store.postgres_parts.rows import (
+    DECODE_INLINE,
+    JOB_JSON,
+    decoded,
+    job_from_row,
+    text_size,
+)
+from comfyfleet.store.postgres_parts.takeover import PostgresTakeover
+from comfyfleet.store.postgres_parts.url import redact_url
+from comfyfleet.store.postgres_parts.wakeups import LISTENER_NAME as LISTENER_NAME
+from comfyfleet.store.postgres_parts.wakeups import PostgresWakeups
+from comfyfleet.store.postgres_parts.webhooks import PostgresWebhookOutbox
 from comfyfleet.store.postgres_text import (
     from_db,
-    from_db_or_none,
     to_db,
     to_db_all,
     to_db_or_none,
 )
-from comfyfleet.store.postgres_url import redact_url
 from comfyfleet.store.sql_blocks import load_blocks
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-Q = webhooks.with_deliveries(load_blocks("postgres_queries.sql"))
 SCHEMA = load_blocks("postgres_schema.sql")
 
 #: Migrations by version: MIGRATIONS[n] takes a version n-1 database to version n.
@@ -104,41 +96,20 @@ SCHEMA_VERSION = max(MIGRATIONS)
 #: at once do it one after the other (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = 0x636F6D6679666C  # "comfyfl"
 
-#: Where wake-ups go (LISTEN/NOTIFY); the payload is the gateway that made the work,
-#: then the job's place in the queue when one job became claimable (see parse_work).
-WORK_CHANNEL = "comfyfleet_work"
-#: Where event log appends are announced (see postgres_event_log.parse_wakeup).
-EVENTS_CHANNEL = "comfyfleet_events"
-
-#: How the listening connection names itself (pg_stat_activity.application_name).
-LISTENER_NAME = "comfyfleet-listener"
-#: Prompts woken one by one after the listener lost its connection; with more, every
-#: follower reads the log again.
-CATCH_UP_MAX = 10_000
-
-#: The counter is a bigint sequence: a stored number past this does not move it.
-COUNTER_MAX = 2**62
-
-#: Characters of JSON decoded on the event loop (a millisecond or two); a result with
-#: more is decoded on a worker thread.
-DECODE_INLINE = 256 * 1024
-
-#: The JSON columns of a job row (prompt, extra_data), which make most of its size.
-JOB_JSON = (4, 5)
-
-#: Errors of the driver and the connection, wrapped as StoreError at this boundary.
-DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    OSError,
-)
-
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-_loads = json.loads
+_dumps, _loads = dumps, loads
 
 
-class PostgresStore:
+class PostgresStore(
+    PostgresHistory,
+    PostgresCounter,
+    PostgresTakeover,
+    PostgresWakeups,
+    PostgresBackends,
+    PostgresJournal,
+    PostgresWebhookOutbox,
+    PostgresEventLog,
+    PostgresGateways,
+):
     """A `JobStore` in a PostgreSQL database.
 
     `url` is a libpq-style URL (`postgresql://user:password@host:port/dbname?...`).
@@ -196,7 +167,7 @@ class PostgresStore:
         """Connect, create or migrate the schema; ready for use afterwards."""
         if self._pool is not None:
             raise StoreError("the store is already open")
-        settings = {} if self._schema is None else {"search_path": _quote(self._schema)}
+        settings = {} if self._schema is None else {"search_path": quoted(self._schema)}
         try:
             with self._wrapped("cannot connect"):
                 pool = await asyncpg.create_pool(
@@ -233,52 +204,6 @@ class PostgresStore:
         if pool is not None:
             with self._wrapped("cannot close"):
                 await pool.close()
-
-    # -- plumbing -----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _wrapped(self, doing: str | None = None) -> Iterator[None]:
-        """Driver errors become StoreError (cause chained), without the URL's password."""
-        try:
-            yield
-        except DRIVER_ERRORS as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            message = redact_url(self._url, text)
-            raise StoreError(f"{doing}: {message}" if doing else message) from exc
-
-    def _db(self) -> Any:
-        if self._pool is None:
-            raise StoreError("the store is not open")
-        return self._pool
-
-    async def _run(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """`op` with the pool (each statement its own transaction)."""
-        db = self._db()
-        with self._wrapped():
-            return await op(db)
-
-    async def _commit(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """A write of `op` with the pool (each statement its own transaction), timed."""
-        db = self._db()
-        with self._wrapped(), self.commit_times.timing():
-            return await op(db)
-
-    async def _write(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """`op` on one connection, in one transaction, committed before this returns."""
-        db = self._db()
-        with self._wrapped(), self.commit_times.timing():
-            async with db.acquire() as conn, conn.transaction():
-                return await op(conn)
-
-    async def _snapshot(self, op: Callable[[Any], Awaitable[T]]) -> T:
-        """`op` on one connection, every statement reading the same snapshot."""
-        db = self._db()
-        with self._wrapped():
-            async with (
-                db.acquire() as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
-            ):
-                return await op(conn)
 
     # -- queue --------------------------------------------------------------------
 
@@ -498,9 +423,12 @@ class PostgresStore:
             return running, await conn.fetch(Q["select_pending"], scope)
 
         running, pending = await self._snapshot(op)
-        return await _decoded(
-            lambda: ([_job(row) for row in running], [_job(row) for row in pending]),
-            _size(running, JOB_JSON) + _size(pending, JOB_JSON),
+        return await decoded(
+            lambda: (
+                [job_from_row(row) for row in running],
+                [job_from_row(row) for row in pending],
+            ),
+            text_size(running, JOB_JSON) + text_size(pending, JOB_JSON),
         )
 
     async def active_count(self, tenant: str) -> int:
@@ -528,156 +456,12 @@ class PostgresStore:
             counts[JobStatus(status)] = count
         return counts
 
-    async def next_number(self) -> int:
-        """The next value of ComfyUI's submission counter (advances on every call)."""
-        async with self._counter:
-            number: int = await self._run(lambda db: db.fetchval(Q["next_number"]))
-            if number < self._counter_floor:  # a number stored from elsewhere is ahead
-                number = self._counter_floor
-                await self._commit(lambda db: db.execute(Q["set_number"], number))
-            self._counter_floor = number + 1
-        return number
-
-    def _raise_counter(self, at_least: int) -> None:
-        """Make the counter hand out at least `at_least` next (it never goes back)."""
-        if at_least <= COUNTER_MAX:
-            self._counter_floor = max(self._counter_floor, at_least)
-
-    # -- gateways and leases ---------------------------------------------------------
-
-    async def join(
-        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
-    ) -> None:
-        now = self._clock()
-
-        async def join(conn: Any) -> Any:
-            held = await conn.fetchrow(Q["gateway_holder"], self._owner_db)
-            if held is not None and held[1] not in (self._instance, replace) and held[7] >= now:
-                return held
-            await conn.execute(
-                Q["upsert_gateway"],
-                self._owner_db,
-                self._instance,
-                to_db(gateway.host),
-                gateway.pid,
-                to_db(gateway.url),
-                gateway.started_at,
-                now,
-                now + lease,
-            )
-            return None
-
-        held = await self._write(join)
-        if held is not None:
-            holder = _gateway(held)
-            raise GatewayIdInUse(
-                f"gateway id {self.owner!r} is held by process {holder.pid} on {holder.host}",
-                holder,
-            )
-
-    async def heartbeat(self, lease: float) -> bool:
-        now = self._clock()
-        params = (self._owner_db, self._instance, now, now + lease)
-        status = await self._commit(lambda db: db.execute(Q["heartbeat"], *params))
-        return bool(status == "UPDATE 1")
-
-    async def leave(self) -> None:
-        await self._commit(lambda db: db.execute(Q["leave"], self._owner_db, self._instance))
-
-    async def gateways(self) -> list[GatewayRecord]:
-        rows = await self._run(lambda db: db.fetch(Q["live_gateways"], self._clock()))
-        return [_gateway(row, row[8]) for row in rows]
-
-    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
-        now = self._clock()
-        return await self._write(lambda conn: fleet_keys.keep(conn, to_db(name), candidate, now))
-
-    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
-        params = (to_db(key), floor, count)
-        return int(await self._commit(lambda db: db.fetchval(Q["reserve_file_counter"], *params)))
-
-    async def orphaned(self) -> list[Job]:
-        rows = await self._run(lambda db: db.fetch(Q["orphaned"], self._clock()))
-        return [_job(row) for row in rows]
-
-    async def requeue_orphaned(self, job: Job) -> bool:
-        params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db)
-        return bool(await self._commit(lambda db: db.fetchval(Q["requeue_orphaned"], *params)))
-
-    async def adopt(self, job: Job) -> Job | None:
-        note = _dumps({"kind": "adopted", "from": job.owner})
-        params = (to_db(job.prompt_id), job.attempt, self._clock(), self._owner_db, note)
-        if not await self._commit(lambda db: db.fetchval(Q["adopt"], *params)):
-            return None
-        return replace(job, attempt=job.attempt + 1, owner=self.owner)
-
-    async def claim_backends(
-        self, offered: Mapping[str, str], limit: int | None = None, *, take_lapsed: bool = True
-    ) -> list[BackendOwner]:
-        return await self._write(
-            lambda conn: backend_owners.claim(
-                conn,
-                self.owner,
-                self._instance,
-                list(offered.items()),
-                limit,
-                self._clock(),
-                take_lapsed,
-            )
-        )
-
-    async def release_backends(self, names: Sequence[str] | None = None) -> None:
-        names = None if names is None else list(names)
-        await self._commit(lambda db: backend_owners.release(db, self.owner, names))
-
-    async def backend_owners(self) -> list[BackendOwner]:
-        return await self._run(lambda db: backend_owners.owners(db, self._clock()))
-
-    async def watch_work(self, wake: WorkWake) -> None:
-        """LISTEN on a connection of its own (outside the pool); every gateway's wake-ups
-        come through it, this one's own included."""
-        self._wakes.append(wake)
-        self._db()
-        with self._wrapped("cannot listen for work"):
-            await self._listener.listen(WORK_CHANNEL, self._work_notified)
-
-    def _work_notified(self, payload: str) -> None:
-        owner, key = parse_work(payload)
-        for wake in self._wakes:
-            wake(owner, key)
-
-    async def _listening_connection(self) -> Any:
-        # Named with its gateway, so an operator can tell whose it is.
-        settings = {"application_name": f"{LISTENER_NAME} {self.owner}"[:63]}
-        if self._schema is not None:
-            settings["search_path"] = _quote(self._schema)
-        return await asyncpg.connect(
-            self._url, timeout=self._connect_timeout, server_settings=settings
-        )
-
-    async def _catch_up(self, since: float) -> None:
-        """After the listener lost its connection: wake-ups for what may have been missed."""
-        if self._wakes:
-            self._work_notified("")  # no gateway's own: idle slots look at the queue
-        if not self._event_wakes:
-            return
-        try:
-            found = await self._run(lambda db: event_log.appended_since(db, since, CATCH_UP_MAX))
-        except StoreError as exc:
-            log.warning("cannot read what was appended while not listening: %s", exc)
-            found = None
-        if found is None or len(found) >= CATCH_UP_MAX:
-            found = [EventsAppended(None, None, ours=False)]
-        for woken in found:
-            for wake in self._event_wakes:
-                wake(woken)
-
     # -- jobs and history ---------------------------------------------------------
 
     async def get(self, prompt_id: str) -> Job | None:
         """The job with this id, if the store has it."""
         row = await self._run(lambda db: db.fetchrow(Q["select_job"], to_db(prompt_id)))
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     async def jobs(
         self,
@@ -700,259 +484,9 @@ class PostgresStore:
             return rows, await conn.fetchval(Q["jobs_total"], wanted, scope)
 
         rows, total = await self._snapshot(op)
-        return await _decoded(lambda: [_job(row) for row in rows], _size(rows, JOB_JSON)), total
-
-    async def history(
-        self, max_items: int | None = None, offset: int | None = None, *, tenant: str | None = None
-    ) -> list[HistoryEntry]:
-        """History entries in completion order, paged as ComfyUI does (see JobStore); only
-        `tenant`'s entries when one is named."""
-        if max_items is not None and max_items <= 0:
-            return []
-        scope = to_db_or_none(tenant)
-        # ComfyUI: without an offset (or a negative one) the newest max_items, oldest
-        # first; with one, skip that many from the oldest.
-        newest = (offset is None or offset < 0) and max_items is not None
-
-        async def rows(conn: Any) -> list[Any]:
-            if newest:
-                found = await conn.fetch(Q["history_newest_first"], max_items, scope)
-                return list(reversed(found))
-            return list(
-                await conn.fetch(Q["history_oldest_first"], max_items, max(0, offset or 0), scope)
-            )
-
-        return await self._entries(rows)
-
-    async def history_entry(self, prompt_id: str) -> HistoryEntry | None:
-        """One history entry, or None."""
-        key = to_db(prompt_id)
-        entries = await self._entries(lambda conn: conn.fetch(Q["history_one"], key))
-        return entries[0] if entries else None
-
-    async def _entries(self, rows_of: Callable[[Any], Awaitable[list[Any]]]) -> list[HistoryEntry]:
-        """The history entries of the rows `rows_of` reads, with their messages and
-        files, all from one snapshot."""
-
-        async def op(conn: Any) -> tuple[list[Any], list[Any], list[Any]]:
-            rows = await rows_of(conn)
-            if not rows:
-                return rows, [], []
-            ids = [row[0] for row in rows]
-            events = await conn.fetch(Q["events_of"], ids)
-            return rows, events, await conn.fetch(Q["outputs_of"], ids)
-
-        rows, events, files = await self._snapshot(op)
-        size = _size(rows, (*JOB_JSON, 17, 18)) + _size(events, (2,))
-        return await _decoded(lambda: _history_entries(rows, events, files), size)
-
-    async def delete_history(self, prompt_ids: Sequence[str]) -> None:
-        """Remove these entries from the history; the jobs themselves stay."""
-        ids = to_db_all(dict.fromkeys(prompt_ids))
-        if ids:
-            await self._commit(lambda db: db.execute(Q["delete_history"], ids))
-
-    async def clear_history(self, *, tenant: str | None = None) -> None:
-        """Remove every history entry (of `tenant`, when one is named); the jobs stay."""
-        scope = to_db_or_none(tenant)
-        await self._commit(lambda db: db.execute(Q["clear_history"], scope))
-
-    async def prune_history(
-        self, *, max_entries: int | None, max_age_seconds: float | None
-    ) -> list[OutputFile]:
-        """Delete the oldest finished jobs beyond the limits (see JobStore); returns their files."""
-        if max_entries is None and max_age_seconds is None:
-            return []
-        cutoff = -math.inf if max_age_seconds is None else self._clock() - max_age_seconds
-        return await self._write(lambda conn: _prune(conn, max_entries, cutoff))
-
-    async def listed_outputs(self, files: Sequence[OutputFile]) -> set[OutputFile]:
-        """Those of `files` a job still lists (see JobStore)."""
-        if not files:
-            return set()
-        columns = [
-            to_db_all(getattr(f, field) for f in files)
-            for field in ("filename", "subfolder", "type", "tenant")
-        ]
-        rows = await self._run(lambda db: db.fetch(Q["listed_outputs"], *columns))
-        return {OutputFile(*(from_db(value) for value in row)) for row in rows}
-
-    # -- fleet ------------------------------------------------------------------------
-
-    async def backends(self) -> list[dict[str, Any]]:
-        """Backends added at run time, in the order they were added."""
-        rows = await self._run(lambda db: db.fetch(Q["select_backends"]))
-        return [_loads(spec) for (spec,) in rows]
-
-    async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
-        params = (to_db(name), _dumps(spec), self._clock())
-        await self._commit(lambda db: db.execute(Q["save_backend"], *params))
-
-    async def delete_backend(self, name: str) -> bool:
-        async def delete(conn: Any) -> bool:
-            await backend_owners.forget(conn, name)  # its owner and client id go with it
-            return bool(await conn.fetchval(Q["delete_backend"], to_db(name)))
-
-        return await self._write(delete)
-
-    # -- remote-job journal -------------------------------------------------------------
-
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
-        """Record a paid job as `submitting`, before its job-creating request."""
-        now = self._clock()
-        # Each statement its own transaction: a new job is one round trip, and the rare
-        # path (the request has a live job) reads what the insert left alone.
-        return await self._commit(lambda db: journal.record(db, job, now, self.owner))
-
-    async def remote_job_submitted(
-        self, job_id: str, remote_id: str, resume: dict[str, Any]
-    ) -> bool:
-        """The provider's id for a live job; False if it is unknown, final or not ours."""
-        encoded, now = _dumps(resume), self._clock()
-        return await self._commit(
-            lambda db: journal.submitted(db, job_id, remote_id, encoded, now, self.owner)
-        )
-
-    async def finish_remote_job(
-        self,
-        job_id: str,
-        state: RemoteJobState,
-        *,
-        result: bytes | None = None,
-        result_type: str | None = None,
-        error: dict[str, Any] | None = None,
-        attempts: int | None = None,
-    ) -> bool:
-        """How a live job ended; False if it is unknown, already final or not ours."""
-        check_remote_finish(state, result)
-        encoded, now = (None if error is None else _dumps(error)), self._clock()
-        return await self._commit(
-            lambda db: journal.finish(
-                db, job_id, state, result, result_type, encoded, attempts, now, self.owner
-            )
-        )
-
-    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
-        if slots:
-            await self._commit(lambda db: journal.assign_slots(db, slots))
-
-    async def remote_job(self, job_id: str) -> RemoteJob | None:
-        return await self._run(lambda db: journal.one(db, job_id))
-
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._run(lambda db: journal.reusable(db, request_hash))
-
-    async def live_remote_jobs(self) -> list[RemoteJob]:
-        now = self._clock()
-        return await self._run(lambda db: journal.live(db, self.owner, now))
-
-    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
-        now = self._clock()
-        return await self._commit(lambda db: journal.adopt(db, job_id, self.owner, now))
-
-    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
-        await self._commit(lambda db: journal.wait(db, job_id, self.owner, waiting))
-
-    async def release_remote_job(self, job_id: str) -> bool:
-        now = self._clock()
-        return await self._write(lambda conn: journal.release(conn, job_id, self.owner, now))
-
-    # -- webhook outbox -----------------------------------------------------------------
-
-    async def set_webhook_targets(self, targets: Sequence[WebhookTarget]) -> None:
-        """Replace the server-wide targets that job ends are matched against."""
-        await self._write(lambda conn: webhooks.set_targets(conn, targets))
-
-    async def claim_webhook_deliveries(
-        self, limit: int, lease_seconds: float
-    ) -> list[WebhookDelivery]:
-        """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
-        now, lease = self._clock(), uuid.uuid4().hex
-        return await self._commit(
-            lambda db: webhooks.claim(db, limit, lease, now, now + lease_seconds)
-        )
-
-    async def record_webhook_attempt(
-        self, delivery_id: str, lease: str, attempt: DeliveryAttempt
-    ) -> bool:
-        now = self._clock()
-        return await self._commit(lambda db: webhooks.record(db, delivery_id, lease, attempt, now))
-
-    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
-        return await self._commit(lambda db: webhooks.release(db, delivery_id, lease, next_at))
-
-    async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        return await self._run(lambda db: webhooks.one(db, delivery_id))
-
-    async def webhook_deliveries(
-        self,
-        *,
-        state: DeliveryState | None = None,
-        prompt_id: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[list[WebhookDelivery], int]:
-        """A page of deliveries, newest first, and how many match."""
-        return await self._snapshot(
-            lambda conn: webhooks.page(conn, state, prompt_id, limit, offset)
-        )
-
-    async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        now = self._clock()
-        return await self._commit(lambda db: webhooks.retry(db, delivery_id, now))
-
-    async def prune_webhook_deliveries(self, before: float) -> int:
-        return await self._commit(lambda db: webhooks.prune(db, before))
-
-    async def prune_remote_jobs(self, finished_before: float) -> int:
-        return await self._commit(lambda db: journal.prune(db, finished_before))
-
-    # -- prompt event log -----------------------------------------------------------------
-
-    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
-        """Commit these events in one statement (one transaction)."""
-        if not events:
-            return []
-        now = self._clock()
-        return await self._run(lambda db: event_log.append(db, events, now, self._instance))
-
-    async def watch_events(self, wake: EventsWake) -> None:
-        """LISTEN (on the connection that listens for work) for every gateway's appends."""
-        self._event_wakes.append(wake)
-        self._db()
-        with self._wrapped("cannot listen for events"):
-            await self._listener.listen(EVENTS_CHANNEL, self._events_notified)
-
-    def _events_notified(self, payload: str) -> None:
-        woken = event_log.parse_wakeup(payload, self._instance)
-        if woken is None:
-            log.warning("ignored a malformed wake-up on %s", EVENTS_CHANNEL)
-            return
-        for wake in self._event_wakes:
-            wake(woken)
-
-    async def prompt_events(
-        self, prompt_id: str, after: int = 0, limit: int = 500
-    ) -> list[PromptEvent]:
-        return await self._run(lambda db: event_log.after(db, prompt_id, after, max(0, limit)))
-
-    async def prune_prompt_events(self, ended_before: float) -> int:
-        return await self._run(lambda db: event_log.prune(db, ended_before))
-
-
-def parse_work(payload: str) -> tuple[str, DispatchKey | None]:
-    """A work wake-up's payload (made by comfyfleet_work_payload, migration 11): `OWNER`
-    (a gateway id has no space), or `OWNER FRONT ORDER_KEY SEQ` naming one job's
-    `dispatch_key` (FRONT 0 for a front job, else 1). A place that does not parse is
-    unknown: the wake-up still counts."""
-    owner, _, place = payload.partition(" ")
-    parts = place.split(" ")
-    key: DispatchKey | None = None
-    if len(parts) == 3:
-        with contextlib.suppress(ValueError):
-            key = (int(parts[0]), float(parts[1]), int(parts[2]))
-    return from_db(owner), key
+        return await decoded(
+            lambda: [job_from_row(row) for row in rows], text_size(rows, JOB_JSON)
+        ), total
 
 
 async def _keep_session(_conn: Any) -> None:
@@ -965,16 +499,11 @@ async def _keep_session(_conn: Any) -> None:
 # -- schema ---------------------------------------------------------------------------
 
 
-def _quote(name: str) -> str:
-    """`name` as an SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 async def _prepare(conn: Any, schema: str | None, now: float) -> None:
     """Create the schema or bring it up to date, one process at a time."""
     await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
     if schema is not None:
-        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted(schema)}")
     await conn.execute(SCHEMA["migrations_table"])
     version = await conn.fetchval("SELECT coalesce(max(version), 0) FROM comfyfleet_migrations")
     if version > SCHEMA_VERSION:
@@ -1039,100 +568,8 @@ class _ResultParams:
         )
 
 
-def _job(row: Sequence[Any]) -> Job:
-    return Job(
-        prompt_id=from_db(row[0]),
-        number=_loads(row[1]),
-        front=row[2],
-        seq=row[3],
-        prompt=_loads(row[4]),
-        extra_data=_loads(row[5]),
-        outputs=_loads(row[6]),
-        client_id=from_db_or_none(row[7]),
-        status=JobStatus(row[8]),
-        attempt=row[9],
-        lane=from_db_or_none(row[10]),
-        created_at=row[11],
-        started_at=row[12],
-        finished_at=row[13],
-        error=None if row[14] is None else _loads(row[14]),
-        tenant=from_db(row[15]),
-        owner=from_db_or_none(row[16]),
-    )
-
-
-def _gateway(row: Sequence[Any], running: int = 0) -> GatewayRecord:
-    host, url = from_db(row[2]), from_db(row[4])
-    return GatewayRecord(
-        from_db(row[0]), row[1], host, row[3], url, row[5], row[6], row[7], running
-    )
-
-
 async def _candidates(rows: list[Any]) -> list[Job]:
     """Claim candidates, decoded on the loop when small, else on a worker thread."""
-    if _size(rows, JOB_JSON) <= DECODE_INLINE:
-        return [_job(row) for row in rows]
-    return await asyncio.to_thread(lambda: [_job(row) for row in rows])
-
-
-def _size(rows: Sequence[Any], columns: Sequence[int]) -> int:
-    """Characters of text in these columns of `rows`."""
-    return sum(len(row[column] or "") for row in rows for column in columns)
-
-
-async def _decoded(decode: Callable[[], T], size: int) -> T:
-    """`decode()`, on a worker thread when it has `size` characters of JSON to decode."""
-    if size <= DECODE_INLINE:
-        return decode()
-    return await asyncio.to_thread(decode)
-
-
-def _history_entries(rows: list[Any], events: list[Any], files: list[Any]) -> list[HistoryEntry]:
-    messages: dict[str, list[list[Any]]] = {}
-    for key, kind, data in events:
-        messages.setdefault(key, []).append([from_db(kind), _loads(data)])
-    written = _files_by_job(files, with_tenant=False)
-    width = 17  # the job's columns, then the entry's
-    entries = []
-    for row in rows:
-        job = _job(row)
-        status, outputs, meta = row[width : width + 3]
-        result = JobResult(
-            status=JobStatus(status),
-            outputs=_loads(outputs),
-            meta=_loads(meta),
-            messages=messages.get(row[0], []),
-            error=job.error,
-            files=written.get(row[0], []),
-        )
-        entries.append(HistoryEntry(job, result))
-    return entries
-
-
-def _files_by_job(rows: list[Any], *, with_tenant: bool) -> dict[str, list[OutputFile]]:
-    """outputs_of rows by stored prompt_id, in the order written; each file names its
-    job's tenant when `with_tenant`."""
-    found: dict[str, list[OutputFile]] = {}
-    for key, filename, subfolder, kind, tenant in rows:
-        file = OutputFile(from_db(filename), from_db(subfolder), from_db(kind))
-        if with_tenant:
-            file = replace(file, tenant=from_db(tenant))
-        found.setdefault(key, []).append(file)
-    return found
-
-
-async def _prune(conn: Any, max_entries: int | None, cutoff: float) -> list[OutputFile]:
-    horizon_pos, horizon_time = 0, cutoff
-    if max_entries is not None:
-        row = await conn.fetchrow(Q["history_at_rank"], max(0, max_entries))
-        if row is not None:
-            horizon_pos, horizon_time = row[0], max(cutoff, math.nextafter(row[1], math.inf))
-    victims = [r[0] for r in await conn.fetch(Q["history_before"], horizon_pos, cutoff)]
-    # Jobs with no entry (cancelled, or entry deleted) go once they are older than
-    # the newest entry dropped, so they cannot pile up forever.
-    victims += [r[0] for r in await conn.fetch(Q["unlisted_before"], horizon_time)]
-    if not victims:
-        return []
-    files = _files_by_job(await conn.fetch(Q["outputs_of"], victims), with_tenant=True)
-    await conn.execute(Q["delete_jobs"], victims)
-    return [file for key in victims for file in files.get(key, [])]
+    if text_size(rows, JOB_JSON) <= DECODE_INLINE:
+        return [job_from_row(row) for row in rows]
+    return await asyncio.to_thread(lambda: [job_from_row(row) for row in rows])

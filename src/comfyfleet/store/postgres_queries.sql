@@ -84,7 +84,7 @@ SELECT pg_notify('comfyfleet_work', $2) FROM (SELECT count(*) AS n FROM given) g
 -- One statement, one round trip: the update fenced on the attempt and, only when it
 -- changed the job, the history entry ($6: whether the status makes one), the attempt's
 -- messages (seq, type, data side by side), the files it wrote, in the order given, and
--- the webhook deliveries of its event ($15; see postgres_webhooks.sql).
+-- the webhook deliveries of its event ($15; see postgres_parts/webhooks_sql.py).
 WITH job AS (
     UPDATE jobs SET status = $3, finished_at = $4, error = $5
     WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
@@ -285,7 +285,7 @@ ON CONFLICT (name) DO UPDATE SET spec = excluded.spec
 -- name: delete_backend
 DELETE FROM backends WHERE name = $1 RETURNING true
 
--- The remote-job journal (see postgres_journal.py). Every write about a job is fenced on
+-- The remote-job journal (see postgres_parts/journal_sql.py). Every write about a job is fenced on
 -- the job being live and on its owner; a request hash has at most one live job.
 
 -- name: record_remote_job
@@ -437,7 +437,7 @@ ORDER BY started_at, seq
 SELECT 1
 
 -- name: reserve_file_counter
--- Output name counters every gateway shares (see sqlite_file_counters.py).
+-- Output name counters every gateway shares (see sqlite_parts/file_counters_sql.py).
 INSERT INTO file_counters (key, next) VALUES ($1, $2::bigint + $3::bigint)
 ON CONFLICT (key) DO UPDATE SET next = greatest(file_counters.next, $2::bigint) + $3::bigint
 RETURNING next - $3::bigint
@@ -546,10 +546,151 @@ WITH old AS (
 )
 SELECT count(*) FROM gone
 
--- Fleet keys (see postgres_fleet_keys.py): the first candidate stored wins.
+-- Fleet keys (see postgres_parts/fleet_keys_sql.py): the first candidate stored wins.
 
 -- name: fleet_key_keep_first
 INSERT INTO fleet_keys (name, key, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING
 
 -- name: fleet_key
 SELECT key FROM fleet_keys WHERE name = $1
+
+-- == webhook outbox ===========================================================
+-- The webhook outbox on PostgreSQL: its statements, by name (see sql_blocks.py).
+-- A delivery's columns come in one order (postgres_parts/webhooks_sql.py decodes them by position):
+-- id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since,
+-- next_at, delivered_at, last_status, last_error, body, lease.
+
+-- name: webhook_deliveries
+-- Not a statement: the CTE body that the job-ending statements (finish_job, cancel_jobs,
+-- cancel_pending) put in place of `{webhook_deliveries}`, so the deliveries commit with
+-- the end. It reads their CTE `job` (prompt_id, tenant, extra_data, event, at). The job's
+-- own webhook is only looked for (JSON parsed) when its extra_data names one, and not at
+-- all when it holds an escaped NUL anywhere: PostgreSQL's JSON functions fail on one
+-- (POST /prompt refuses a webhook_url with such extra_data).
+INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
+                                created_at, retry_since, next_at, updated_at)
+SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), job.prompt_id, job.tenant,
+       job.event, NULL, job.extra_data::json ->> 'webhook_url', 'pending',
+       job.at, job.at, job.at, job.at
+FROM job
+WHERE CASE WHEN strpos(job.extra_data, '"webhook_url"') > 0
+               AND strpos(job.extra_data, '\u0000') = 0 THEN
+          json_typeof(job.extra_data::json -> 'webhook_url') = 'string'
+          AND CASE WHEN json_typeof(job.extra_data::json -> 'webhook_events') = 'array'
+                   THEN EXISTS (
+                       SELECT 1
+                       FROM json_array_elements(job.extra_data::json -> 'webhook_events') e
+                       WHERE e::text = to_json(job.event)::text)
+                   ELSE true END
+      ELSE false END
+UNION ALL
+SELECT 'msg_' || replace(gen_random_uuid()::text, '-', ''), job.prompt_id, job.tenant,
+       job.event, t.name, t.url, 'pending', job.at, job.at, job.at, job.at
+FROM job JOIN webhook_targets t
+    ON (t.events IS NULL OR job.event = ANY(t.events))
+   AND (t.tenants IS NULL OR job.tenant = ANY(t.tenants))
+
+-- name: clear_webhook_targets
+DELETE FROM webhook_targets
+
+-- name: add_webhook_target
+INSERT INTO webhook_targets (name, url, events, tenants) VALUES ($1, $2, $3, $4)
+
+-- name: claim_webhook_deliveries
+-- Two gateways sharing the database never claim one delivery at once: rows another
+-- claim holds are skipped, and the lease keeps them from the next claims until it ends.
+UPDATE webhook_deliveries d SET lease = $3, lease_until = $4
+WHERE d.pos IN (
+    SELECT pos FROM webhook_deliveries
+    WHERE state = 'pending' AND next_at <= $1 AND lease_until <= $1
+    ORDER BY next_at, pos LIMIT $2
+    FOR UPDATE SKIP LOCKED)
+RETURNING id, prompt_id, tenant, event, target, url, state, attempts, created_at,
+          retry_since, next_at, delivered_at, last_status, last_error, body, lease
+
+-- name: record_webhook_attempt
+UPDATE webhook_deliveries
+SET state = $3, attempts = attempts + 1, next_at = coalesce($4, next_at),
+    delivered_at = CASE WHEN $3 = 'delivered' THEN $5 ELSE delivered_at END,
+    last_status = $6, last_error = $7, body = coalesce(body, $8),
+    lease = NULL, lease_until = 0, updated_at = $5
+WHERE id = $1 AND lease = $2
+RETURNING true
+
+-- name: release_webhook_delivery
+UPDATE webhook_deliveries SET next_at = $3, lease = NULL, lease_until = 0
+WHERE id = $1 AND lease = $2
+RETURNING true
+
+-- name: webhook_delivery
+SELECT id, prompt_id, tenant, event, target, url, state, attempts, created_at,
+       retry_since, next_at, delivered_at, last_status, last_error, body, lease
+FROM webhook_deliveries WHERE id = $1
+
+-- name: webhook_deliveries_page
+-- Newest first; $1 a state or NULL (every state), $2 a prompt id or NULL.
+SELECT id, prompt_id, tenant, event, target, url, state, attempts, created_at,
+       retry_since, next_at, delivered_at, last_status, last_error, body, lease
+FROM webhook_deliveries
+WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR prompt_id = $2)
+ORDER BY pos DESC LIMIT $3 OFFSET $4
+
+-- name: webhook_deliveries_total
+SELECT count(*) FROM webhook_deliveries
+WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR prompt_id = $2)
+
+-- name: retry_webhook_delivery
+UPDATE webhook_deliveries
+SET state = 'pending', next_at = $2, retry_since = $2, lease = NULL, lease_until = 0,
+    updated_at = $2
+WHERE id = $1 AND state != 'pending'
+RETURNING id, prompt_id, tenant, event, target, url, state, attempts, created_at,
+          retry_since, next_at, delivered_at, last_status, last_error, body, lease
+
+-- name: prune_webhook_deliveries
+WITH gone AS (
+    DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < $1 RETURNING 1
+)
+SELECT count(*) FROM gone
+
+-- == backend owners ===========================================================
+-- Backend ownership on PostgreSQL (see sqlite_parts/backend_owners_sql.py): named blocks the
+-- store runs for the `BackendOwners` verbs. A backend is owned while its owner's
+-- lease (the gateways table) holds ($n: the time now).
+
+-- name: lock_backend_claims
+-- Claims run one at a time across the fleet: each reads, then takes, in one transaction.
+SELECT pg_advisory_xact_lock(7208405713518)
+
+-- name: lease_holds
+SELECT EXISTS (SELECT 1 FROM gateways WHERE id = $1 AND instance = $2 AND lease_until >= $3)
+
+-- name: backend_owner_rows
+-- The rows of the backends offered ($2), with their owner if live, and as recorded.
+SELECT o.backend, o.client_id,
+       CASE WHEN EXISTS (SELECT 1 FROM gateways g
+                         WHERE g.id = o.owner AND g.lease_until >= $1) THEN o.owner END,
+       o.since, o.owner
+FROM backend_owners o WHERE o.backend = ANY($2::text[])
+
+-- name: insert_backend_owner
+INSERT INTO backend_owners (backend, client_id, owner, since) VALUES ($1, $2, $3, $4)
+
+-- name: take_backend
+UPDATE backend_owners SET owner = $2, since = $3 WHERE backend = $1
+
+-- name: release_backends
+UPDATE backend_owners SET owner = NULL WHERE owner = $1 AND backend = ANY($2::text[])
+
+-- name: release_all_backends
+UPDATE backend_owners SET owner = NULL WHERE owner = $1
+
+-- name: forget_backend_owner
+DELETE FROM backend_owners WHERE backend = $1
+
+-- name: backend_owners
+SELECT o.backend, o.client_id,
+       CASE WHEN EXISTS (SELECT 1 FROM gateways g
+                         WHERE g.id = o.owner AND g.lease_until >= $1) THEN o.owner END,
+       o.since
+FROM backend_owners o ORDER BY o.backend

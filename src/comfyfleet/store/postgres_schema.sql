@@ -93,7 +93,7 @@ CREATE TABLE backends (
     created_at DOUBLE PRECISION NOT NULL
 );
 
--- The journal of paid remote jobs (fan-out and provider nodes): see sqlite_journal.py.
+-- The journal of paid remote jobs (fan-out and provider nodes): see sqlite_parts/journal_sql.py.
 -- Not tied to jobs: a result stays reusable after its prompt is pruned.
 CREATE TABLE remote_jobs (
     id           TEXT COLLATE "C" PRIMARY KEY,
@@ -153,7 +153,7 @@ CREATE TABLE idempotency_keys (
 
 CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
 -- name: migration_4
--- The webhook outbox (see schema.sql and postgres_webhooks.sql). Server-wide targets,
+-- The webhook outbox (see sqlite_schema.sql and postgres_queries.sql). Server-wide targets,
 -- mirrored from the config without their secrets; NULL events or tenants: every one.
 CREATE TABLE webhook_targets (
     name    TEXT COLLATE "C" PRIMARY KEY,
@@ -214,7 +214,7 @@ CREATE TABLE backend_owners (
 );
 
 -- name: migration_7
--- Remote-job owners: one journal for every gateway (see postgres_journal.py). Older jobs
+-- Remote-job owners: one journal for every gateway (see postgres_parts/journal_sql.py). Older jobs
 -- have no owner (orphans any gateway may take over); of several live jobs for one request
 -- (from before), the sent and newest one is kept and the others end; then a request has at
 -- most one live job, and the gateways waiting on another's job are recorded.
@@ -238,7 +238,7 @@ CREATE TABLE remote_job_waiters (
 
 -- name: migration_8
 -- Secrets the gateways sharing the database agree on (the key signing their requests to
--- each other): see postgres_fleet_keys.py.
+-- each other): see postgres_parts/fleet_keys_sql.py.
 CREATE TABLE fleet_keys (
     name       TEXT COLLATE "C" PRIMARY KEY,
     key        BYTEA NOT NULL,
@@ -285,7 +285,7 @@ $$;
 
 -- name: migration_12
 -- Output name counters every gateway shares: two gateways never give two files one
--- name (see sqlite_file_counters.py).
+-- name (see sqlite_parts/file_counters_sql.py).
 CREATE TABLE file_counters (
     key  TEXT COLLATE "C" PRIMARY KEY,
     next BIGINT NOT NULL

@@ -1,7 +1,7 @@
 """The SQLite job store: one file in WAL mode, async-only, durable at every await.
 
 Writes go through one writer thread that commits queued operations in groups
-(see `sqlite_io.GroupWriter`); reads run on a small pool of reader threads.
+(see `sqlite_parts/io.py`, GroupWriter); reads run on a small pool of reader threads.
 Each public coroutine returns once its change is committed (or its read done);
 the event loop never waits on SQLite itself.
 """
@@ -9,20 +9,17 @@ the event loop never waits on SQLite itself.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import math
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from comfyfleet.domain.gateways import BackendOwner, GatewayRecord
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HISTORIC,
@@ -35,29 +32,13 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
-from comfyfleet.domain.prompt_events import NewPromptEvent, PromptEvent
-from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
-    DeliveryAttempt,
-    DeliveryState,
-    WebhookDelivery,
     WebhookEvent,
-    WebhookTarget,
 )
 from comfyfleet.protocol.prompt import is_large
-from comfyfleet.store import event_wakeups
-from comfyfleet.store import sqlite_backend_owners as backend_owners
-from comfyfleet.store import sqlite_event_log as event_log
-from comfyfleet.store import sqlite_file_counters as file_counters
-from comfyfleet.store import sqlite_fleet_keys as fleet_keys
-from comfyfleet.store import sqlite_idempotency as idempotency
-from comfyfleet.store import sqlite_journal as journal
-from comfyfleet.store import sqlite_leases as leases
-from comfyfleet.store import sqlite_webhooks as webhooks
 from comfyfleet.store.base import (
     DuplicateJob,
-    GatewayIdInUse,
     PendingLimitReached,
     StoreError,
     WorkWake,
@@ -66,50 +47,53 @@ from comfyfleet.store.base import (
 from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.pending_json import PendingJson
-from comfyfleet.store.sqlite_io import GroupWriter, ReaderPool, WriterStats
+from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import event_log_sql as event_log
+from comfyfleet.store.sqlite_parts import idempotency_sql as idempotency
+from comfyfleet.store.sqlite_parts import journal_sql as journal
+from comfyfleet.store.sqlite_parts import leases_sql as leases
+from comfyfleet.store.sqlite_parts import schema as schema
+from comfyfleet.store.sqlite_parts import webhooks_sql as webhooks
+from comfyfleet.store.sqlite_parts.backends import SQLiteBackends
+from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
+from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
+from comfyfleet.store.sqlite_parts.io import GroupWriter, ReaderPool, WriterStats
+from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
+from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
+
+Q = load_blocks("sqlite_queries.sql")
 
 T = TypeVar("T")
 
-#: The version `schema.sql` creates; PRAGMA user_version holds the file's version.
+#: The version sqlite_schema.sql's migrations reach; PRAGMA user_version holds a file's version.
 SCHEMA_VERSION = 13
-
-#: Upgrades of an existing file: MIGRATIONS[n] takes a version n-1 file to version n.
-#: Each runs inside the opening transaction, so a failed upgrade leaves the file as it was.
-BACKENDS_TABLE = """
-CREATE TABLE IF NOT EXISTS backends (
-    name       TEXT PRIMARY KEY,
-    spec       TEXT NOT NULL,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
-
-
-def _add_backends(conn: sqlite3.Connection) -> None:
-    conn.execute(BACKENDS_TABLE)
 
 
 def _add_tenants(conn: sqlite3.Connection) -> None:
     """Jobs get their tenant; those from before belong to `default` (see comfyfleet.tenants),
     which keeps the data dir's own folders, so their outputs stay where they are."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-    if "tenant" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "jobs", "tenant"):
         conn.execute("ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
-    conn.execute("CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, created_at, seq)")
+    schema.apply(conn, 4)
 
 
+#: Upgrades of a file: MIGRATIONS[n] takes a version n-1 file to version n (a fresh file
+#: is version 0 and takes every one). Each runs inside the opening transaction, so a
+#: failed upgrade leaves the file as it was.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    2: _add_backends,
-    3: journal.migrate,  # the remote-job journal
+    1: functools.partial(schema.apply, version=1),  # jobs, history, events, outputs, meta
+    2: functools.partial(schema.apply, version=2),  # backends added at run time
+    3: functools.partial(schema.apply, version=3),  # the remote-job journal
     4: _add_tenants,
     5: leases.migrate,  # job owners and gateway leases
-    6: idempotency.migrate,  # Idempotency-Key submits
-    7: webhooks.migrate,  # the webhook outbox
-    8: event_log.migrate,  # the prompt event log
-    9: backend_owners.migrate,  # which gateway dispatches to each backend
+    6: functools.partial(schema.apply, version=6),  # Idempotency-Key submits
+    7: functools.partial(schema.apply, version=7),  # the webhook outbox
+    8: functools.partial(schema.apply, version=8),  # the prompt event log
+    9: functools.partial(schema.apply, version=9),  # which gateway dispatches to each backend
     10: journal.migrate_owners,  # remote-job owners: one journal for every gateway
-    11: fleet_keys.migrate,  # keys the gateways sharing the store agree on
+    11: functools.partial(schema.apply, version=11),  # keys the gateways agree on
     12: event_log.add_frames,  # binary frames in the event log
-    13: file_counters.migrate,  # output name counters every gateway shares
+    13: functools.partial(schema.apply, version=13),  # output name counters
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -137,146 +121,62 @@ _JOB_FIELDS = (
     "owner",
 )
 JOB_COLUMNS = ", ".join(_JOB_FIELDS)
-JOB_COLUMNS_J = ", ".join(f"j.{name}" for name in _JOB_FIELDS)
-_TERMINAL_SQL = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL))
+
+ORPHANED = Q["orphaned"]
 
 # -- write statements -----------------------------------------------------------
 
-#: Pending jobs (the dispatch index holds exactly them).
-COUNT_PENDING = "SELECT count(*) FROM jobs WHERE status = 'pending'"
+COUNT_PENDING = Q["count_pending"]
 
-INSERT_JOB = """
-INSERT INTO jobs (prompt_id, seq, number_json, order_key, front, status, client_id,
-                  prompt, extra_data, outputs, node_errors, created_at, tenant)
-VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM jobs), ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
-RETURNING seq
-"""
-CLAIM_JOB = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending'
-"""
-# Fenced: only while the job is still claimable at the attempt its candidate had.
-CLAIM_CANDIDATE = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
-"""
-# A reserved job stays pending, set aside for the lane named in `lane`; fenced as above.
-RESERVE_CANDIDATE = """
-UPDATE jobs SET lane = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
-"""
-# `lane IS ?`: a job set aside for no lane (NULL) is started the same way.
-START_RESERVED = """
-UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
-WHERE prompt_id = ? AND status = 'pending' AND lane IS ?
-"""
-UNRESERVE_JOB = (
-    "UPDATE jobs SET lane = NULL, owner = NULL WHERE prompt_id = ? AND status = 'pending'"
-)
-FINISH_JOB = """
-UPDATE jobs SET status = ?, finished_at = ?, error = ?
-WHERE prompt_id = ? AND status = 'running' AND attempt = ?
-"""
-INSERT_HISTORY = """
-INSERT INTO history (prompt_id, status, outputs, meta, completed_at) VALUES (?, ?, ?, ?, ?)
-"""
-INSERT_EVENT = "INSERT INTO events (prompt_id, attempt, seq, type, data) VALUES (?, ?, ?, ?, ?)"
-INSERT_OUTPUT = "INSERT INTO outputs (prompt_id, filename, subfolder, type) VALUES (?, ?, ?, ?)"
-ATTEMPT_NOTES_OF = """
-SELECT prompt_id, attempt, data FROM events WHERE prompt_id IN ({marks}) AND type = 'requeued'
-ORDER BY prompt_id, attempt
-"""
-REQUEUE_JOB = """
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
-WHERE prompt_id = ? AND status = 'running' AND attempt = ?
-"""
-# This gateway's jobs, and orphaned ones: never another live gateway's.
-REQUEUE_LANE = f"""
-UPDATE jobs SET status = 'pending', lane = NULL, started_at = NULL, owner = NULL
-WHERE status = 'running' AND substr(lane, 1, ?) = ? AND (owner = ? OR {leases.ORPHANED})
-RETURNING prompt_id, seq
-"""
-CANCEL_JOB = """
-UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE prompt_id = ? AND status IN
-"""
-CANCEL_PENDING = """
-UPDATE jobs SET status = 'cancelled', finished_at = ? WHERE status = 'pending'
-RETURNING prompt_id, seq
-"""
-DELETE_HISTORY = "DELETE FROM history WHERE prompt_id = ?"
-CLEAR_HISTORY = "DELETE FROM history"
-# Child rows (history, events, outputs) go with the job: ON DELETE CASCADE.
-DELETE_JOB = "DELETE FROM jobs WHERE prompt_id = ?"
-SAVE_NUMBER_FLOOR = """
-INSERT INTO meta (key, value) VALUES ('number_floor', ?)
-ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
-"""
+INSERT_JOB = Q["insert_job"]
+CLAIM_JOB = Q["claim_job"]
+CLAIM_CANDIDATE = Q["claim_candidate"]
+RESERVE_CANDIDATE = Q["reserve_candidate"]
+START_RESERVED = Q["start_reserved"]
+UNRESERVE_JOB = Q["unreserve_job"]
+FINISH_JOB = Q["finish_job"]
+INSERT_HISTORY = Q["insert_history"]
+INSERT_EVENT = Q["insert_event"]
+INSERT_OUTPUT = Q["insert_output"]
+ATTEMPT_NOTES_OF = Q["attempt_notes_of"]
+REQUEUE_JOB = Q["requeue_job"]
+REQUEUE_LANE = Q["requeue_lane"]
+CANCEL_JOB = Q["cancel_job"]
+CANCEL_PENDING_JOB = Q["cancel_pending_job"]
+CANCEL_PENDING = Q["cancel_pending"]
+DELETE_HISTORY = Q["delete_history"]
+CLEAR_HISTORY = Q["clear_history"]
+DELETE_JOB = Q["delete_job"]
+SAVE_NUMBER_FLOOR = Q["save_number_floor"]
 
 # -- read statements --------------------------------------------------------------
 # INDEXED BY pins the partial indexes: without statistics the planner would rather
 # take jobs_status and sort, and the queue must stay an in-order index walk.
 
-SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE prompt_id = ?"
-SELECT_PENDING = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending'
-ORDER BY front DESC, order_key, seq LIMIT ?
-"""
-# What a claim may take: pending and not reserved; a later page starts past the last
-# job of the one before, by dispatch key (front DESC, order_key, seq).
-SELECT_CLAIMABLE = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
-ORDER BY front DESC, order_key, seq LIMIT ?
-"""
-SELECT_CLAIMABLE_AFTER = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
-  AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
-ORDER BY front DESC, order_key, seq LIMIT ?
-"""
-SELECT_RUNNING = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_running WHERE status = 'running'
-ORDER BY started_at, seq
-"""
-COUNT_STATUSES = "SELECT status, count(*) FROM jobs GROUP BY status"
-SELECT_HISTORY = f"""
-SELECT {JOB_COLUMNS_J}, h.status, h.outputs, h.meta
-FROM history h JOIN jobs j ON j.prompt_id = h.prompt_id
-"""
-HISTORY_OLDEST_FIRST = SELECT_HISTORY + " ORDER BY h.pos LIMIT ? OFFSET ?"
-HISTORY_NEWEST_FIRST = SELECT_HISTORY + " ORDER BY h.pos DESC LIMIT ?"
-HISTORY_ONE = SELECT_HISTORY + " WHERE h.prompt_id = ?"
-# Only the messages of the attempt that finished the job make its history entry.
-EVENTS_OF = """
-SELECT e.prompt_id, e.type, e.data FROM events e
-JOIN jobs j ON j.prompt_id = e.prompt_id AND j.attempt = e.attempt
-WHERE e.prompt_id IN ({marks}) ORDER BY e.prompt_id, e.seq
-"""
-OUTPUTS_OF = """
-SELECT prompt_id, filename, subfolder, type FROM outputs
-WHERE prompt_id IN ({marks}) ORDER BY rowid
-"""
-# Integer-valued numbers came from the counter (front jobs store it negated);
-# explicit numbers are floats and do not move the counter, as in ComfyUI.
-MAX_COUNTED_NUMBER = """
-SELECT max(abs(CAST(number_json AS INTEGER))) FROM jobs WHERE number_json NOT GLOB '*[^0-9-]*'
-"""
-SELECT_NUMBER_FLOOR = "SELECT value FROM meta WHERE key = 'number_floor'"
-# Retention: the entry at the count limit, and what lies before a horizon.
-HISTORY_AT_RANK = "SELECT pos, completed_at FROM history ORDER BY pos DESC LIMIT 1 OFFSET ?"
-HISTORY_BEFORE = """
-SELECT prompt_id FROM history WHERE pos <= ? OR completed_at < ? ORDER BY pos
-"""
-UNLISTED_BEFORE = f"""
-SELECT prompt_id FROM jobs j INDEXED BY jobs_finished
-WHERE finished_at < ? AND status IN ({_TERMINAL_SQL})
-  AND NOT EXISTS (SELECT 1 FROM history h WHERE h.prompt_id = j.prompt_id)
-ORDER BY finished_at, seq
-"""
+SELECT_JOB = Q["select_job"]
+SELECT_PENDING = Q["select_pending"]
+SELECT_CLAIMABLE = Q["select_claimable"]
+SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
+SELECT_RUNNING = Q["select_running"]
+COUNT_STATUSES = Q["count_statuses"]
+HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
+HISTORY_NEWEST_FIRST = Q["history_newest_first"]
+HISTORY_ONE = Q["history_one"]
+EVENTS_OF = Q["events_of"]
+OUTPUTS_OF = Q["outputs_of"]
+MAX_COUNTED_NUMBER = Q["max_counted_number"]
+SELECT_NUMBER_FLOOR = Q["select_number_floor"]
+HISTORY_AT_RANK = Q["history_at_rank"]
+HISTORY_BEFORE = Q["history_before"]
+UNLISTED_BEFORE = Q["unlisted_before"]
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads
 
 
-class SQLiteStore:
+class SQLiteStore(
+    SQLiteBackends, SQLiteJournal, SQLiteWebhookOutbox, SQLiteEventLog, SQLiteGateways
+):
     """A `JobStore` in one SQLite file.
 
     `synchronous` is SQLite's durability setting: FULL (the default) survives
@@ -376,19 +276,6 @@ class SQLiteStore:
         )
         conn.execute("PRAGMA query_only = ON")
         return conn
-
-    def _open_writer(self) -> GroupWriter:
-        if self._writer is None:
-            raise StoreError("the store is not open")
-        return self._writer
-
-    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._open_writer().submit(op)
-
-    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        if self._readers is None:
-            raise StoreError("the store is not open")
-        return await self._readers.run(op)
 
     # -- queue --------------------------------------------------------------------
 
@@ -507,191 +394,6 @@ class SQLiteStore:
         """The reasons of many jobs in one read (e.g. every re-queued job at start)."""
         return await self._read(functools.partial(_attempt_notes_of, ids=list(prompt_ids)))
 
-    # -- fleet ------------------------------------------------------------------------
-
-    async def backends(self) -> list[dict[str, Any]]:
-        """Backends added at run time, in the order they were added."""
-        return await self._read(_backends)
-
-    async def save_backend(self, name: str, spec: dict[str, Any]) -> None:
-        op = functools.partial(_save_backend, name=name, spec=spec, now=self._clock())
-        await self._write(op)
-
-    async def delete_backend(self, name: str) -> bool:
-        return await self._write(functools.partial(_delete_backend, name=name))
-
-    # -- remote-job journal -------------------------------------------------------------
-
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
-        """Record a paid job as `submitting`, before its job-creating request."""
-        op = functools.partial(
-            journal.record,
-            job=job,
-            resume=journal.encode(job.resume),
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
-
-    async def remote_job_submitted(
-        self, job_id: str, remote_id: str, resume: dict[str, Any]
-    ) -> bool:
-        """The provider's id for a live job; False if it is unknown, final or not ours."""
-        op = functools.partial(
-            journal.submitted,
-            job_id=job_id,
-            remote_id=remote_id,
-            resume=journal.encode(resume),
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
-
-    async def finish_remote_job(
-        self,
-        job_id: str,
-        state: RemoteJobState,
-        *,
-        result: bytes | None = None,
-        result_type: str | None = None,
-        error: dict[str, Any] | None = None,
-        attempts: int | None = None,
-    ) -> bool:
-        """How a live job ended; False if it is unknown, already final or not ours."""
-        op = functools.partial(
-            journal.finish,
-            job_id=job_id,
-            state=state,
-            result=result,
-            result_type=result_type,
-            error=journal.encode_finish(state, result, error),
-            attempts=attempts,
-            now=self._clock(),
-            owner=self.owner,
-        )
-        return await self._write(op)
-
-    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
-        if slots:
-            await self._write(functools.partial(journal.assign_slots, slots=list(slots)))
-
-    async def remote_job(self, job_id: str) -> RemoteJob | None:
-        return await self._read(functools.partial(journal.one, job_id=job_id))
-
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._read(functools.partial(journal.reusable, request_hash=request_hash))
-
-    async def live_remote_jobs(self) -> list[RemoteJob]:
-        return await self._read(
-            functools.partial(journal.live, owner=self.owner, now=self._clock())
-        )
-
-    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
-        op = functools.partial(journal.adopt, job_id=job_id, owner=self.owner, now=self._clock())
-        return await self._write(op)
-
-    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
-        op = functools.partial(journal.wait, job_id=job_id, gateway=self.owner, waiting=waiting)
-        await self._write(op)
-
-    async def release_remote_job(self, job_id: str) -> bool:
-        op = functools.partial(journal.release, job_id=job_id, owner=self.owner, now=self._clock())
-        return await self._write(op)
-
-    async def prune_remote_jobs(self, finished_before: float) -> int:
-        return await self._write(functools.partial(journal.prune, before=finished_before))
-
-    # -- webhook outbox -----------------------------------------------------------------
-
-    async def set_webhook_targets(self, targets: Sequence[WebhookTarget]) -> None:
-        """Replace the server-wide targets that job ends are matched against."""
-        await self._write(functools.partial(webhooks.set_targets, targets=list(targets)))
-
-    async def claim_webhook_deliveries(
-        self, limit: int, lease_seconds: float
-    ) -> list[WebhookDelivery]:
-        """Up to `limit` due, unleased deliveries, leased for `lease_seconds`."""
-        now = self._clock()
-        op = functools.partial(
-            webhooks.claim, limit=limit, lease=uuid.uuid4().hex, now=now, until=now + lease_seconds
-        )
-        return await self._write(op)
-
-    async def record_webhook_attempt(
-        self, delivery_id: str, lease: str, attempt: DeliveryAttempt
-    ) -> bool:
-        op = functools.partial(
-            webhooks.record,
-            delivery_id=delivery_id,
-            lease=lease,
-            attempt=attempt,
-            now=self._clock(),
-        )
-        return await self._write(op)
-
-    async def release_webhook_delivery(self, delivery_id: str, lease: str, next_at: float) -> bool:
-        op = functools.partial(
-            webhooks.release, delivery_id=delivery_id, lease=lease, next_at=next_at
-        )
-        return await self._write(op)
-
-    async def webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        return await self._read(functools.partial(webhooks.one, delivery_id=delivery_id))
-
-    async def webhook_deliveries(
-        self,
-        *,
-        state: DeliveryState | None = None,
-        prompt_id: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> tuple[list[WebhookDelivery], int]:
-        """A page of deliveries, newest first, and how many match."""
-        op = functools.partial(
-            webhooks.page, state=state, prompt_id=prompt_id, limit=limit, offset=offset
-        )
-        return await self._read(op)
-
-    async def retry_webhook_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        op = functools.partial(webhooks.retry, delivery_id=delivery_id, now=self._clock())
-        return await self._write(op)
-
-    async def prune_webhook_deliveries(self, before: float) -> int:
-        return await self._write(functools.partial(webhooks.prune, before=before))
-
-    # -- prompt event log -----------------------------------------------------------------
-
-    async def append_prompt_events(self, events: Sequence[NewPromptEvent]) -> list[PromptEvent]:
-        """Commit these events in one transaction (with whatever else the writer holds)."""
-        if not events:
-            return []
-        now = self._clock()
-        op = functools.partial(event_log.append, rows=event_log.encode(events), now=now)
-        ids, prompts = await self._write(op)
-        if self._event_wakes:
-            for woken in event_wakeups.appended(prompts):
-                for wake in self._event_wakes:
-                    wake(woken)
-        return [
-            PromptEvent(i, e.prompt_id, e.type, e.data, now, e.frame) for i, e in zip(ids, events)
-        ]
-
-    async def watch_events(self, wake: EventsWake) -> None:
-        """In-process: one SQLite file has one gateway, so every append is this one's."""
-        self._event_wakes.append(wake)
-
-    async def prompt_events(
-        self, prompt_id: str, after: int = 0, limit: int = 500
-    ) -> list[PromptEvent]:
-        op = functools.partial(
-            event_log.after, prompt_id=prompt_id, after_id=after, limit=max(0, limit)
-        )
-        return await self._read(op)
-
-    async def prune_prompt_events(self, ended_before: float) -> int:
-        return await self._write(functools.partial(event_log.prune, before=ended_before))
-
     async def requeue_lane(self, lane_prefix: str) -> list[str]:
         """Put every job running on a lane named `lane_prefix*` back to pending."""
         op = functools.partial(
@@ -734,7 +436,7 @@ class SQLiteStore:
         return await self._read(_counts)
 
     async def ping(self) -> None:
-        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+        await self._read(lambda conn: conn.execute(Q["ping"]).fetchone())
 
     async def next_number(self) -> int:
         """The next value of ComfyUI's submission counter (advances on every call)."""
@@ -742,45 +444,9 @@ class SQLiteStore:
         self._number += 1
         return number
 
-    # -- gateways and leases ---------------------------------------------------------
-
-    async def join(
-        self, gateway: GatewayRecord, lease: float, *, replace: str | None = None
-    ) -> None:
-        joining = dataclasses.replace(gateway, id=self.owner, instance=self._instance)
-        op = functools.partial(
-            leases.join, joining=joining, lease=lease, now=self._clock(), replace=replace
-        )
-        held = await self._write(op)
-        if held is not None:
-            raise GatewayIdInUse(
-                f"gateway id {self.owner!r} is held by process {held.pid} on {held.host}", held
-            )
-
-    async def heartbeat(self, lease: float) -> bool:
-        now = self._clock()
-        params = (now, now + lease, self.owner, self._instance)
-        return await self._write(lambda conn: conn.execute(leases.HEARTBEAT, params).rowcount == 1)
-
-    async def leave(self) -> None:
-        params = (self.owner, self._instance)
-        await self._write(lambda conn: conn.execute(leases.LEAVE, params))
-
-    async def gateways(self) -> list[GatewayRecord]:
-        return await self._read(functools.partial(leases.live, now=self._clock()))
-
-    async def fleet_key(self, name: str, candidate: bytes) -> bytes:
-        op = functools.partial(fleet_keys.keep, name=name, candidate=candidate, now=self._clock())
-        return await self._write(op)
-
-    async def reserve_file_counter(self, key: str, floor: int, count: int) -> int:
-        op = functools.partial(file_counters.reserve, key=key, floor=floor, count=count)
-        return await self._write(op)
-
     async def orphaned(self) -> list[Job]:
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs WHERE {leases.ANY_ORPHAN} ORDER BY started_at, seq"
         now = self._clock()
-        return await self._read(lambda conn: [_job(row) for row in conn.execute(sql, (now,))])
+        return await self._read(lambda conn: [_job(row) for row in conn.execute(ORPHANED, (now,))])
 
     async def requeue_orphaned(self, job: Job) -> bool:
         params = (job.prompt_id, job.attempt, self._clock())
@@ -804,27 +470,6 @@ class SQLiteStore:
         if not await self._write(op):
             return None
         return replace(job, attempt=job.attempt + 1, owner=self.owner)
-
-    async def claim_backends(
-        self, offered: Mapping[str, str], limit: int | None = None, *, take_lapsed: bool = True
-    ) -> list[BackendOwner]:
-        op = functools.partial(
-            backend_owners.claim,
-            owner=self.owner,
-            instance=self._instance,
-            offered=list(offered.items()),
-            limit=limit,
-            now=self._clock(),
-            take_lapsed=take_lapsed,
-        )
-        return await self._write(op)
-
-    async def release_backends(self, names: Sequence[str] | None = None) -> None:
-        names = None if names is None else list(names)
-        await self._write(functools.partial(backend_owners.release, owner=self.owner, names=names))
-
-    async def backend_owners(self) -> list[BackendOwner]:
-        return await self._read(functools.partial(backend_owners.owners, now=self._clock()))
 
     async def watch_work(self, wake: WorkWake) -> None:
         """In-process: one SQLite file has one gateway, so every wake-up is its own (and
@@ -990,10 +635,6 @@ def _prepare(conn: sqlite3.Connection) -> int:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
         raise StoreError(f"the store file has schema version {version}, newer than this program")
-    if version == 0:
-        for statement in _schema_statements():
-            conn.execute(statement)
-        version = 1
     for target in range(version + 1, SCHEMA_VERSION + 1):
         MIGRATIONS[target](conn)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -1002,19 +643,6 @@ def _prepare(conn: sqlite3.Connection) -> int:
     floor = int(floor_row[0]) if floor_row else 0
     # A fresh store starts at 0, like a fresh ComfyUI.
     return max(floor, 0 if counted is None else int(counted) + 1)
-
-
-def _schema_statements() -> Iterator[str]:
-    """schema.sql, one statement at a time (executescript would commit on its own)."""
-    text = resources.files("comfyfleet.store").joinpath("schema.sql").read_text("utf-8")
-    pending = ""
-    for line in text.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            yield pending.strip()
-            pending = ""
-    if pending.strip() and not pending.strip().startswith("--"):
-        raise StoreError("schema.sql ends with an incomplete statement")
 
 
 def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:
@@ -1099,32 +727,13 @@ def _attempt_notes_of(
     return found
 
 
-def _backends(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = conn.execute("SELECT spec FROM backends ORDER BY created_at, name").fetchall()
-    return [json.loads(spec) for (spec,) in rows]
-
-
-def _save_backend(conn: sqlite3.Connection, name: str, spec: dict[str, Any], now: float) -> None:
-    conn.execute(
-        "INSERT INTO backends (name, spec, created_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec",
-        (name, _dumps(spec), now),
-    )
-
-
-def _delete_backend(conn: sqlite3.Connection, name: str) -> bool:
-    conn.execute(backend_owners.FORGET, (name,))  # its owner and client id go with it
-    return conn.execute("DELETE FROM backends WHERE name = ?", (name,)).rowcount == 1
-
-
 def _requeue_lane(conn: sqlite3.Connection, prefix: str, owner: str, now: float) -> list[str]:
     rows = conn.execute(REQUEUE_LANE, (len(prefix), prefix, owner, now)).fetchall()
     return [prompt_id for prompt_id, _ in sorted(rows, key=lambda row: row[1])]
 
 
 def _cancel(conn: sqlite3.Connection, ids: list[str], pending_only: bool, now: float) -> list[str]:
-    statuses = "('pending')" if pending_only else "('pending', 'running')"
-    statement = CANCEL_JOB + statuses
+    statement = CANCEL_PENDING_JOB if pending_only else CANCEL_JOB
     cancelled = [pid for pid in ids if conn.execute(statement, (now, pid)).rowcount]
     for prompt_id in cancelled:
         webhooks.enqueue(conn, prompt_id, WebhookEvent.CANCELLED, now)
@@ -1299,25 +908,14 @@ def _rows_for(conn: sqlite3.Connection, template: str, ids: Sequence[str]) -> It
 
 # -- one tenant's view (authentication on) ------------------------------------------------
 
-SELECT_PENDING_OF = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND tenant = ?
-ORDER BY front DESC, order_key, seq
-"""
-SELECT_RUNNING_OF = f"""
-SELECT {JOB_COLUMNS} FROM jobs INDEXED BY jobs_running WHERE status = 'running' AND tenant = ?
-ORDER BY started_at, seq
-"""
-COUNT_ACTIVE_OF = """
-SELECT count(*) FROM jobs INDEXED BY jobs_status
-WHERE status IN ('pending', 'running') AND tenant = ?
-"""
-HISTORY_OF_OLDEST_FIRST = SELECT_HISTORY + " WHERE j.tenant = ? ORDER BY h.pos LIMIT ? OFFSET ?"
-HISTORY_OF_NEWEST_FIRST = SELECT_HISTORY + " WHERE j.tenant = ? ORDER BY h.pos DESC LIMIT ?"
-CLEAR_HISTORY_OF = """
-DELETE FROM history WHERE prompt_id IN (SELECT prompt_id FROM jobs WHERE tenant = ?)
-"""
-OWNED = "SELECT prompt_id FROM jobs WHERE tenant = ? AND prompt_id IN ({marks})"
-TENANTS_OF = "SELECT prompt_id, tenant FROM jobs WHERE prompt_id IN ({marks})"
+SELECT_PENDING_OF = Q["select_pending_of"]
+SELECT_RUNNING_OF = Q["select_running_of"]
+COUNT_ACTIVE_OF = Q["count_active_of"]
+HISTORY_OF_OLDEST_FIRST = Q["history_of_oldest_first"]
+HISTORY_OF_NEWEST_FIRST = Q["history_of_newest_first"]
+CLEAR_HISTORY_OF = Q["clear_history_of"]
+OWNED = Q["owned"]
+TENANTS_OF = Q["tenants_of"]
 
 
 def _tenant_queue(conn: sqlite3.Connection, tenant: str) -> tuple[list[Job], list[Job]]:

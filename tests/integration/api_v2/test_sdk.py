@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from comfy_sdk import (
     AsyncJob,
+    AsyncOutput,
     IdempotencyKeyReuse,
     NotFound,
     OutputReady,
@@ -110,6 +111,7 @@ async def test_events_bring_status_progress_previews_and_outputs_before_the_end(
         assert previews and previews[0].node_id == "3"
         assert previews[0].data.startswith(b"\xff\xd8")  # a JPEG
         [ready] = [e for e in seen if isinstance(e, OutputReady)]
+        assert isinstance(ready.output, AsyncOutput)
         assert (await ready.output.to_bytes()).startswith(PNG)
         await job.refresh()
         assert [o.id for o in job.outputs] == [ready.output.id]
@@ -247,7 +249,8 @@ async def test_a_cancelled_running_job_is_canceling_until_it_has_stopped(
         job = await comfy.submit(Workflow(flow))
         await until_status(job, "running")
         stream = job.events()
-        assert (await anext(stream)).status == "running"
+        first = await anext(stream)
+        assert isinstance(first, StatusChange) and first.status == "running"
         assert (await job.cancel()).status == "canceling"
         async with asyncio.timeout(20):
             rest = [e.status async for e in stream if isinstance(e, StatusChange)]

@@ -16,8 +16,9 @@ from comfyfleet.engine.run import ExecutionResult
 from comfyfleet.fanout import FanoutSettings, PoolSize
 from comfyfleet.fanout.pool import WAIT_REPORT_INTERVAL
 from comfyfleet.testing.emulators.png import colour
+from tests.emulators import Emulator
 from tests.helpers import Recorder
-from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, Rig
+from tests.integration.fanout.conftest import Graph, MakeRig, Rig
 
 
 async def run(rig: Rig, prompt: dict[str, Any], sink: Any = None) -> ExecutionResult:
@@ -147,8 +148,8 @@ async def test_waiting_text_is_sent_when_it_changes_at_a_bounded_rate(
         assert all(gap >= WAIT_REPORT_INTERVAL * 0.9 for gap in gaps), gaps
     # Each waiter hears at most one update per interval: linear in the jobs (one frame
     # per change for every waiter would be about jobs**2 / 2 = 1,800 here).
-    frames = sum(len(f) for f in heard.values())
-    assert frames <= jobs * (1 + elapsed / WAIT_REPORT_INTERVAL), (frames, elapsed)
+    sent = sum(len(f) for f in heard.values())
+    assert sent <= jobs * (1 + elapsed / WAIT_REPORT_INTERVAL), (sent, elapsed)
 
 
 async def test_the_status_says_which_slots_share_one_job(rig: Rig, emulator: Emulator) -> None:

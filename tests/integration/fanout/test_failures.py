@@ -11,16 +11,9 @@ import numpy as np
 
 from comfyfleet.engine.run import RunHandle
 from comfyfleet.fanout import FanoutSettings, PoolSize
+from tests.emulators import Emulator
 from tests.helpers import Recorder
-from tests.integration.fanout.conftest import (
-    KEY,
-    WRONG_ENV,
-    Emulator,
-    Graph,
-    MakeRig,
-    Rig,
-    start_emulator,
-)
+from tests.integration.fanout.conftest import KEY, WRONG_ENV, Graph, MakeRig, Rig, start_emulator
 from tests.integration.fanout.test_concurrency import run, status_of
 
 

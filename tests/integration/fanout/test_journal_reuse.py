@@ -12,7 +12,8 @@ from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJobState
 from comfyfleet.fanout.request import ApiConfig
 from comfyfleet.nodes.providers.bfl.client import BFLClient
 from comfyfleet.nodes.providers.bfl.nodes import BFLFluxImage
-from tests.integration.fanout.conftest import KEY, KEY_ENV, Emulator, Graph, MakeRig, Rig
+from tests.emulators import Emulator
+from tests.integration.fanout.conftest import KEY, KEY_ENV, Graph, MakeRig, Rig
 from tests.integration.fanout.test_concurrency import run, status_of
 
 

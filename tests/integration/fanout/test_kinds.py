@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from comfyfleet.nodes import build_registry
-from tests.integration.fanout.conftest import Emulator, Graph, MakeRig, Rig
+from tests.emulators import Emulator
+from tests.integration.fanout.conftest import Graph, MakeRig, Rig
 from tests.integration.fanout.test_concurrency import run, status_of
 
 

@@ -15,7 +15,8 @@ import pytest
 from PIL import Image
 
 from comfyfleet.fanout.secrets import parse_reference
-from tests.integration.fanout.conftest import KEY, KEY_ENV, Emulator, Graph, start_emulator
+from tests.emulators import Emulator
+from tests.integration.fanout.conftest import KEY, KEY_ENV, Graph, start_emulator
 from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
@@ -49,7 +50,8 @@ async def history(
         async with session.get(f"{server.url}/history/{prompt_id}") as response:
             found: dict[str, Any] = await response.json()
         if prompt_id in found:
-            return found[prompt_id]
+            entry: dict[str, Any] = found[prompt_id]
+            return entry
         await asyncio.sleep(0.1)
     raise AssertionError(f"{prompt_id} did not finish within {timeout} s")
 

@@ -16,7 +16,8 @@ from comfyfleet.fanout import FanoutSettings, PoolSize
 from comfyfleet.fanout.session import SessionLease
 from comfyfleet.testing.emulators.app import build_emulator_app, emulator_state
 from comfyfleet.testing.emulators.state import EmulatorSettings
-from tests.integration.fanout.conftest import KEY, Emulator, Graph, MakeRig
+from tests.emulators import Emulator
+from tests.integration.fanout.conftest import KEY, Graph, MakeRig
 from tests.integration.fanout.test_concurrency import run
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -17,7 +17,8 @@ import aiohttp
 import asyncpg
 import pytest
 
-from tests.integration.fanout.conftest import KEY, KEY_ENV, Emulator, start_emulator
+from tests.emulators import Emulator
+from tests.integration.fanout.conftest import KEY, KEY_ENV, start_emulator
 from tests.integration.fanout.test_server_process import batch, history, post, until
 from tests.servers import ServerProcess
 

@@ -15,16 +15,9 @@ from typing import Any
 
 from comfyfleet.engine.run import ExecutionRequest, RunHandle
 from comfyfleet.fanout.mp4 import read_info
+from tests.emulators import Emulator
 from tests.helpers import Recorder
-from tests.integration.fanout.conftest import (
-    KEY,
-    KEY_ENV,
-    WRONG_ENV,
-    Emulator,
-    MakeRig,
-    Rig,
-    start_emulator,
-)
+from tests.integration.fanout.conftest import KEY, KEY_ENV, WRONG_ENV, MakeRig, Rig, start_emulator
 from tests.integration.fanout.test_concurrency import run, status_of
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
@@ -45,13 +38,13 @@ def video_prompt(url: str, texts: list[str], *, save: bool = True) -> dict[str, 
     prompt["c"] = {"class_type": COLLECT, "inputs": {**tasks, "failure_mode": "fail_fast"}}
     if save:
         for n in range(1, len(texts) + 1):
-            inputs = {
+            saved: dict[str, Any] = {
                 "video": ["c", n - 1],
                 "filename_prefix": f"video/clip{n}",
                 "format": "auto",
                 "codec": "auto",
             }
-            prompt[f"save{n}"] = {"class_type": "SaveVideo", "inputs": inputs}
+            prompt[f"save{n}"] = {"class_type": "SaveVideo", "inputs": saved}
     return prompt
 
 

@@ -15,7 +15,8 @@ SECRET = "sekrit-value-123"
 
 def raw_listing(fleet_url: str) -> str:
     with urllib.request.urlopen(f"{fleet_url}/api/fleet/backends", timeout=10) as response:
-        return response.read().decode()
+        body: bytes = response.read()
+    return body.decode()
 
 
 def test_backends_added_at_run_time_are_persisted_redacted_and_removable(

@@ -57,7 +57,7 @@ async def test_each_client_gets_only_its_own_prompts_frames(make_fleet: MakeFlee
             """The history entry, read the moment the done signal arrives."""
             await sock.done(prompt_id)
             async with session.get(f"{base}/history/{prompt_id}") as response:
-                body: dict[str, Any] = await response.json()
+                body: dict[str, dict[str, Any]] = await response.json()
             return body.get(prompt_id, {})
 
         alice = await connect(session, fleet, preview_metadata=True)

@@ -122,7 +122,7 @@ def test_a_prompt_its_backend_refuses_is_refused_as_the_backend_does(
     fleet = make_fleet(dedicated=[("--custom-nodes", str(packs))])
     backend = fleet.backends["d0"]
     assert backend.get("/comfyfleet/pack")["pack"] == "comfyfleet"
-    prompt = {
+    prompt: dict[str, dict[str, Any]] = {
         "1": {"class_type": "CheckBelow", "inputs": {"value": 5.0, "limit": 3.0}},
         "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
     }

@@ -25,6 +25,7 @@ def test_prompts_spread_over_four_backends(make_fleet: MakeFleet) -> None:
     lanes = {prompt_id: fleet.lane_of(prompt_id) for prompt_id in ids}
     assert set(lanes.values()) == set(fleet.backends), lanes
     for prompt_id, lane in lanes.items():
+        assert lane is not None, prompt_id
         job = fleet.job(prompt_id)
         assert (job["attempt"], job["lane"]) == (1, f"backend:{lane}")
         # The backend the jobs API names ran it, and no other backend did.

@@ -43,7 +43,11 @@ async def shared_backend(tmp_path: Path) -> AsyncIterator[tuple[Served, Served, 
             backends=({"url": backend_url, "name": "gpu"},),
             auth_tokens=TOKENS,
         ) as served:
-            clients = tuple(as_tenant(served, t) for t in (ROOT, ALICE, BOB))
+            clients = (
+                as_tenant(served, ROOT),
+                as_tenant(served, ALICE),
+                as_tenant(served, BOB),
+            )
             try:
 
                 async def backend_up() -> bool:

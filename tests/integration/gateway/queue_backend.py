@@ -189,7 +189,7 @@ class QueueBackend(LoopbackComfyUI):
         await self._send(client, "execution_start", {"prompt_id": prompt_id})
         await self._send(client, "executing", {"node": "2", "prompt_id": prompt_id})
         await asyncio.sleep(seconds)
-        messages = [
+        messages: list[list[Any]] = [
             ["execution_start", {"prompt_id": prompt_id, "timestamp": int(started * 1000)}],
             ["execution_success", {"prompt_id": prompt_id, "timestamp": int(time.time() * 1000)}],
         ]

@@ -14,6 +14,7 @@ import logging
 import os
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -224,7 +225,10 @@ async def test_a_websocket_message_past_the_cap_is_refused_from_its_header(
 async def test_a_first_message_at_the_cap_is_read(tmp_path: Path) -> None:
     async with serve(tmp_path) as served:
         ws = await _raw_socket(served)
-        flags = {"type": "feature_flags", "data": {"supports_preview_metadata": True, "pad": ""}}
+        flags: dict[str, Any] = {
+            "type": "feature_flags",
+            "data": {"supports_preview_metadata": True, "pad": ""},
+        }
         flags["data"]["pad"] = "p" * (MAX_WS_MESSAGE - len(json.dumps(flags)))
         assert len(json.dumps(flags)) == MAX_WS_MESSAGE
         await ws.send_str(json.dumps(flags))

@@ -6,6 +6,7 @@ admin the whole fleet."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from pathlib import Path
@@ -57,7 +58,8 @@ async def test_running_prompts_their_progress_and_the_queue_head(tmp_path: Path)
         assert status["admin"] is True  # authentication off: one user, who runs it all
 
         async def both_done() -> bool:
-            return (await _status(served))["queue"]["finished"].get("completed") == 2
+            finished: dict[str, int] = (await _status(served))["queue"]["finished"]
+            return finished.get("completed") == 2
 
         await poll(both_done, what="both prompts finished")
         status = await _status(served)
@@ -76,7 +78,7 @@ async def test_each_tenant_sees_its_own_prompts_and_files_an_admin_the_fleet(
             return len((await _status(who))["recent"]) >= 1
 
         for client in (clients.alice, clients.bob):
-            await poll(lambda c=client: finished(c), what="a prompt finished")
+            await poll(functools.partial(finished, client), what="a prompt finished")
 
         async def all_finished() -> bool:
             return len((await _status(clients.root))["recent"]) == 2

@@ -42,6 +42,7 @@ async def test_held_prompts_wait_after_a_restart_until_kept(tmp_path: Path) -> N
         queue = (await served.request("GET", "/queue")).json
         assert [item[1] for item in queue["queue_pending"]] == [queued]
         assert queue["queue_running"] == []
+        bad: Any
         for bad in (
             {"keep": "x", "seconds": 5},
             {"keep": [1], "seconds": 5},

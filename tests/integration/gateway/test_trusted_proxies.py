@@ -85,12 +85,12 @@ async def test_the_origin_checks_use_the_forwarded_scheme_and_host(tmp_path: Pat
         ]:
             assert await _cookie_status(served, {**HTTPS, "Origin": origin}) == status, origin
         port = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "fleet.example.com:8443"}
-        origin = {"Origin": "https://fleet.example.com:8443"}
-        assert await _cookie_status(served, {**port, **origin}) == 200
+        origin_header = {"Origin": "https://fleet.example.com:8443"}
+        assert await _cookie_status(served, {**port, **origin_header}) == 200
         # No forwarded host: the Host header (as the proxy passed it on) with the scheme.
         only_proto = {"X-Forwarded-Proto": "https", "Host": "fleet.example.com"}
-        origin = {"Origin": "https://fleet.example.com"}
-        assert await _cookie_status(served, {**only_proto, **origin}) == 200
+        origin_header = {"Origin": "https://fleet.example.com"}
+        assert await _cookie_status(served, {**only_proto, **origin_header}) == 200
     # Without authentication, ComfyUI's loopback guard sees the client's host too: a proxy
     # on this machine that connects to 127.0.0.1 no longer looks like a cross-site page.
     async with serve(tmp_path / "open", local_slots=0, trusted_proxies=LOOPBACK) as served:

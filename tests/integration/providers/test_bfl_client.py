@@ -21,7 +21,8 @@ from comfyfleet.provider_http.errors import (
     RateLimited,
 )
 from comfyfleet.provider_http.retry import Backoff, Cooldown
-from tests.integration.providers.conftest import KEY, Emulator
+from tests.emulators import Emulator
+from tests.integration.providers.conftest import KEY
 
 BODY: dict[str, Any] = {"prompt": "a red fox", "width": 96, "height": 64, "seed": 5}
 

@@ -9,7 +9,8 @@ import aiohttp
 
 from comfyfleet.nodes.providers.bfl.client import BFLClient
 from comfyfleet.provider_http.retry import Backoff, Cooldown
-from tests.integration.providers.conftest import KEY, Emulator
+from tests.emulators import Emulator
+from tests.integration.providers.conftest import KEY
 
 PAUSE = 0.5
 
@@ -59,8 +60,15 @@ async def test_a_cooldown_holds_job_creation_not_the_polls_of_running_jobs(
 
     def client() -> BFLClient:
         backoff = Backoff(base=0.005, cap=0.01)
-        options = {"cooldown": cooldown, "backoff": backoff, "poll_interval": 0.02}
-        return BFLClient(session, emulator.url, KEY, max_attempts=30, **options)
+        return BFLClient(
+            session,
+            emulator.url,
+            KEY,
+            max_attempts=30,
+            cooldown=cooldown,
+            backoff=backoff,
+            poll_interval=0.02,
+        )
 
     running = client()
     task = await running.submit("flux-dev", {"prompt": "first", "seed": 0})

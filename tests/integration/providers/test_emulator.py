@@ -13,7 +13,8 @@ from PIL import Image
 
 from comfyfleet.testing.emulators.app import build_emulator_app
 from comfyfleet.testing.emulators.state import EmulatorSettings, key_label
-from tests.integration.providers.conftest import KEY, Emulator
+from tests.emulators import Emulator
+from tests.integration.providers.conftest import KEY
 
 HEADERS = {"x-key": KEY}
 

@@ -14,7 +14,8 @@ from comfyfleet.nodes.providers.openai_images.client import FieldValue, OpenAIIm
 from comfyfleet.provider_http.errors import AmbiguousSubmit, ModerationError, ProviderError
 from comfyfleet.provider_http.retry import Backoff, Cooldown
 from comfyfleet.testing.emulators.png import render_png
-from tests.integration.providers.conftest import KEY, Emulator
+from tests.emulators import Emulator
+from tests.integration.providers.conftest import KEY
 
 BODY: dict[str, Any] = {"model": "gpt-image-1", "prompt": "a blue whale", "size": "64x48"}
 

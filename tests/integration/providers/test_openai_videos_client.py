@@ -12,7 +12,8 @@ from comfyfleet.fanout.mp4 import read_info
 from comfyfleet.nodes.providers.openai_videos.client import OpenAIVideosClient
 from comfyfleet.provider_http.errors import JobFailed, ModerationError, ProviderError
 from comfyfleet.provider_http.retry import Backoff, Cooldown
-from tests.integration.providers.conftest import KEY, Emulator
+from tests.emulators import Emulator
+from tests.integration.providers.conftest import KEY
 
 FIELDS = {"model": "sora-2", "prompt": "a paper boat", "seconds": "4", "size": "720x1280"}
 

@@ -16,7 +16,8 @@ from comfyfleet.nodes.providers.bfl.client import BFLClient, SubmittedTask
 from comfyfleet.nodes.providers.openai_images.client import OpenAIImagesClient
 from comfyfleet.provider_http.errors import ProviderError
 from comfyfleet.provider_http.retry import Backoff, Cooldown
-from tests.integration.providers.conftest import KEY, Emulator
+from tests.emulators import Emulator
+from tests.integration.providers.conftest import KEY
 
 BODY: dict[str, Any] = {"prompt": "x", "width": 32, "height": 32, "seed": 1}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.webhooks import WebhookEvent
 from comfyfleet.server.config import ConfigError, load_config
 from comfyfleet.server.gateway import webhook_settings
 
@@ -31,7 +32,8 @@ def test_webhook_tables_and_settings_are_read(tmp_path: Path) -> None:
     config = load_config(path, env={"COMFYFLEET_WEBHOOKS_ALLOW_PRIVATE": "1"})
     billing, internal = config.webhooks
     assert billing.target.name == "billing" and billing.key == b"k" * 32
-    assert billing.target.events == {"job.failed"} and billing.target.tenants == {"acme"}
+    assert billing.target.events == frozenset({WebhookEvent.FAILED})
+    assert billing.target.tenants == frozenset({"acme"})
     assert internal.target.name.startswith("webhook-") and internal.target.events is None
     assert config.webhooks_allow_private and config.webhooks_retry_for == 900.0
     settings = webhook_settings(config)

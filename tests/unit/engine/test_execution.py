@@ -216,7 +216,9 @@ class Hidden:
     OUTPUT_NODE = True
     FUNCTION = "run"
 
-    def run(self, value: int, prompt: Any, unique_id: str, extra_pnginfo: Any, dynprompt: Any):
+    def run(
+        self, value: int, prompt: Any, unique_id: str, extra_pnginfo: Any, dynprompt: Any
+    ) -> dict[str, Any]:
         return {
             "ui": {
                 "seen": [
@@ -355,7 +357,7 @@ async def test_identical_prompt_is_fully_cached(engine: Engine) -> None:
 
 
 async def test_changed_constant_reruns_only_downstream(engine: Engine) -> None:
-    base = {
+    base: dict[str, dict[str, Any]] = {
         "1": {"class_type": "Const", "inputs": {"value": 5}},
         "2": {"class_type": "AddOne", "inputs": {"value": ["1", 0]}},
         "3": {"class_type": "Show", "inputs": {"value": ["2", 0], "other": ["4", 0]}},
@@ -531,7 +533,8 @@ async def test_only_the_outputs_that_validated_run(engine: Engine) -> None:
     checked, result = await engine.run_prompt(prompt, sink=sink)
     assert checked.ok and checked.outputs == ["4"]
     assert checked.node_errors["3"]["dependent_outputs"] == ["5"]
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs == {"4": {"value": ["2"], "thread": result.outputs["4"]["thread"]}}
     assert CALLS == [("Const", 1), ("AddOne", 1)]
     assert "execution_success" in sink.types()
@@ -548,7 +551,8 @@ async def test_a_node_packs_own_execution_blocker_blocks_like_the_engines(engine
         "6": {"class_type": "Collect", "inputs": {"values": ["4", 0]}},
     }
     _, result = await engine.run_prompt(prompt)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert CALLS == [("AddOne", 0), ("AddOne", 2)]
     assert result.outputs["5"]["value"] == ["1", "3"]
     # A list input holding a blocker blocks the whole call, as in ComfyUI.

@@ -398,7 +398,18 @@ class TotalViaGraph:
         return {"result": ([node, 0],), "expand": graph}
 
 
-NODES = (Num, Add, Show, Collect, Range, AddViaGraph, Mixed, Repeat, WhileOpen, WhileClose)
+NODES: tuple[type, ...] = (
+    Num,
+    Add,
+    Show,
+    Collect,
+    Range,
+    AddViaGraph,
+    Mixed,
+    Repeat,
+    WhileOpen,
+    WhileClose,
+)
 NODES += (Switch, LazyPick, Nap, ParallelNaps, Boom, Expand, BuilderUser, Total, TotalViaGraph)
 
 
@@ -422,7 +433,8 @@ async def test_a_result_links_into_the_subgraph_it_expands_to(engine: Engine) ->
     }
     sink = Recorder()
     _, result = await engine.run_prompt(prompt, sink=sink)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["3"] == {"value": [5], "id": ["3"]}
     # The subgraph's output node ran and is in the history, under its own id.
     assert result.outputs["2.show"] == {"value": [3], "id": ["2.show"]}
@@ -462,7 +474,8 @@ async def test_calls_mixing_tuples_results_and_expansions_merge_in_call_order(
         "4": {"class_type": "Collect", "inputs": {"values": ["2", 1]}},
     }
     _, result = await engine.run_prompt(prompt)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["3"] == {"values": [10, 20, 30]}
     assert result.outputs["4"] == {"values": [-1, -2, -3]}
 
@@ -475,7 +488,8 @@ async def test_an_expanded_node_expands_again_as_a_loop(engine: Engine) -> None:
     }
     sink = Recorder()
     _, result = await engine.run_prompt(prompt, sink=sink)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["3"]["value"] == [7 + 40 * 3]
     assert len([c for c in CALLS if c[0] == "Add"]) == 40
     # Every copy, however deep, is shown as the submitted node it came from.
@@ -496,7 +510,8 @@ async def test_a_loop_body_read_from_dynprompt_runs_until_its_condition(engine: 
     }
     sink = Recorder()
     _, result = await engine.run_prompt(prompt, sink=sink)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["5"]["value"] == [12]
     assert [c for c in CALLS if c[0] == "Add"] == [("Add", (v, 3)) for v in (0, 3, 6, 9)]
     # Copies of the body show as the body's own nodes (override_display_id).
@@ -512,7 +527,8 @@ async def test_lazy_inputs_inside_a_subgraph_evaluate_only_the_chosen_branch(
         "2": {"class_type": "Show", "inputs": {"value": ["1", 0]}},
     }
     _, result = await engine.run_prompt(prompt)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["2"]["value"] == [200]
     assert CALLS == [("Num", 200)]
 
@@ -525,7 +541,8 @@ async def test_async_nodes_of_a_subgraph_run_at_once(engine: Engine) -> None:
     started = time.monotonic()
     _, result = await engine.run_prompt(prompt)
     elapsed = time.monotonic() - started
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["2"]["value"] == [6]
     assert elapsed < 2.5, elapsed  # one after the other would take 3 s
 
@@ -678,7 +695,8 @@ async def test_comfyui_graph_builder_gets_each_calls_prefix(
     }
     sink = Recorder()
     _, result = await engine.run_prompt(prompt, sink=sink)
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["6"] == {"values": [1, 2]}
     assert {node for node, _ in executing(sink)} >= {"5.0.0.1", "5.1.0.1"}
 

@@ -72,7 +72,7 @@ def test_without_memory_an_image_is_decoded_as_before() -> None:
 
 def rgb_png(pixels: np.ndarray, **save: object) -> bytes:
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG", **save)  # type: ignore[arg-type]
+    Image.fromarray(pixels).save(buffer, format="PNG", **save)
     return buffer.getvalue()
 
 
@@ -144,7 +144,7 @@ def test_a_damaged_png_gives_what_decode_gives() -> None:
         into = outcome(lambda d: result_value("image", d, imaging.mapped_image(48, 64)), broken)
         plain = outcome(lambda d: imaging.decode(d)[0], broken)
         if isinstance(plain, np.ndarray):
-            np.testing.assert_array_equal(into, plain)  # type: ignore[arg-type]
+            np.testing.assert_array_equal(into, plain)
         else:
             assert into is plain
 

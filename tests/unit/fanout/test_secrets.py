@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_an_unreadable_secrets_file_is_named_but_not_quoted(tmp_path: Path) -> N
 def test_a_typed_key_is_swapped_for_a_marker_everywhere(nodes: NodeRegistry) -> None:
     vault = SecretVault(env={})
     workflow = {"nodes": [{"type": "APISettings", "widgets_values": ["http://x", KEY]}]}
-    extra = {"extra_pnginfo": {"workflow": workflow}, "client_id": "c"}
+    extra: dict[str, Any] = {"extra_pnginfo": {"workflow": workflow}, "client_id": "c"}
     prompt, scrubbed_extra = vault.scrub(settings_prompt(KEY), extra, nodes)
     text = json.dumps([prompt, scrubbed_extra])
     assert KEY not in text

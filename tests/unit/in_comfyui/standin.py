@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -90,12 +90,14 @@ class StandInComfyUI:
         )
 
     async def run_prompt(
-        self, prompt_id: str, body: Callable[[Callable[..., Awaitable[Any]]], Awaitable[Any]]
+        self,
+        prompt_id: str,
+        body: Callable[[Callable[..., Awaitable[Any]]], Coroutine[Any, Any, Any]],
     ) -> Any:
         """Run `body(call)` as ComfyUI runs a prompt: a new loop on another thread, the
         interrupt flag reset at its start; `call(node_id, cls, **inputs)` runs one node."""
 
-        async def call(node_id: str, cls: type, **inputs: Any) -> Any:
+        async def call(node_id: str, cls: type[Any], **inputs: Any) -> Any:
             token = self._executing.set(Executing(prompt_id, node_id, None))
             try:
                 return await getattr(cls(), cls.FUNCTION)(**inputs)

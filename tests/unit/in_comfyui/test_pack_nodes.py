@@ -39,7 +39,7 @@ class Pack:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.standin = StandInComfyUI(root)
-        self.classes: dict[str, type] = {}
+        self.classes: dict[str, type[Any]] = {}
         self.bridge: Bridge | None = None
 
     def start(self) -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from comfyfleet.engine.executor import Engine
 from comfyfleet.folders import Folders
@@ -32,7 +35,9 @@ async def test_the_same_object_info_is_read_once_for_every_lane() -> None:
     assert await known.of(other, RAW, {"checkpoints": ["x.safetensors"]}) is not together[0]
 
 
-async def test_a_capability_check_of_one_prompt_is_made_once() -> None:
+async def test_a_capability_check_of_one_prompt_is_made_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     known = KnownCapabilities()
     capabilities = await known.of(KnownCapabilities.key(RAW, {}), RAW, {})
     checked = prompt()
@@ -40,12 +45,12 @@ async def test_a_capability_check_of_one_prompt_is_made_once() -> None:
     checked_calls = 0
     missing_for = capabilities.missing_for
 
-    def counted(p: dict[str, object]) -> list[str]:
+    def counted(p: dict[str, Any]) -> list[str]:
         nonlocal checked_calls
         checked_calls += 1
         return missing_for(p)
 
-    capabilities.missing_for = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(capabilities, "missing_for", counted)
     assert all(capabilities.can_run(checked) for _ in range(1_000))
     assert checked_calls == 0
     assert not capabilities.can_run(prompt(ckpt="other.safetensors"))  # another prompt

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -57,6 +58,14 @@ class RecordingControl:
             self.texts.append((node_id, text))
 
 
+class AsNode(Protocol):
+    """The `as_node` fixture: `with as_node("4") as control:`."""
+
+    def __call__(
+        self, node_id: str = ..., interrupt_after: int | None = ...
+    ) -> contextlib.AbstractContextManager[RecordingControl]: ...
+
+
 @contextlib.contextmanager
 def _running_as(
     node_id: str = "4", interrupt_after: int | None = None
@@ -70,6 +79,6 @@ def _running_as(
 
 
 @pytest.fixture
-def as_node() -> Callable[..., contextlib.AbstractContextManager[RecordingControl]]:
+def as_node() -> AsNode:
     """`with as_node("4") as control:` runs the block as node 4 of a prompt, recording reports."""
     return _running_as

@@ -96,7 +96,8 @@ async def test_rebatch_images_regroups_a_list_of_batches(engine: Engine) -> None
     }
     checked, result = await engine.run_prompt(prompt)
     assert checked.ok, checked.error
-    assert result is not None and result.status == "success", result.error
+    assert result is not None
+    assert result.status == "success", result.error
     assert result.outputs["6"] == {"text": ["2", "2", "1"]}
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from comfyfleet.nodes.core.images import EmptyImage, GetImageSize, ImageBlend, ImageInvert
+from tests.unit.nodes.conftest import AsNode
 
 
 def _const(value: float, shape: tuple[int, ...] = (1, 2, 3, 3)) -> np.ndarray:
@@ -70,14 +71,14 @@ def test_blend_rejects_unknown_mode() -> None:
         ImageBlend().blend(_const(0.2), _const(0.6), 1.0, "dodge")
 
 
-def test_get_image_size_sends_text_frame(as_node) -> None:
+def test_get_image_size_sends_text_frame(as_node: AsNode) -> None:
     (image,) = EmptyImage().generate(width=64, height=48, batch_size=2, color=0xFF0000)
     with as_node("9") as control:
         assert GetImageSize().get_size(image, unique_id="4") == (64, 48, 2)
     assert control.texts == [("4", "width: 64, height: 48\n batch size: 2")]
 
 
-def test_get_image_size_without_unique_id_sends_nothing(as_node) -> None:
+def test_get_image_size_without_unique_id_sends_nothing(as_node: AsNode) -> None:
     with as_node("4") as control:
         assert GetImageSize().get_size(_const(0.0, (3, 5, 7, 3))) == (7, 5, 3)
     assert control.texts == []

@@ -48,6 +48,6 @@ def test_preview_any_falls_back_to_str_for_non_json_values() -> None:
         (PrimitiveBoolean, False),
     ],
 )
-def test_primitives_pass_value_through(node: type, value: Any) -> None:
+def test_primitives_pass_value_through(node: type[Any], value: Any) -> None:
     instance = node()
     assert getattr(instance, node.FUNCTION)(value=value) == (value,)

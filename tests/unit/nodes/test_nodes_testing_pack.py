@@ -10,6 +10,7 @@ import pytest
 
 from comfyfleet.engine.context import InterruptProcessingException
 from comfyfleet.nodes import build_registry, testing
+from tests.unit.nodes.conftest import AsNode
 
 
 def test_registered_only_on_request() -> None:
@@ -61,7 +62,7 @@ def test_comfyui_twins_have_comfyui_interfaces() -> None:
 
 
 @pytest.mark.parametrize("node", [testing.Sleep, testing.TestSleep])
-async def test_sleep_reports_progress_and_returns_value(as_node, node: type) -> None:
+async def test_sleep_reports_progress_and_returns_value(as_node: AsNode, node: type) -> None:
     with as_node("7") as control:
         start = time.monotonic()
         assert await node().sleep(value="v", seconds=0.1, unique_id="3") == ("v",)
@@ -74,7 +75,7 @@ async def test_sleep_reports_progress_and_returns_value(as_node, node: type) -> 
     assert {total for _, _, total in control.progress} == {0.1}
 
 
-async def test_sleep_stops_when_interrupted(as_node) -> None:
+async def test_sleep_stops_when_interrupted(as_node: AsNode) -> None:
     with as_node("3", interrupt_after=5) as control:
         start = time.monotonic()
         with pytest.raises(InterruptProcessingException):
@@ -84,7 +85,7 @@ async def test_sleep_stops_when_interrupted(as_node) -> None:
 
 
 @pytest.mark.parametrize("node", [testing.Sleep, testing.TestSleep])
-async def test_a_cancelled_sleep_stops_at_once(as_node, node: type) -> None:
+async def test_a_cancelled_sleep_stops_at_once(as_node: AsNode, node: type) -> None:
     # The engine interrupts an async node by cancelling its task: the sleep, which wakes
     # only to report, must not outlast the cancel.
     with as_node("3") as control:
@@ -102,7 +103,7 @@ async def test_a_cancelled_sleep_stops_at_once(as_node, node: type) -> None:
     ("node", "fewest", "most"), [(testing.Sleep, 8, 12), (testing.TestSleep, 30, 52)]
 )
 async def test_sleep_reports_at_its_own_pace(
-    as_node, monkeypatch, node: type, fewest: int, most: int
+    as_node: AsNode, monkeypatch: pytest.MonkeyPatch, node: type, fewest: int, most: int
 ) -> None:
     # Sleep reports 20 times a second (as a sampler would), TestSleep every 10 ms (as
     # ComfyUI's does); each wakes only to report (16 idle backends sleeping add no load).
@@ -113,14 +114,14 @@ async def test_sleep_reports_at_its_own_pace(
         naps.append(delay)
         await real_sleep(delay)
 
-    monkeypatch.setattr(testing.asyncio, "sleep", counted)
+    monkeypatch.setattr(asyncio, "sleep", counted)
     with as_node("3") as control:
         await node().sleep(value=1, seconds=0.5, unique_id="3")
     assert fewest <= len(control.progress) <= most
     assert len(naps) == len(control.progress) - 1  # one nap between two reports
 
 
-async def test_sleep_for_zero_seconds_returns_at_once(as_node) -> None:
+async def test_sleep_for_zero_seconds_returns_at_once(as_node: AsNode) -> None:
     with as_node("3") as control:
         assert await testing.Sleep().sleep(value=None, seconds=0.0, unique_id="3") == (None,)
     assert control.progress == []
@@ -134,13 +135,13 @@ def test_fail_raises_its_message() -> None:
     assert str(caught.value) == "Intentional sync execution error for testing"
 
 
-def test_progress_reports_every_step(as_node) -> None:
+def test_progress_reports_every_step(as_node: AsNode) -> None:
     with as_node("8") as control:
         assert testing.Progress().run(value=[1], steps=4, seconds_per_step=0.0) == ([1],)
     assert control.progress == [("8", 1, 4), ("8", 2, 4), ("8", 3, 4), ("8", 4, 4)]
 
 
-def test_progress_stops_when_interrupted(as_node) -> None:
+def test_progress_stops_when_interrupted(as_node: AsNode) -> None:
     with as_node("8", interrupt_after=2) as control, pytest.raises(InterruptProcessingException):
         testing.Progress().run(value=0, steps=100, seconds_per_step=0.001)
     assert len(control.progress) == 2

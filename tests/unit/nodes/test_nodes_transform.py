@@ -124,7 +124,12 @@ RED, GREEN = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
         ("up", (1, 3, 2, 3), np.s_[:, 1:], np.s_[:, :1]),
     ],
 )
-def test_stitch_directions(direction: str, shape: tuple[int, ...], red_part, green_part) -> None:
+def test_stitch_directions(
+    direction: str,
+    shape: tuple[int, ...],
+    red_part: tuple[slice, ...],
+    green_part: tuple[slice, ...],
+) -> None:
     red, green = _solid(2, 2, RED), _solid(2, 4, GREEN)
     (out,) = ImageStitch().stitch(red, direction, True, 0, "white", green)
     assert out.shape == shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from comfyfleet.scheduler.attempts import EventGate
 
@@ -12,7 +13,7 @@ async def test_events_wait_for_the_previous_job_then_keep_their_order() -> None:
     gate = EventGate(previous)
     seen: list[str] = []
     for name in ("execution_start", "executing", "progress"):
-        gate.pass_on(lambda name=name: seen.append(name))
+        gate.pass_on(functools.partial(seen.append, name))
     await asyncio.sleep(0)
     assert seen == [] and not gate.opened.is_set()
 

@@ -109,7 +109,11 @@ async def test_queued_work_runs_first_and_in_order(setup: Setup) -> None:
         await setup.ended(prompt_id)
     last = await setup.submit(0.0, 6)  # the slot is idle again: a hand-off
     await setup.ended(last)
-    starts = [(await setup.store.get(p)).started_at for p in [first, *queued, last]]  # type: ignore[union-attr]
+    starts: list[float] = []
+    for prompt_id in [first, *queued, last]:
+        record = await setup.store.get(prompt_id)
+        assert record is not None and record.started_at is not None
+        starts.append(record.started_at)
     assert starts == sorted(starts)
 
 

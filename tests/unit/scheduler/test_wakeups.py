@@ -73,8 +73,8 @@ async def test_a_new_job_wakes_one_slot_of_a_lane_that_can_run_it(tmp_path: Path
 
         state.work_arrived(None, job("PreviewAny"))  # any lane: the next one in turn
         state.work_arrived(None, job("PreviewAny"))
-        woken = [i for i, p in enumerate(parked) if p.started.done()]
-        assert len(woken) == 3 and woken[1] // 2 != woken[2] // 2  # two different lanes
+        woken_at = [i for i, p in enumerate(parked) if p.started.done()]
+        assert len(woken_at) == 3 and woken_at[1] // 2 != woken_at[2] // 2  # two lanes
 
         state.work_arrived(None)  # a job not known here: every slot looks
         assert all(p.started.done() for p in parked)

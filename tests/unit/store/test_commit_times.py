@@ -7,8 +7,8 @@ import pytest
 
 from comfyfleet.store.base import DuplicateJob, JobStore
 from comfyfleet.store.commit_times import BOUNDS, CommitTimes
+from tests.unit.store.job_helpers import new_job, result
 from tests.unit.store.stores import claim_next
-from tests.unit.store.test_store_contract import new_job, result
 
 
 async def test_each_committed_write_counts_once(store: JobStore) -> None:

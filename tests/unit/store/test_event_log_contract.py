@@ -16,8 +16,8 @@ from comfyfleet.domain.prompt_events import (
 )
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.event_wakeups import client_digest
+from tests.unit.store.job_helpers import new_job, result
 from tests.unit.store.stores import Clock, claim_next
-from tests.unit.store.test_store_contract import new_job, result
 
 
 def event(prompt_id: str, index: int, kind: str = "progress") -> NewPromptEvent:

@@ -13,8 +13,8 @@ import pytest
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.store.base import GatewayIdInUse, JobStore
+from tests.unit.store.job_helpers import new_job, result
 from tests.unit.store.stores import Clock, StoreFactory, claim_next, reserve_next
-from tests.unit.store.test_store_contract import new_job, result
 
 LEASE = 10.0
 

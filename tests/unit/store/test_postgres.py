@@ -21,6 +21,8 @@ from comfyfleet.store import postgres as postgres_module
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.event_wakeups import client_digest
 from comfyfleet.store.postgres import PostgresStore
+from comfyfleet.store.postgres_parts import wakeups as wakeups_module
+from comfyfleet.store.postgres_parts.access import Q as QUERIES
 from tests.postgres import RoundTrips, killed_sessions_settled, schema_for
 from tests.unit.store.stores import Clock, claim_next, kill_while_submitting
 
@@ -390,7 +392,7 @@ async def test_every_named_query_prepares(
 ) -> None:
     conn = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
     try:
-        for name, statement in postgres_module.Q.items():
+        for name, statement in QUERIES.items():
             try:
                 await conn.prepare(statement)
             except asyncpg.PostgresError as exc:
@@ -408,9 +410,7 @@ async def test_claims_read_the_claimable_index_in_order(
     try:
         for mode in ("force_custom_plan", "force_generic_plan"):
             await conn.execute(f"SET plan_cache_mode = {mode}")
-            await conn.execute(
-                f"PREPARE claimable_{mode} (bigint) AS {postgres_module.Q['claimable']}"
-            )
+            await conn.execute(f"PREPARE claimable_{mode} (bigint) AS {QUERIES['claimable']}")
             plan = "\n".join(
                 row[0] for row in await conn.fetch(f"EXPLAIN EXECUTE claimable_{mode} (64)")
             )
@@ -495,10 +495,10 @@ async def test_work_queued_by_one_gateway_wakes_another(
 
 
 def test_a_work_payload_without_a_place_is_still_a_wake_up() -> None:
-    assert postgres_module.parse_work("gw-1") == ("gw-1", None)  # as gateways sent before
-    assert postgres_module.parse_work("gw-1 1 Infinity 3") == ("gw-1", (1, math.inf, 3))
-    assert postgres_module.parse_work("gw-1 1 x 3") == ("gw-1", None)
-    assert postgres_module.parse_work("") == ("", None)
+    assert wakeups_module.parse_work("gw-1") == ("gw-1", None)  # as gateways sent before
+    assert wakeups_module.parse_work("gw-1 1 Infinity 3") == ("gw-1", (1, math.inf, 3))
+    assert wakeups_module.parse_work("gw-1 1 x 3") == ("gw-1", None)
+    assert wakeups_module.parse_work("") == ("", None)
 
 
 async def test_a_work_payload_keeps_the_exact_key_whatever_the_server_prints(
@@ -514,7 +514,7 @@ async def test_a_work_payload_keeps_the_exact_key_whatever_the_server_prints(
         payload = await conn.fetchval(f"SELECT comfyfleet_work_payload('gw', false, {near}, 42)")
     finally:
         await conn.close()
-    assert postgres_module.parse_work(payload) == ("gw", (1, 0.1 + 0.2, 42))
+    assert wakeups_module.parse_work(payload) == ("gw", (1, 0.1 + 0.2, 42))
 
 
 async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(

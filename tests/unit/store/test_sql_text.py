@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
 import pytest
 
+from comfyfleet.store.postgres_parts.url import is_postgres_url, redact_url, redact_urls_in
 from comfyfleet.store.postgres_text import from_db, to_db
-from comfyfleet.store.postgres_url import is_postgres_url, redact_url, redact_urls_in
 from comfyfleet.store.sql_blocks import load_blocks, parse_blocks
+from comfyfleet.store.sqlite import MIGRATIONS
 
 
 def test_named_blocks_are_read_without_header_or_description() -> None:
@@ -34,6 +40,22 @@ def test_the_shipped_files_have_their_blocks() -> None:
     queries = load_blocks("postgres_queries.sql")
     assert {"insert_job", "claimable", "claim_job", "finish_job"} <= set(queries)
     assert "migration_1" in load_blocks("postgres_schema.sql")
+    assert {"insert_job", "claim_candidate", "finish_job"} <= set(load_blocks("sqlite_queries.sql"))
+    assert "migration_1" in load_blocks("sqlite_schema.sql")
+
+
+def test_every_sqlite_named_query_prepares(tmp_path: Path) -> None:
+    """Each block compiles against the schema a fresh file gets (EXPLAIN runs nothing)."""
+    with closing(sqlite3.connect(tmp_path / "store.db", isolation_level=None)) as conn:
+        for version in sorted(MIGRATIONS):
+            MIGRATIONS[version](conn)
+        for name, statement in load_blocks("sqlite_queries.sql").items():
+            try:
+                # NULL for each parameter: compiled, never run, so no values are needed.
+                sql = re.sub(r"\?\d*|:[a-z_]+\b", "NULL", statement.format(marks="?, ?"))
+                conn.execute("EXPLAIN " + sql)
+            except sqlite3.Error as exc:
+                raise AssertionError(f"query {name} does not prepare: {exc}") from exc
 
 
 @pytest.mark.parametrize(

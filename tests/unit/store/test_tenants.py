@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
+from comfyfleet.domain.jobs import HistoryEntry, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.store.base import JobStore
 from comfyfleet.tenants import check_tenant_name
 from tests.unit.store.stores import claim_next
@@ -71,8 +71,8 @@ async def test_history_scoped_to_a_tenant(store: JobStore) -> None:
     for prompt_id, _ in order:
         await run_to_end(store, prompt_id)
 
-    def ids(entries: list[object]) -> list[str]:
-        return [e.job.prompt_id for e in entries]  # type: ignore[attr-defined]
+    def ids(entries: list[HistoryEntry]) -> list[str]:
+        return [e.job.prompt_id for e in entries]
 
     assert ids(await store.history(tenant="alice")) == ["a1", "a2", "a3"]
     assert ids(await store.history(2, tenant="alice")) == ["a2", "a3"]  # the newest two

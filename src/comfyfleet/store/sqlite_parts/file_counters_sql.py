@@ -10,22 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 
-#: Version 13 adds the table; IF NOT EXISTS because a fresh file already has it.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS file_counters (
-    key  TEXT PRIMARY KEY,
-    next INTEGER NOT NULL
-) WITHOUT ROWID
-"""
-RESERVE = """
-INSERT INTO file_counters (key, next) VALUES (?1, ?2 + ?3)
-ON CONFLICT (key) DO UPDATE SET next = max(file_counters.next, ?2) + ?3
-RETURNING next - ?3
-"""
+from comfyfleet.store.sql_blocks import load_blocks
 
+Q = load_blocks("sqlite_queries.sql")
 
-def migrate(conn: sqlite3.Connection) -> None:
-    conn.execute(SCHEMA)
+RESERVE = Q["file_counter_reserve"]
 
 
 def reserve(conn: sqlite3.Connection, key: str, floor: int, count: int) -> int:

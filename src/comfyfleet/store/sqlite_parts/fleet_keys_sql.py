@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import sqlite3
 
-#: Version 9 adds the table; IF NOT EXISTS because a fresh file already has it.
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS fleet_keys (
-    name       TEXT PRIMARY KEY,
-    key        BLOB NOT NULL,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
-KEEP_FIRST = """
-INSERT INTO fleet_keys (name, key, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING
-"""
-SELECT_KEY = "SELECT key FROM fleet_keys WHERE name = ?"
+from comfyfleet.store.sql_blocks import load_blocks
 
+Q = load_blocks("sqlite_queries.sql")
 
-def migrate(conn: sqlite3.Connection) -> None:
-    conn.execute(SCHEMA)
+KEEP_FIRST = Q["fleet_key_keep_first"]
+SELECT_KEY = Q["fleet_key_select_key"]
 
 
 def keep(conn: sqlite3.Connection, name: str, candidate: bytes, now: float) -> bytes:

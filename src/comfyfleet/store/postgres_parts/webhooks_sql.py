@@ -1,7 +1,7 @@
 """The webhook outbox on PostgreSQL: what the store runs for each outbox verb.
 
 `db` is an asyncpg pool or connection; every statement is a named block of
-postgres_webhooks.sql. The deliveries of a job's end are recorded by the job-ending
+postgres_queries.sql. The deliveries of a job's end are recorded by the job-ending
 statements themselves (`with_deliveries`). Driver errors are wrapped by the store.
 """
 
@@ -19,13 +19,19 @@ from comfyfleet.domain.webhooks import (
 from comfyfleet.store.postgres_text import from_db, to_db, to_db_or_none
 from comfyfleet.store.sql_blocks import load_blocks
 
-W = load_blocks("postgres_webhooks.sql")
+W = load_blocks("postgres_queries.sql")
 PLACEHOLDER = "{webhook_deliveries}"
 
 
 def with_deliveries(blocks: dict[str, str]) -> dict[str, str]:
-    """`blocks` with each `{webhook_deliveries}` replaced by the outbox's INSERT."""
-    return {name: sql.replace(PLACEHOLDER, W["webhook_deliveries"]) for name, sql in blocks.items()}
+    """`blocks` with each `{webhook_deliveries}` replaced by the outbox's INSERT; the
+    INSERT itself goes (a part of other statements, it does not run on its own)."""
+    insert = W["webhook_deliveries"]
+    return {
+        name: sql.replace(PLACEHOLDER, insert)
+        for name, sql in blocks.items()
+        if name != "webhook_deliveries"
+    }
 
 
 def _row(row: Sequence[Any]) -> WebhookDelivery:

@@ -15,8 +15,8 @@ from comfyfleet.domain.webhooks import (
     WebhookTarget,
 )
 from comfyfleet.store.base import JobStore
+from tests.unit.store.job_helpers import new_job, result
 from tests.unit.store.stores import Clock, claim_next
-from tests.unit.store.test_store_contract import new_job, result
 
 HOOK = "https://hooks.example.com/in"
 
@@ -101,7 +101,9 @@ async def test_server_wide_targets_match_by_event_and_tenant(store: JobStore) ->
     await store.set_webhook_targets(
         [
             WebhookTarget("all", "https://a.example/h"),
-            WebhookTarget("failures", "https://f.example/h", events=frozenset({"job.failed"})),
+            WebhookTarget(
+                "failures", "https://f.example/h", events=frozenset({WebhookEvent.FAILED})
+            ),
             WebhookTarget("acme", "https://acme.example/h", tenants=frozenset({"acme"})),
         ]
     )

@@ -21,61 +21,14 @@ from comfyfleet.domain.remote_jobs import (
     check_remote_finish,
 )
 from comfyfleet.store.base import StoreError
+from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import schema as schema
+
+Q = load_blocks("sqlite_queries.sql")
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-#: Version 3 adds the journal; IF NOT EXISTS because a fresh file already has it.
-REMOTE_JOBS_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS remote_jobs (
-        id           TEXT PRIMARY KEY,
-        request_hash TEXT NOT NULL,
-        provider     TEXT NOT NULL,
-        kind         TEXT NOT NULL,
-        prompt_id    TEXT,
-        node_id      TEXT,
-        slot         INTEGER,
-        state        TEXT NOT NULL,
-        remote_id    TEXT,
-        resume       TEXT NOT NULL,
-        error        TEXT,
-        attempts     INTEGER NOT NULL DEFAULT 0,
-        result       BLOB,
-        result_type  TEXT,
-        created_at   REAL NOT NULL,
-        updated_at   REAL NOT NULL,
-        finished_at  REAL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS remote_jobs_request "
-    "ON remote_jobs (request_hash, state, created_at)",
-    "CREATE INDEX IF NOT EXISTS remote_jobs_live ON remote_jobs (created_at) "
-    "WHERE state IN ('submitting', 'running')",
-    "CREATE INDEX IF NOT EXISTS remote_jobs_finished ON remote_jobs (finished_at) "
-    "WHERE finished_at IS NOT NULL",
-)
-
-#: Version 9: owners, one live job per request, and who waits on whose job.
-ONE_LIVE_PER_REQUEST = (
-    "CREATE UNIQUE INDEX IF NOT EXISTS remote_jobs_one_live ON remote_jobs (request_hash) "
-    "WHERE state IN ('submitting', 'running')"
-)
-WAITERS_TABLE = """
-CREATE TABLE IF NOT EXISTS remote_job_waiters (
-    job_id  TEXT NOT NULL,
-    gateway TEXT NOT NULL,
-    PRIMARY KEY (job_id, gateway)
-) WITHOUT ROWID
-"""
-#: Live jobs that share a request with a newer (or sent) live one, from before owners:
-#: the one kept is followed, the others end. `?`: the error recorded.
-END_DUPLICATES = """
-UPDATE remote_jobs SET state = 'failed', error = ?, finished_at = updated_at
-WHERE state IN ('submitting', 'running') AND id <> (
-    SELECT k.id FROM remote_jobs k
-    WHERE k.request_hash = remote_jobs.request_hash AND k.state IN ('submitting', 'running')
-    ORDER BY k.remote_id IS NOT NULL DESC, k.created_at DESC, k.rowid DESC LIMIT 1)
-"""
+END_DUPLICATES = Q["journal_end_duplicates"]
 DUPLICATE_ERROR = {
     "class": "Superseded",
     "message": "another job for the same request was live when the journal became "
@@ -83,93 +36,33 @@ DUPLICATE_ERROR = {
     "status": None,
 }
 
-_LIVE = "('submitting', 'running')"
-_FIELDS = (
-    "id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, "
-    "error, attempts, created_at, updated_at, finished_at, owner"
-)
-#: The job is the caller's (first `?`), or its owner holds no lease (second `?`: now).
-_OURS_OR_ORPHANED = """
-(owner IS NULL OR owner = ? OR NOT EXISTS (
-    SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= ?))
-"""
-#: A new job, unless its request has a live one (then no row): one statement, because
-#: each statement costs the writer thread a wait for the interpreter lock, and this one
-#: stands between a free pool slot and the job-creating request.
-INSERT = f"""
-INSERT INTO remote_jobs ({_FIELDS})
-VALUES (?, ?, ?, ?, ?, ?, NULL, 'submitting', NULL, ?, NULL, 0, ?, ?, NULL, ?)
-ON CONFLICT (request_hash) WHERE state IN {_LIVE} DO NOTHING
-RETURNING {_FIELDS}, NULL, NULL
-"""
-SUBMITTED = f"""
-UPDATE remote_jobs SET state = 'running', remote_id = ?, resume = ?, updated_at = ?
-WHERE id = ? AND state IN {_LIVE} AND owner IS ?
-"""
-FINISH = f"""
-UPDATE remote_jobs
-SET state = ?, result = ?, result_type = ?, error = ?, attempts = coalesce(?, attempts),
-    updated_at = ?, finished_at = ?
-WHERE id = ? AND state IN {_LIVE} AND owner IS ?
-"""
-DROP_WAITERS = "DELETE FROM remote_job_waiters WHERE job_id = ?"
-ADOPT = f"""
-UPDATE remote_jobs SET owner = ?, updated_at = ?
-WHERE id = ? AND state IN {_LIVE} AND {_OURS_OR_ORPHANED}
-"""
-WAIT = "INSERT OR IGNORE INTO remote_job_waiters (job_id, gateway) VALUES (?, ?)"
-STOP_WAITING = "DELETE FROM remote_job_waiters WHERE job_id = ? AND gateway = ?"
-#: A live gateway other than the owner (`?`) that waits on the job, the latest seen first.
-LIVE_WAITER = """
-SELECT w.gateway FROM remote_job_waiters w JOIN gateways g ON g.id = w.gateway
-WHERE w.job_id = ? AND w.gateway <> ? AND g.lease_until >= ?
-ORDER BY g.seen_at DESC, g.id LIMIT 1
-"""
-HAND_OVER = f"""
-UPDATE remote_jobs SET owner = ?, updated_at = ? WHERE id = ? AND state IN {_LIVE} AND owner IS ?
-"""
-SELECT_LIVE_FOR_HASH = f"""
-SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE request_hash = ? AND state IN {_LIVE}
-"""
-SELECT_OWN_LIVE = f"""
-SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE id = ? AND state IN {_LIVE} AND owner IS ?
-"""
-ASSIGN_SLOT = "UPDATE remote_jobs SET slot = ? WHERE id = ?"
-SELECT_ONE = f"SELECT {_FIELDS}, result, result_type FROM remote_jobs WHERE id = ?"
-SELECT_LIVE_ONE = f"SELECT {_FIELDS}, NULL, NULL FROM remote_jobs WHERE id = ?"
-#: The newest succeeded job for a request (with its result), else its newest job.
-SELECT_REUSABLE = f"""
-SELECT {_FIELDS},
-       CASE WHEN state = 'succeeded' THEN result END,
-       CASE WHEN state = 'succeeded' THEN result_type END
-FROM remote_jobs WHERE request_hash = ?
-ORDER BY state = 'succeeded' DESC, created_at DESC, rowid DESC LIMIT 1
-"""
-SELECT_LIVE = f"""
-SELECT {_FIELDS}, NULL, NULL FROM remote_jobs INDEXED BY remote_jobs_live
-WHERE state IN {_LIVE} AND {_OURS_OR_ORPHANED} ORDER BY created_at, rowid
-"""
-PRUNE = f"DELETE FROM remote_jobs WHERE finished_at < ? AND state NOT IN {_LIVE}"
-PRUNE_WAITERS = """
-DELETE FROM remote_job_waiters
-WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.job_id)
-"""
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in REMOTE_JOBS_SCHEMA:
-        conn.execute(statement)
+INSERT = Q["journal_insert"]
+SUBMITTED = Q["journal_submitted"]
+FINISH = Q["journal_finish"]
+DROP_WAITERS = Q["journal_drop_waiters"]
+ADOPT = Q["journal_adopt"]
+WAIT = Q["journal_wait"]
+STOP_WAITING = Q["journal_stop_waiting"]
+LIVE_WAITER = Q["journal_live_waiter"]
+HAND_OVER = Q["journal_hand_over"]
+SELECT_LIVE_FOR_HASH = Q["journal_select_live_for_hash"]
+SELECT_OWN_LIVE = Q["journal_select_own_live"]
+ASSIGN_SLOT = Q["journal_assign_slot"]
+SELECT_ONE = Q["journal_select_one"]
+SELECT_LIVE_ONE = Q["journal_select_live_one"]
+SELECT_REUSABLE = Q["journal_select_reusable"]
+SELECT_LIVE = Q["journal_select_live"]
+PRUNE = Q["journal_prune"]
+PRUNE_WAITERS = Q["journal_prune_waiters"]
 
 
 def migrate_owners(conn: sqlite3.Connection) -> None:
     """Version 9: jobs get their owner (none for older ones: orphans, which any gateway
     may take over), one live job per request, and the waiters table."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(remote_jobs)")}
-    if "owner" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "remote_jobs", "owner"):
         conn.execute("ALTER TABLE remote_jobs ADD COLUMN owner TEXT")
     conn.execute(END_DUPLICATES, (_dumps(DUPLICATE_ERROR),))
-    conn.execute(ONE_LIVE_PER_REQUEST)
-    conn.execute(WAITERS_TABLE)
+    schema.apply(conn, 10)  # one live job per request, and the waiters table
 
 
 def _row(row: Sequence[Any]) -> RemoteJob:
@@ -210,7 +103,7 @@ def record(
     if inserted:
         return _row(inserted[0])
     # The request has a live job; the insert did not get as far as the id's check.
-    if conn.execute("SELECT 1 FROM remote_jobs WHERE id = ?", (job.id,)).fetchone():
+    if conn.execute(Q["journal_exists"], (job.id,)).fetchone():
         raise StoreError(f"remote job {job.id!r} already exists")
     return _row(conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone())
 

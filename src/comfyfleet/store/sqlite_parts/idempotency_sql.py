@@ -11,51 +11,15 @@ import sqlite3
 from typing import Any
 
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
+from comfyfleet.store.sql_blocks import load_blocks
+
+Q = load_blocks("sqlite_queries.sql")
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-#: Version 5 adds the table; IF NOT EXISTS because a fresh file already has it.
-SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS idempotency_keys (
-        tenant       TEXT NOT NULL,
-        key          TEXT NOT NULL,
-        request_hash TEXT NOT NULL,
-        prompt_id    TEXT NOT NULL,
-        answer       TEXT NOT NULL,
-        created_at   REAL NOT NULL,
-        PRIMARY KEY (tenant, key)
-    ) WITHOUT ROWID
-    """,
-    "CREATE INDEX IF NOT EXISTS idempotency_keys_created ON idempotency_keys (created_at)",
-)
-
-# A key older than the window is free again: the upsert takes its row over; a fresh
-# one is left alone and returns no row.
-CLAIM = """
-INSERT INTO idempotency_keys (tenant, key, request_hash, prompt_id, answer, created_at)
-VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (tenant, key) DO UPDATE SET
-    request_hash = excluded.request_hash, prompt_id = excluded.prompt_id,
-    answer = excluded.answer, created_at = excluded.created_at
-WHERE idempotency_keys.created_at <= ?
-RETURNING 1
-"""
-FIRST = """
-SELECT key, request_hash, answer, created_at FROM idempotency_keys
-WHERE tenant = ? AND key = ? AND created_at > ?
-"""
-# Each keyed submit forgets a few expired keys, so the table holds about one window.
-FORGET_EXPIRED = """
-DELETE FROM idempotency_keys WHERE (tenant, key) IN (
-    SELECT tenant, key FROM idempotency_keys WHERE created_at <= ? LIMIT 16
-)
-"""
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in SCHEMA:
-        conn.execute(statement)
+CLAIM = Q["idempotency_claim"]
+FIRST = Q["idempotency_first"]
+FORGET_EXPIRED = Q["idempotency_forget_expired"]
 
 
 def claim(

@@ -14,41 +14,18 @@ from dataclasses import replace
 from typing import Any
 
 from comfyfleet.domain.gateways import BackendOwner
+from comfyfleet.store.sql_blocks import load_blocks
 
-#: Version 9 adds the table; IF NOT EXISTS because a fresh file already has it.
-BACKEND_OWNERS_TABLE = """
-CREATE TABLE IF NOT EXISTS backend_owners (
-    backend   TEXT PRIMARY KEY,
-    client_id TEXT NOT NULL,
-    owner     TEXT,
-    since     REAL NOT NULL
-) WITHOUT ROWID
-"""
+Q = load_blocks("sqlite_queries.sql")
 
-#: Whether gateway `?` (instance `?`) holds its lease at time `?`.
-LEASE_HOLDS = "SELECT 1 FROM gateways WHERE id = ? AND instance = ? AND lease_until >= ?"
-#: The owner column as the verbs answer it: NULL unless its gateway's lease holds (`?`).
-LIVE_OWNER = """
-CASE WHEN EXISTS (SELECT 1 FROM gateways g WHERE g.id = o.owner AND g.lease_until >= ?)
-     THEN o.owner END
-"""
-#: A backend's row, and its owner as recorded (whether live or not).
-SELECT_ONE = f"""
-SELECT o.backend, o.client_id, {LIVE_OWNER}, o.since, o.owner FROM backend_owners o
-WHERE o.backend = ?
-"""
-SELECT_ALL = f"""
-SELECT o.backend, o.client_id, {LIVE_OWNER}, o.since FROM backend_owners o ORDER BY o.backend
-"""
-INSERT = "INSERT INTO backend_owners (backend, client_id, owner, since) VALUES (?, ?, ?, ?)"
-TAKE = "UPDATE backend_owners SET owner = ?, since = ? WHERE backend = ?"
-RELEASE = "UPDATE backend_owners SET owner = NULL WHERE owner = ? AND backend = ?"
-RELEASE_ALL = "UPDATE backend_owners SET owner = NULL WHERE owner = ?"
-FORGET = "DELETE FROM backend_owners WHERE backend = ?"
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    conn.execute(BACKEND_OWNERS_TABLE)
+LEASE_HOLDS = Q["backend_owner_lease_holds"]
+SELECT_ONE = Q["backend_owner_select_one"]
+SELECT_ALL = Q["backend_owner_select_all"]
+INSERT = Q["backend_owner_insert"]
+TAKE = Q["backend_owner_take"]
+RELEASE = Q["backend_owner_release"]
+RELEASE_ALL = Q["backend_owner_release_all"]
+FORGET = Q["backend_owner_forget"]
 
 
 def _row(row: Sequence[Any]) -> BackendOwner:

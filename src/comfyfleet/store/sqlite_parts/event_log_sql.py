@@ -14,53 +14,22 @@ from contextlib import closing
 from typing import Any
 
 from comfyfleet.domain.prompt_events import PAGE_FRAME_BYTES, NewPromptEvent, PromptEvent
+from comfyfleet.store.sql_blocks import load_blocks
+from comfyfleet.store.sqlite_parts import schema as schema
 
-#: Version 7 adds the log; IF NOT EXISTS because a fresh file already has it.
-EVENT_LOG_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS event_log (
-        id        INTEGER PRIMARY KEY AUTOINCREMENT,
-        prompt_id TEXT NOT NULL,
-        type      TEXT NOT NULL,
-        data      TEXT NOT NULL,
-        at        REAL NOT NULL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS event_log_prompt ON event_log (prompt_id, id)",
-    "CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at)",
-)
+Q = load_blocks("sqlite_queries.sql")
 
-INSERT = "INSERT INTO event_log (prompt_id, type, data, frame, at) VALUES (?, ?, ?, ?, ?)"
-SELECT_AFTER = """
-SELECT id, type, data, at, frame FROM event_log INDEXED BY event_log_prompt
-WHERE prompt_id = ? AND id > ? ORDER BY id LIMIT ?
-"""
-SELECT_CLIENT = "SELECT tenant, client_id FROM jobs WHERE prompt_id = ?"
-# Prompts with an event older than the cutoff (found by time, so each prune reads only
-# what aged since the last), whose newest event is older too and whose job is over.
-PRUNE = """
-DELETE FROM event_log WHERE prompt_id IN (
-    SELECT old.prompt_id
-    FROM (SELECT DISTINCT prompt_id FROM event_log INDEXED BY event_log_at WHERE at < ?1) old
-    WHERE (SELECT l.at FROM event_log l INDEXED BY event_log_prompt
-           WHERE l.prompt_id = old.prompt_id ORDER BY l.id DESC LIMIT 1) < ?1
-      AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.prompt_id = old.prompt_id
-                      AND j.status IN ('pending', 'running'))
-)
-"""
+INSERT = Q["event_log_insert"]
+SELECT_AFTER = Q["event_log_select_after"]
+SELECT_CLIENT = Q["event_log_select_client"]
+PRUNE = Q["event_log_prune"]
 
 Row = tuple[str, str, str, bytes | None]
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in EVENT_LOG_SCHEMA:
-        conn.execute(statement)
-
-
 def add_frames(conn: sqlite3.Connection) -> None:
     """Version 10: binary frames are kept too, their bytes in a column of their own."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(event_log)")}
-    if "frame" not in columns:  # a fresh file has it from schema.sql already
+    if not schema.has_column(conn, "event_log", "frame"):
         conn.execute("ALTER TABLE event_log ADD COLUMN frame BLOB")
 
 
@@ -80,7 +49,7 @@ def append(
     conn.executemany(INSERT, [(*row, now) for row in rows])
     # One connection writes, and AUTOINCREMENT takes the largest id ever used plus one:
     # the rows of one statement have consecutive ids, ending at the last one inserted.
-    last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+    last: int = conn.execute(Q["event_log_last_id"]).fetchone()[0]
     prompts = list(dict.fromkeys(row[0] for row in rows))
     return list(range(last - len(rows) + 1, last + 1)), [_client(conn, p) for p in prompts]
 

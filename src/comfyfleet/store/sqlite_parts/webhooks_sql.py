@@ -19,111 +19,21 @@ from comfyfleet.domain.webhooks import (
     WebhookEvent,
     WebhookTarget,
 )
+from comfyfleet.store.sql_blocks import load_blocks
 
-#: Version 5 adds the outbox; IF NOT EXISTS because a fresh file already has it.
-WEBHOOKS_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS webhook_targets (
-        name    TEXT PRIMARY KEY,
-        url     TEXT NOT NULL,
-        events  TEXT,
-        tenants TEXT
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS webhook_deliveries (
-        pos          INTEGER PRIMARY KEY AUTOINCREMENT,
-        id           TEXT NOT NULL UNIQUE,
-        prompt_id    TEXT NOT NULL,
-        tenant       TEXT NOT NULL,
-        event        TEXT NOT NULL,
-        target       TEXT,
-        url          TEXT NOT NULL,
-        state        TEXT NOT NULL,
-        attempts     INTEGER NOT NULL DEFAULT 0,
-        created_at   REAL NOT NULL,
-        retry_since  REAL NOT NULL,
-        next_at      REAL NOT NULL,
-        lease        TEXT,
-        lease_until  REAL NOT NULL DEFAULT 0,
-        delivered_at REAL,
-        last_status  INTEGER,
-        last_error   TEXT,
-        body         TEXT,
-        updated_at   REAL NOT NULL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (next_at, pos) "
-    "WHERE state = 'pending'",
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_state ON webhook_deliveries (state, pos)",
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_prompt ON webhook_deliveries (prompt_id)",
-)
+Q = load_blocks("sqlite_queries.sql")
 
-_NEW_ID = "'msg_' || lower(hex(randomblob(16)))"
-_INSERT = """
-INSERT INTO webhook_deliveries (id, prompt_id, tenant, event, target, url, state,
-                                created_at, retry_since, next_at, updated_at)
-"""
-# The job's own webhook: only looked for (JSON parsed) when its extra_data names one and
-# holds no escaped NUL (as on PostgreSQL, whose JSON functions fail on one).
-ENQUEUE = f"""
-{_INSERT}
-SELECT {_NEW_ID}, j.prompt_id, j.tenant, :event, NULL,
-       json_extract(j.extra_data, '$.webhook_url'), 'pending', :now, :now, :now, :now
-FROM jobs j
-WHERE j.prompt_id = :prompt_id
-  AND CASE WHEN instr(j.extra_data, '"webhook_url"') > 0
-                AND instr(j.extra_data, '\\u0000') = 0 THEN
-        json_type(j.extra_data, '$.webhook_url') = 'text'
-        AND (json_type(j.extra_data, '$.webhook_events') IS NOT 'array'
-             OR EXISTS (SELECT 1 FROM json_each(j.extra_data, '$.webhook_events')
-                        WHERE value = :event))
-      ELSE 0 END
-UNION ALL
-SELECT {_NEW_ID}, j.prompt_id, j.tenant, :event, t.name, t.url, 'pending', :now, :now, :now, :now
-FROM jobs j, webhook_targets t
-WHERE j.prompt_id = :prompt_id
-  AND (t.events IS NULL OR instr(t.events, ' ' || :event || ' ') > 0)
-  AND (t.tenants IS NULL OR instr(t.tenants, ' ' || j.tenant || ' ') > 0)
-"""
+ENQUEUE = Q["webhook_enqueue"]
 _FIELDS = (
     "id, prompt_id, tenant, event, target, url, state, attempts, created_at, retry_since, "
     "next_at, delivered_at, last_status, last_error, body, lease"
 )
-CLAIM = f"""
-UPDATE webhook_deliveries SET lease = :lease, lease_until = :until
-WHERE pos IN (
-    SELECT pos FROM webhook_deliveries INDEXED BY webhook_deliveries_due
-    WHERE state = 'pending' AND next_at <= :now AND lease_until <= :now
-    ORDER BY next_at, pos LIMIT :limit)
-RETURNING {_FIELDS}
-"""
-RECORD = """
-UPDATE webhook_deliveries
-SET state = :state, attempts = attempts + 1, next_at = coalesce(:next_at, next_at),
-    delivered_at = CASE WHEN :state = 'delivered' THEN :now ELSE delivered_at END,
-    last_status = :status, last_error = :error, body = coalesce(body, :body),
-    lease = NULL, lease_until = 0, updated_at = :now
-WHERE id = :id AND lease = :lease
-"""
-RELEASE = """
-UPDATE webhook_deliveries SET next_at = ?, lease = NULL, lease_until = 0
-WHERE id = ? AND lease = ?
-"""
-SELECT_ONE = f"SELECT {_FIELDS} FROM webhook_deliveries WHERE id = ?"
-RETRY = f"""
-UPDATE webhook_deliveries
-SET state = 'pending', next_at = :now, retry_since = :now, lease = NULL, lease_until = 0,
-    updated_at = :now
-WHERE id = :id AND state != 'pending'
-RETURNING {_FIELDS}
-"""
-PRUNE = "DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < ?"
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    for statement in WEBHOOKS_SCHEMA:
-        conn.execute(statement)
+CLAIM = Q["webhook_claim"]
+RECORD = Q["webhook_record"]
+RELEASE = Q["webhook_release"]
+SELECT_ONE = Q["webhook_select_one"]
+RETRY = Q["webhook_retry"]
+PRUNE = Q["webhook_prune"]
 
 
 def _words(values: frozenset[str] | None) -> str | None:
@@ -143,7 +53,7 @@ def enqueue(conn: sqlite3.Connection, prompt_id: str, event: WebhookEvent, now: 
 
 
 def set_targets(conn: sqlite3.Connection, targets: Sequence[WebhookTarget]) -> None:
-    conn.execute("DELETE FROM webhook_targets")
+    conn.execute(Q["webhook_clear_targets"])
     conn.executemany(
         "INSERT INTO webhook_targets (name, url, events, tenants) VALUES (?, ?, ?, ?)",
         [(t.name, t.url, _words(t.events), _words(t.tenants)) for t in targets],

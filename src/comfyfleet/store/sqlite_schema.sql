@@ -1,6 +1,12 @@
--- comfyfleet job store, schema version 10 (PRAGMA user_version).
+-- The comfyfleet SQLite job store's schema (PRAGMA user_version holds a file's version),
+-- as named blocks (see sql_blocks.py): migration_N takes a version N-1 file to version N.
+-- A fresh file runs every block in order, so each table is defined here once. Blocks after
+-- the first say IF NOT EXISTS: they may meet a file that already holds what they add.
+-- Columns added to a table later are added by the Python step of their version (sqlite.py
+-- MIGRATIONS), which checks for them first.
 -- JSON columns hold compact JSON text; times are Unix seconds (REAL).
 
+-- name: migration_1
 CREATE TABLE jobs (
     prompt_id   TEXT PRIMARY KEY,
     -- Submission order, assigned by the store; never reused while the row exists.
@@ -22,9 +28,8 @@ CREATE TABLE jobs (
     created_at  REAL NOT NULL,
     started_at  REAL,
     finished_at REAL,
-    error       TEXT,
-    tenant      TEXT NOT NULL DEFAULT 'default',  -- who submitted it (comfyfleet.tenants)
-    owner       TEXT  -- the gateway whose lease covers the running attempt (gateways.id)
+    error       TEXT
+    -- tenant (version 4) and owner (version 5) are added by those versions' upgrades
 );
 
 -- Claim and the pending queue read this index in order, no sort step.
@@ -33,8 +38,6 @@ CREATE INDEX jobs_running ON jobs (started_at, seq) WHERE status = 'running';
 CREATE INDEX jobs_created ON jobs (created_at, seq);
 -- Serves counts() and status-filtered job listings.
 CREATE INDEX jobs_status ON jobs (status, created_at, seq);
--- A tenant's jobs, for listings scoped to one tenant.
-CREATE INDEX jobs_tenant ON jobs (tenant, created_at, seq);
 -- Retention finds old finished jobs without walking every finished job.
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 
@@ -76,28 +79,20 @@ CREATE TABLE meta (
     value
 ) WITHOUT ROWID;
 
+-- name: migration_2
 -- ComfyUI backends added at run time (the admin API); config-file backends are not stored.
-CREATE TABLE backends (
+CREATE TABLE IF NOT EXISTS backends (
     name       TEXT PRIMARY KEY,
     spec       TEXT NOT NULL,
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
 
--- Which gateway dispatches to each ComfyUI backend (by name): owned while that
--- gateway's lease (the gateways table) holds, free otherwise. The row outlives its
--- owner: `client_id` is the clientId every owner of the backend uses, fleet-wide.
-CREATE TABLE backend_owners (
-    backend   TEXT PRIMARY KEY,
-    client_id TEXT NOT NULL,
-    owner     TEXT,
-    since     REAL NOT NULL
-) WITHOUT ROWID;
-
+-- name: migration_3
 -- The journal of paid remote jobs (fan-out and provider nodes). A row is written
 -- before the job-creating request, gets the provider's id right after, and keeps
 -- the downloaded result, so a restart re-attaches instead of paying again. Not
 -- tied to jobs: a result stays reusable after its prompt is pruned.
-CREATE TABLE remote_jobs (
+CREATE TABLE IF NOT EXISTS remote_jobs (
     id           TEXT PRIMARY KEY,
     request_hash TEXT NOT NULL,
     provider     TEXT NOT NULL,
@@ -114,29 +109,23 @@ CREATE TABLE remote_jobs (
     result_type  TEXT,
     created_at   REAL NOT NULL,
     updated_at   REAL NOT NULL,
-    finished_at  REAL,
-    owner        TEXT  -- the gateway that sends and polls it (gateways.id)
+    finished_at  REAL
+    -- owner (version 10): the gateway that sends and polls it (gateways.id)
 );
 
-CREATE INDEX remote_jobs_request ON remote_jobs (request_hash, state, created_at);
-CREATE INDEX remote_jobs_live ON remote_jobs (created_at)
+CREATE INDEX IF NOT EXISTS remote_jobs_request ON remote_jobs (request_hash, state, created_at);
+CREATE INDEX IF NOT EXISTS remote_jobs_live ON remote_jobs (created_at)
     WHERE state IN ('submitting', 'running');
-CREATE INDEX remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
--- Single flight across gateways: one live job per request; the others wait on it.
-CREATE UNIQUE INDEX remote_jobs_one_live ON remote_jobs (request_hash)
-    WHERE state IN ('submitting', 'running');
+CREATE INDEX IF NOT EXISTS remote_jobs_finished ON remote_jobs (finished_at) WHERE finished_at IS NOT NULL;
 
--- The gateways that wait on another gateway's live job: its owner hands it to one of
--- them rather than cancel it (see sqlite_journal.release).
-CREATE TABLE remote_job_waiters (
-    job_id  TEXT NOT NULL,
-    gateway TEXT NOT NULL,
-    PRIMARY KEY (job_id, gateway)
-) WITHOUT ROWID;
+-- name: migration_4
+-- A tenant's jobs, for listings scoped to one tenant.
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant, created_at, seq);
 
+-- name: migration_5
 -- The gateways sharing this store, each with the lease that covers the jobs it runs
--- (jobs.owner); see sqlite_leases.py.
-CREATE TABLE gateways (
+-- (jobs.owner); see sqlite_parts/leases_sql.py.
+CREATE TABLE IF NOT EXISTS gateways (
     id          TEXT PRIMARY KEY,
     instance    TEXT NOT NULL,
     host        TEXT NOT NULL,
@@ -146,11 +135,13 @@ CREATE TABLE gateways (
     seen_at     REAL NOT NULL,
     lease_until REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- name: migration_6
 -- Idempotency-Key submits: a tenant's key, a digest of its request and the answer it got,
 -- written in the transaction that inserts the job. A key older than 24 hours is free
 -- again (see comfyfleet.domain.idempotency). Not tied to jobs: the answer outlives a
 -- pruned job for the rest of its window.
-CREATE TABLE idempotency_keys (
+CREATE TABLE IF NOT EXISTS idempotency_keys (
     tenant       TEXT NOT NULL,
     key          TEXT NOT NULL,
     request_hash TEXT NOT NULL,
@@ -160,11 +151,13 @@ CREATE TABLE idempotency_keys (
     PRIMARY KEY (tenant, key)
 ) WITHOUT ROWID;
 
-CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+CREATE INDEX IF NOT EXISTS idempotency_keys_created ON idempotency_keys (created_at);
+
+-- name: migration_7
 -- Server-wide webhooks ([[webhooks]] in the config, without their secrets), mirrored at
 -- start so a job's end finds its targets in the same transaction. events and tenants:
 -- space-delimited words with a space at each end; NULL for every one.
-CREATE TABLE webhook_targets (
+CREATE TABLE IF NOT EXISTS webhook_targets (
     name    TEXT PRIMARY KEY,
     url     TEXT NOT NULL,
     events  TEXT,
@@ -172,10 +165,10 @@ CREATE TABLE webhook_targets (
 ) WITHOUT ROWID;
 
 -- The webhook outbox: one row per job end and target, written with the end (see
--- sqlite_webhooks.py). `id` is the webhook-id every attempt carries; a sender leases a
+-- sqlite_parts/webhooks_sql.py). `id` is the webhook-id every attempt carries; a sender leases a
 -- row (lease, lease_until) while it sends. Not tied to jobs: a delivery outlives
 -- retention, and `body` keeps what was first sent.
-CREATE TABLE webhook_deliveries (
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
     pos          INTEGER PRIMARY KEY AUTOINCREMENT,
     id           TEXT NOT NULL UNIQUE,
     prompt_id    TEXT NOT NULL,
@@ -197,36 +190,63 @@ CREATE TABLE webhook_deliveries (
     updated_at   REAL NOT NULL
 );
 
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_at, pos) WHERE state = 'pending';
-CREATE INDEX webhook_deliveries_state ON webhook_deliveries (state, pos);
-CREATE INDEX webhook_deliveries_prompt ON webhook_deliveries (prompt_id);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (next_at, pos) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS webhook_deliveries_state ON webhook_deliveries (state, pos);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_prompt ON webhook_deliveries (prompt_id);
 
+-- name: migration_8
 -- Each prompt's client stream, as followers read it back (subscribe, SSE): `id` grows
 -- with every append and is never reused (AUTOINCREMENT), so a follower resumes after
 -- the last id it saw. Not tied to jobs: retention prunes it on its own clock. A binary
 -- frame (preview, progress text) has its bytes in `frame` (NULL for a JSON frame).
-CREATE TABLE event_log (
+CREATE TABLE IF NOT EXISTS event_log (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     prompt_id TEXT NOT NULL,
     type      TEXT NOT NULL,
     data      TEXT NOT NULL,
-    at        REAL NOT NULL,
-    frame     BLOB
+    at        REAL NOT NULL
+    -- frame (version 12): a binary frame's bytes
 );
 
-CREATE INDEX event_log_prompt ON event_log (prompt_id, id);
-CREATE INDEX event_log_at ON event_log (at);
+CREATE INDEX IF NOT EXISTS event_log_prompt ON event_log (prompt_id, id);
+CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at);
 
+-- name: migration_9
+-- Which gateway dispatches to each ComfyUI backend (by name): owned while that
+-- gateway's lease (the gateways table) holds, free otherwise. The row outlives its
+-- owner: `client_id` is the clientId every owner of the backend uses, fleet-wide.
+CREATE TABLE IF NOT EXISTS backend_owners (
+    backend   TEXT PRIMARY KEY,
+    client_id TEXT NOT NULL,
+    owner     TEXT,
+    since     REAL NOT NULL
+) WITHOUT ROWID;
+
+-- name: migration_10
+-- Single flight across gateways: one live job per request; the others wait on it.
+CREATE UNIQUE INDEX IF NOT EXISTS remote_jobs_one_live ON remote_jobs (request_hash)
+    WHERE state IN ('submitting', 'running');
+
+-- The gateways that wait on another gateway's live job: its owner hands it to one of
+-- them rather than cancel it (see sqlite_parts/journal_sql.py, release).
+CREATE TABLE IF NOT EXISTS remote_job_waiters (
+    job_id  TEXT NOT NULL,
+    gateway TEXT NOT NULL,
+    PRIMARY KEY (job_id, gateway)
+) WITHOUT ROWID;
+
+-- name: migration_11
 -- Secrets the gateways sharing this store agree on (the key signing their requests to
--- each other): the first stored wins; see sqlite_fleet_keys.py.
-CREATE TABLE fleet_keys (
+-- each other): the first stored wins; see sqlite_parts/fleet_keys_sql.py.
+CREATE TABLE IF NOT EXISTS fleet_keys (
     name       TEXT PRIMARY KEY,
     key        BLOB NOT NULL,
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
 
--- Output name counters every gateway shares; see sqlite_file_counters.py.
-CREATE TABLE file_counters (
+-- name: migration_13
+-- Output name counters every gateway shares; see sqlite_parts/file_counters_sql.py.
+CREATE TABLE IF NOT EXISTS file_counters (
     key  TEXT PRIMARY KEY,
     next INTEGER NOT NULL
 ) WITHOUT ROWID;

@@ -1,7 +1,7 @@
 """Backend ownership on PostgreSQL: what the store runs for each `BackendOwners` verb.
 
 `db` is an asyncpg pool or connection; every statement is a named block of
-postgres_backend_owners.sql. A claim holds a transaction-level advisory lock, so two
+postgres_queries.sql. A claim holds a transaction-level advisory lock, so two
 gateways claiming at once take turns: a backend is never given to both. Driver errors
 are wrapped by the store, not here.
 """
@@ -15,7 +15,7 @@ from comfyfleet.domain.gateways import BackendOwner
 from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_all
 from comfyfleet.store.sql_blocks import load_blocks
 
-B = load_blocks("postgres_backend_owners.sql")
+B = load_blocks("postgres_queries.sql")
 
 
 def _row(row: Sequence[Any]) -> BackendOwner:

@@ -1,0 +1,95 @@
+"""The remote-job journal of the SQLite store (see `base.RemoteJobJournal`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
+from comfyfleet.store.sqlite_parts import journal_sql as journal
+from comfyfleet.store.sqlite_parts.access import SQLiteAccess
+
+
+class SQLiteJournal(SQLiteAccess):
+    """Paid jobs recorded before they are sent, so none is paid for twice."""
+
+    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+        """Record a paid job as `submitting`, before its job-creating request."""
+        op = functools.partial(
+            journal.record,
+            job=job,
+            resume=journal.encode(job.resume),
+            now=self._clock(),
+            owner=self.owner,
+        )
+        return await self._write(op)
+
+    async def remote_job_submitted(
+        self, job_id: str, remote_id: str, resume: dict[str, Any]
+    ) -> bool:
+        """The provider's id for a live job; False if it is unknown, final or not ours."""
+        op = functools.partial(
+            journal.submitted,
+            job_id=job_id,
+            remote_id=remote_id,
+            resume=journal.encode(resume),
+            now=self._clock(),
+            owner=self.owner,
+        )
+        return await self._write(op)
+
+    async def finish_remote_job(
+        self,
+        job_id: str,
+        state: RemoteJobState,
+        *,
+        result: bytes | None = None,
+        result_type: str | None = None,
+        error: dict[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """How a live job ended; False if it is unknown, already final or not ours."""
+        op = functools.partial(
+            journal.finish,
+            job_id=job_id,
+            state=state,
+            result=result,
+            result_type=result_type,
+            error=journal.encode_finish(state, result, error),
+            attempts=attempts,
+            now=self._clock(),
+            owner=self.owner,
+        )
+        return await self._write(op)
+
+    async def assign_remote_slots(self, slots: Sequence[tuple[str, int]]) -> None:
+        if slots:
+            await self._write(functools.partial(journal.assign_slots, slots=list(slots)))
+
+    async def remote_job(self, job_id: str) -> RemoteJob | None:
+        return await self._read(functools.partial(journal.one, job_id=job_id))
+
+    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
+        """The newest succeeded job for this request (with result), else its newest job."""
+        return await self._read(functools.partial(journal.reusable, request_hash=request_hash))
+
+    async def live_remote_jobs(self) -> list[RemoteJob]:
+        return await self._read(
+            functools.partial(journal.live, owner=self.owner, now=self._clock())
+        )
+
+    async def adopt_remote_job(self, job_id: str) -> RemoteJob | None:
+        op = functools.partial(journal.adopt, job_id=job_id, owner=self.owner, now=self._clock())
+        return await self._write(op)
+
+    async def wait_on_remote_job(self, job_id: str, waiting: bool) -> None:
+        op = functools.partial(journal.wait, job_id=job_id, gateway=self.owner, waiting=waiting)
+        await self._write(op)
+
+    async def release_remote_job(self, job_id: str) -> bool:
+        op = functools.partial(journal.release, job_id=job_id, owner=self.owner, now=self._clock())
+        return await self._write(op)
+
+    async def prune_remote_jobs(self, finished_before: float) -> int:
+        return await self._write(functools.partial(journal.prune, before=finished_before))
