@@ -30,6 +30,7 @@ from comfyfleet.folders import Folders
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.server.access.auth import scope, tenant_name, visible
 from comfyfleet.server.comfy_api_v2 import shapes
+from comfyfleet.server.comfy_api_v2.assets import resolve_references
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, invalid_request, not_found
 from comfyfleet.server.comfyui_api.idempotency import body_digest
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, submit_prompt
@@ -150,7 +151,7 @@ def _extra_data(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _asset_refs(value: Any) -> list[Any]:
-    """The `core/ASSET` references in a workflow (not served here yet)."""
+    """The `core/ASSET` references anywhere in a workflow."""
     stack, found = [value], []
     while stack:
         item = stack.pop()
@@ -172,16 +173,20 @@ def _workflow(body: dict[str, Any]) -> dict[str, Any]:
         raise V2Error(
             422, "workflow_format_ui", "This is a UI export: submit the API-format graph instead"
         )
+    return workflow
+
+
+def _no_references_left(workflow: dict[str, Any]) -> None:
+    """422 for a `core/ASSET` reference where no node input takes one (deeper inside)."""
     refs = _asset_refs(workflow)
     if refs:
-        ids = [str((r.get("info") or {}).get("id")) for r in refs if isinstance(r, dict)]
+        ids = [str((r.get("info") or {}).get("id"))[:100] for r in refs if isinstance(r, dict)]
         raise V2Error(
             422,
             "missing_asset",
-            "core/ASSET references are not supported by this gateway yet",
+            "core/ASSET references are taken as a node's input, nowhere else",
             {"missing_ids": ids[:100]},
         )
-    return workflow
 
 
 def _refusal(answer: web.Response) -> V2Error:
@@ -220,10 +225,13 @@ async def submit_job(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     key = _key(request)
     body = await _body(request)
-    if len(await request.read()) > OFF_LOOP_BYTES:  # a large workflow is walked off the loop
-        workflow = await asyncio.to_thread(_workflow, body)
+    large = len(await request.read()) > OFF_LOOP_BYTES  # a large workflow is walked off the loop
+    workflow = await asyncio.to_thread(_workflow, body) if large else _workflow(body)
+    workflow = await resolve_references(request, workflow)
+    if large:
+        await asyncio.to_thread(_no_references_left, workflow)
     else:
-        workflow = _workflow(body)
+        _no_references_left(workflow)
     extra = _extra_data(body)
     found = _labels(body)
     if found:

@@ -1,8 +1,10 @@
-"""A job's outputs as v2 assets: `GET /api/v2/assets/{id}` and `.../content`.
+"""The v2 asset routes: `GET /api/v2/assets/{id}` and `.../content` for a job's outputs
+and uploaded assets alike, and the upload routes of assets.py.
 
 Output ids are stateless (see shapes.py): the file is served from the caller's own
 folders, with `/view`'s checks, once the job it names is found to be the caller's.
-`content` is range-aware (206 for `Range: bytes=a-b`), as `/view` is.
+An uploaded asset's bytes are its blob in the tenant's input folder. `content` is
+range-aware (206 for `Range: bytes=a-b`), as `/view` is.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from comfyfleet.folders import Folders
+from comfyfleet.folders import Folders, UnsafePath
 from comfyfleet.server.access.auth import visible
-from comfyfleet.server.comfy_api_v2 import shapes
+from comfyfleet.server.comfy_api_v2 import assets, shapes
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, not_found
 from comfyfleet.server.comfy_api_v2.jobs import base_url, folders_of
 from comfyfleet.server.files.view_upload import content_type_of, stored_file
@@ -26,7 +28,7 @@ from comfyfleet.server.plumbing.routing import Route
 FetchMissing = Callable[[web.Request, Folders, str, str, str], Awaitable[bool]]
 
 
-def v2_output_routes(fetch_missing: FetchMissing | None = None) -> list[Route]:
+def v2_asset_routes(fetch_missing: FetchMissing | None = None) -> list[Route]:
     async def located(request: web.Request) -> tuple[shapes.OutputRef, str, str]:
         ref = shapes.parse_output_id(request.match_info["asset_id"])
         if ref is None:
@@ -49,15 +51,24 @@ def v2_output_routes(fetch_missing: FetchMissing | None = None) -> list[Route]:
         return ref, found[0], found[1]
 
     async def content(request: web.Request) -> web.StreamResponse:
-        _ref, path, name = await located(request)
-        quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-        headers = {
-            "Content-Type": content_type_of(name),
-            "Content-Disposition": f'inline; filename="{quoted}"',
-        }
-        return web.FileResponse(path, headers=headers)
+        record = await assets.uploaded(request, request.match_info["asset_id"])
+        if record is not None:
+            try:
+                path = assets.blob_path(assets.folders_of(request), record)
+            except UnsafePath:
+                raise not_found("asset") from None
+            if not await asyncio.to_thread(path.is_file):
+                raise not_found("asset")
+            return web.FileResponse(
+                path, headers=_file_headers(record.file_path, record.content_type)
+            )
+        _ref, found, name = await located(request)
+        return web.FileResponse(found, headers=_file_headers(name, content_type_of(name)))
 
     async def asset(request: web.Request) -> web.Response:
+        record = await assets.uploaded(request, request.match_info["asset_id"])
+        if record is not None:
+            return web.json_response(assets.asset_body(request, record))
         ref, path, name = await located(request)
         gw = request.app[GATEWAY]
         job = await gw.store.get(ref.prompt_id)
@@ -85,9 +96,18 @@ def v2_output_routes(fetch_missing: FetchMissing | None = None) -> list[Route]:
         )
 
     return [
+        Route("POST", f"{PREFIX}/assets", assets.upload),
+        Route("POST", f"{PREFIX}/assets/from-hash", assets.from_hash),
+        Route("HEAD", f"{PREFIX}/assets/by-hash/{{hash}}", assets.by_hash),
         Route("GET", f"{PREFIX}/assets/{{asset_id}}", asset),
+        Route("DELETE", f"{PREFIX}/assets/{{asset_id}}", assets.delete),
         Route("GET", f"{PREFIX}/assets/{{asset_id}}/content", content),
     ]
+
+
+def _file_headers(name: str, content_type: str) -> dict[str, str]:
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    return {"Content-Type": content_type, "Content-Disposition": f'inline; filename="{quoted}"'}
 
 
 async def _stat(path: str) -> os.stat_result:
