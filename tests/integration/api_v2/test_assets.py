@@ -157,3 +157,14 @@ async def test_a_malformed_form_is_400_not_a_server_error(served: Served) -> Non
     assert status == 400 and answer["error"]["code"] == "invalid_request"
     folder = Path(served.gateway.tenants.of("default").input) / "assets"
     assert list(folder.iterdir()) == []  # nothing kept of a refused upload, no spool left
+
+
+async def test_an_endless_form_is_cut_off(served: Served) -> None:
+    form = aiohttp.FormData()
+    for _ in range(1100):  # a MiB of tags, past what an upload may carry besides its file
+        form.add_field("tags", "t" * 1000)
+    form.add_field("content_type", "image/png")
+    form.add_field("file_path", "a.png")
+    form.add_field("file", b"abc", filename="a.png", content_type="image/png")
+    status, _, answer = await served.call("POST", f"{V2}/assets", data=form)
+    assert status == 413 and answer["error"]["code"] == "too_large"

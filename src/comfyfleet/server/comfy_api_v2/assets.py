@@ -35,6 +35,8 @@ HASH = re.compile(r"blake3:[0-9a-f]{64}")
 #: The longest file name, media type and form field taken.
 MAX_NAME = 255
 MAX_FIELD = 1024
+#: Bytes of form fields not kept (tags) an upload may carry.
+MAX_SKIPPED = 1 << 20
 #: Bytes read from an upload at a time (hashed and written in a worker thread).
 CHUNK = 1 << 20
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,10}")
@@ -149,6 +151,7 @@ async def upload(request: web.Request) -> web.Response:
     folders = folders_of(request)
     fields: dict[str, str] = {}
     spool: _Spool | None = None
+    skipped = 0
     try:
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
@@ -160,9 +163,11 @@ async def upload(request: web.Request) -> web.Response:
                 await _spool(part, spool, gw.config.max_upload_bytes)
             elif part.name and part.name != "tags" and len(fields) < 16:
                 fields[part.name] = await _text(part)
-            else:  # tags (not kept), and fields past the sixteenth
-                while await part.read_chunk(MAX_FIELD):
-                    pass
+            else:  # tags (not kept), and fields past the sixteenth: counted, not kept
+                while chunk := await part.read_chunk(MAX_FIELD):
+                    skipped += len(chunk)
+                    if skipped > MAX_SKIPPED:
+                        raise V2Error(413, "too_large", "The form's other fields are too large")
         if spool is None:
             raise invalid_request("the form holds no file")
         digest = await asyncio.to_thread(spool.finish)
