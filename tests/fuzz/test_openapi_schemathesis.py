@@ -44,8 +44,12 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
             "a prompt's validity is semantic (node classes, links, input types): most "
             "schema-valid graphs get ComfyUI's 400 with node_errors, as they should"
         )
-        for operation_id in ("postPrompt", "validatePrompt")
+        for operation_id in ("postPrompt", "validatePrompt", "submitJobV2")
     },
+    ("listJobsV2", "positive_data_acceptance"): (
+        "a cursor is one the server handed out (`next_cursor`): any other string is v2's "
+        "400 `invalid_cursor`"
+    ),
     **{
         (operation_id, "negative_data_rejection"): (
             "ComfyUI answers these with 200 whatever the body holds: wrong types and non-string "
@@ -59,8 +63,12 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
             "a multipart form holds only text: the type violations schemathesis makes (numbers, "
             "null, arrays) arrive as valid text fields, or as no field at all"
         )
-        for operation_id in ("uploadImage", "uploadMask")
+        for operation_id in ("uploadImage", "uploadMask", "uploadAssetV2")
     },
+    ("uploadAssetV2", "positive_data_acceptance"): (
+        "the generator adds form fields whose names hold control characters: aiohttp cannot "
+        "read such a part's header, and the form is refused as malformed (400)"
+    ),
     **{
         (operation_id, "positive_data_acceptance"): (
             "a name the filesystem refuses (too long, a folder's) gets ComfyUI's 400: which "

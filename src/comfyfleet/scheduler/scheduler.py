@@ -230,6 +230,11 @@ class Scheduler:
         run = self.state.running.get(prompt_id)
         return run.job if run is not None else None
 
+    def cancelling(self, prompt_id: str) -> bool:
+        """Whether a job running here was cancelled and has not stopped yet."""
+        run = self.state.running.get(prompt_id)
+        return run is not None and run.state is AttemptState.CANCELLING
+
     def runs_on(self, lane: str) -> list[str]:
         """Prompt ids running on a lane (its backend has them, or is about to)."""
         return sorted(p for p, run in self.state.running.items() if run.lane.name == lane)

@@ -17,6 +17,9 @@ from comfyfleet.server.admin.fleet_api import fleet_routes
 from comfyfleet.server.admin.health import health_routes
 from comfyfleet.server.admin.metrics import GatewayMetrics
 from comfyfleet.server.admin.webhooks_api import webhook_routes
+from comfyfleet.server.comfy_api_v2.events import v2_event_routes
+from comfyfleet.server.comfy_api_v2.jobs import v2_job_routes
+from comfyfleet.server.comfy_api_v2.outputs import v2_asset_routes
 from comfyfleet.server.comfyui_api.follow import follow_routes
 from comfyfleet.server.comfyui_api.prompts import prompt_routes
 from comfyfleet.server.comfyui_api.system import system_routes
@@ -63,6 +66,8 @@ def build_app(gateway: Gateway) -> web.Application:
 
     routes = prompt_routes() + job_routes() + follow_routes() + fleet_routes() + ws_routes()
     routes += webhook_routes()
+    # Comfy API v2: a second face of the same queue, history, files and event log.
+    routes += v2_job_routes() + v2_event_routes() + v2_asset_routes(from_peers)
     routes += file_routes(
         gateway.folders,
         max_upload_bytes=config.max_upload_bytes,

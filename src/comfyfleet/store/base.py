@@ -7,6 +7,7 @@ from typing import Protocol
 
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.errors import ComfyfleetError
+from comfyfleet.store.seams.assets import AssetRecords as AssetRecords
 from comfyfleet.store.seams.backend_owners import BackendOwners as BackendOwners
 from comfyfleet.store.seams.backends import RunTimeBackends as RunTimeBackends
 from comfyfleet.store.seams.event_log import PromptEventLog as PromptEventLog
@@ -51,6 +52,7 @@ class GatewayIdInUse(StoreError):
 
 class JobStore(
     JobQueue,
+    AssetRecords,
     JobHistory,
     RunTimeBackends,
     GatewayLeases,

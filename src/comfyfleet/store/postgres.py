@@ -55,6 +55,7 @@ from comfyfleet.store.commit_times import CommitTimes
 from comfyfleet.store.event_wakeups import EventsWake
 from comfyfleet.store.postgres_parts import idempotency_sql as idempotency
 from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads, quoted
+from comfyfleet.store.postgres_parts.assets import PostgresAssets
 from comfyfleet.store.postgres_parts.backends import PostgresBackends
 from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter
 from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
@@ -100,6 +101,7 @@ _dumps, _loads = dumps, loads
 
 
 class PostgresStore(
+    PostgresAssets,
     PostgresHistory,
     PostgresCounter,
     PostgresTakeover,

@@ -694,3 +694,20 @@ SELECT o.backend, o.client_id,
                          WHERE g.id = o.owner AND g.lease_until >= $1) THEN o.owner END,
        o.since
 FROM backend_owners o ORDER BY o.backend
+
+-- == Comfy API v2 assets =======================================================
+
+-- name: asset_insert
+INSERT INTO assets (tenant, id, hash, size, content_type, file_path, blob, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+
+-- name: asset_select
+SELECT id, tenant, hash, size, content_type, file_path, blob, created_at
+FROM assets WHERE tenant = $1 AND id = $2
+
+-- name: asset_by_hash
+SELECT id, tenant, hash, size, content_type, file_path, blob, created_at
+FROM assets WHERE tenant = $1 AND hash = $2 ORDER BY created_at, id LIMIT 1
+
+-- name: asset_delete
+DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING 1

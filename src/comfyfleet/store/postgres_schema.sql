@@ -290,3 +290,19 @@ CREATE TABLE file_counters (
     key  TEXT COLLATE "C" PRIMARY KEY,
     next BIGINT NOT NULL
 );
+
+-- name: migration_13
+-- Comfy API v2 assets: a tenant's named references to bytes kept by their blake3 hash
+-- (see postgres_parts/assets.py).
+CREATE TABLE assets (
+    tenant       TEXT COLLATE "C" NOT NULL,
+    id           TEXT COLLATE "C" NOT NULL,
+    hash         TEXT COLLATE "C" NOT NULL,
+    size         BIGINT NOT NULL,
+    content_type TEXT NOT NULL,
+    file_path    TEXT NOT NULL,
+    blob         TEXT NOT NULL,
+    created_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX assets_by_hash ON assets (tenant, hash, created_at);

@@ -54,6 +54,7 @@ from comfyfleet.store.sqlite_parts import journal_sql as journal
 from comfyfleet.store.sqlite_parts import leases_sql as leases
 from comfyfleet.store.sqlite_parts import schema as schema
 from comfyfleet.store.sqlite_parts import webhooks_sql as webhooks
+from comfyfleet.store.sqlite_parts.assets import SQLiteAssets
 from comfyfleet.store.sqlite_parts.backends import SQLiteBackends
 from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
 from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
@@ -66,7 +67,7 @@ Q = load_blocks("sqlite_queries.sql")
 T = TypeVar("T")
 
 #: The version sqlite_schema.sql's migrations reach; PRAGMA user_version holds a file's version.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 def _add_tenants(conn: sqlite3.Connection) -> None:
@@ -94,6 +95,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     11: functools.partial(schema.apply, version=11),  # keys the gateways agree on
     12: event_log.add_frames,  # binary frames in the event log
     13: functools.partial(schema.apply, version=13),  # output name counters
+    14: functools.partial(schema.apply, version=14),  # Comfy API v2 assets
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -175,7 +177,7 @@ _loads = json.loads
 
 
 class SQLiteStore(
-    SQLiteBackends, SQLiteJournal, SQLiteWebhookOutbox, SQLiteEventLog, SQLiteGateways
+    SQLiteAssets, SQLiteBackends, SQLiteJournal, SQLiteWebhookOutbox, SQLiteEventLog, SQLiteGateways
 ):
     """A `JobStore` in one SQLite file.
 

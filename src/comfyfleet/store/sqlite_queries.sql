@@ -517,3 +517,20 @@ SELECT key FROM fleet_keys WHERE name = ?
 INSERT INTO file_counters (key, next) VALUES (?1, ?2 + ?3)
 ON CONFLICT (key) DO UPDATE SET next = max(file_counters.next, ?2) + ?3
 RETURNING next - ?3
+
+-- == Comfy API v2 assets =======================================================
+
+-- name: asset_insert
+INSERT INTO assets (tenant, id, hash, size, content_type, file_path, blob, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: asset_select
+SELECT id, tenant, hash, size, content_type, file_path, blob, created_at
+FROM assets WHERE tenant = ? AND id = ?
+
+-- name: asset_by_hash
+SELECT id, tenant, hash, size, content_type, file_path, blob, created_at
+FROM assets WHERE tenant = ? AND hash = ? ORDER BY created_at, id LIMIT 1
+
+-- name: asset_delete
+DELETE FROM assets WHERE tenant = ? AND id = ?

@@ -250,3 +250,19 @@ CREATE TABLE IF NOT EXISTS file_counters (
     key  TEXT PRIMARY KEY,
     next INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- name: migration_14
+-- Comfy API v2 assets: a tenant's named references to bytes kept by their blake3 hash
+-- (see sqlite_parts/assets.py).
+CREATE TABLE IF NOT EXISTS assets (
+    tenant       TEXT NOT NULL,
+    id           TEXT NOT NULL,
+    hash         TEXT NOT NULL,
+    size         INTEGER NOT NULL,
+    content_type TEXT NOT NULL,
+    file_path    TEXT NOT NULL,
+    blob         TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (tenant, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS assets_by_hash ON assets (tenant, hash, created_at);

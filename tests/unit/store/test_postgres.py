@@ -187,7 +187,7 @@ async def test_a_version_2_database_gains_idempotency_keys(
     await store.close()
     # The tables of migrations 3 and on.
     tables = "idempotency_keys, webhook_deliveries, webhook_targets, event_log, backend_owners"
-    tables += ", fleet_keys, file_counters"
+    tables += ", fleet_keys, file_counters, assets"
     await sql(postgres_url, schema, f"DROP TABLE {tables}")
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
@@ -216,7 +216,9 @@ async def test_a_version_4_database_gains_the_event_log(
     await store.submit(new_job("old"))
     await store.close()
     await sql(
-        postgres_url, schema, "DROP TABLE event_log, backend_owners, fleet_keys, file_counters"
+        postgres_url,
+        schema,
+        "DROP TABLE event_log, backend_owners, fleet_keys, file_counters, assets",
     )
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
@@ -238,7 +240,7 @@ async def test_a_version_5_database_gains_backend_owners(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE backend_owners, fleet_keys, file_counters")
+    await sql(postgres_url, schema, "DROP TABLE backend_owners, fleet_keys, file_counters, assets")
     for statement in UNDO_REMOTE_JOB_OWNERS:
         await sql(postgres_url, schema, statement)
     await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
@@ -262,7 +264,7 @@ async def test_a_version_6_database_gains_owners_and_keeps_one_live_job_per_requ
     await store.close()
     for statement in [
         *UNDO_REMOTE_JOB_OWNERS,
-        "DROP TABLE fleet_keys, file_counters",
+        "DROP TABLE fleet_keys, file_counters, assets",
         "ALTER TABLE event_log DROP COLUMN frame",
         "DELETE FROM comfyfleet_migrations WHERE version > 6",
         # What an older program could leave: two live jobs for one request.
@@ -295,7 +297,7 @@ async def test_a_version_7_database_gains_fleet_keys(
 ) -> None:
     await store.submit(new_job("old"))
     await store.close()
-    await sql(postgres_url, schema, "DROP TABLE fleet_keys, file_counters")
+    await sql(postgres_url, schema, "DROP TABLE fleet_keys, file_counters, assets")
     await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 7")
     again = PostgresStore(postgres_url, schema=schema)
@@ -315,7 +317,7 @@ async def test_a_version_8_database_keeps_its_events_and_gains_binary_frames(
     (old,) = await store.append_prompt_events([NewPromptEvent("old", "progress", {"v": 1})])
     await store.close()
     await sql(postgres_url, schema, "ALTER TABLE event_log DROP COLUMN frame")
-    await sql(postgres_url, schema, "DROP TABLE file_counters")
+    await sql(postgres_url, schema, "DROP TABLE file_counters, assets")
     await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 8")
     again = PostgresStore(postgres_url, schema=schema)
     await again.open()

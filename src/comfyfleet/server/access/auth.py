@@ -202,8 +202,14 @@ def _clean_page_url(request: web.Request) -> str:
     return str(request.rel_url.with_query(query))
 
 
-def _refusal(status: int, type_: str, message: str) -> web.Response:
-    body = prompt_error_body(error(type_, message))
+#: Routes under this prefix answer in Comfy API v2's error envelope.
+V2_PREFIX = "/api/v2/"
+
+
+def _refusal(request: web.Request, status: int, type_: str, message: str) -> web.Response:
+    body: dict[str, object] = prompt_error_body(error(type_, message))
+    if request.path.startswith(V2_PREFIX):
+        body = {"error": {"code": type_, "message": message, "details": None}}
     headers = {hdrs.WWW_AUTHENTICATE: 'Bearer realm="comfyfleet"'} if status == 401 else {}
     return web.json_response(body, status=status, headers=headers)
 
@@ -251,10 +257,10 @@ def authenticate(
             what = "an unknown token" if token is not None else "no token"
             log.debug("%s %s refused: %s", request.method, request.path, what)
             return _refusal(
-                401, "unauthorized", f"Authentication required: the request carries {what}"
+                request, 401, "unauthorized", f"Authentication required: the request carries {what}"
             )
         if not tenant.admin and route_handler in admin_handlers:
-            return _refusal(403, "forbidden", "This route needs an admin token")
+            return _refusal(request, 403, "forbidden", "This route needs an admin token")
         request[TENANT] = tenant
         return await handler(request)
 

@@ -81,7 +81,7 @@ async def post_prompt(request: web.Request) -> web.Response:
         if first is not None:
             return await _repeated(request, first, keyed[1], wait)
     try:
-        answer = await _submit(request, gw, body, keyed)
+        answer = await submit_prompt(request, gw, body, keyed)
     except IdempotencyKeyTaken as taken:  # a request with this key queued meanwhile
         assert keyed is not None
         return await _repeated(request, taken.first, keyed[1], wait)
@@ -90,11 +90,13 @@ async def post_prompt(request: web.Request) -> web.Response:
     return await _answered(request, answer, wait)
 
 
-async def _submit(
+async def submit_prompt(
     request: web.Request, gw: Gateway, body: dict[str, Any], keyed: tuple[str, str] | None
 ) -> dict[str, Any] | web.Response:
-    """Validate and queue the prompt of `body`: ComfyUI's answer, or the error response.
-    With `keyed` (key, body digest), the key is stored with the job."""
+    """Validate and queue the prompt of `body` (a `POST /prompt` body): ComfyUI's answer,
+    or the error response. With `keyed` (key, body digest), the key is stored with the job
+    (IdempotencyKeyTaken when the tenant used it meanwhile). The Comfy API v2 submits
+    through here too."""
     try:
         number, front = await _queue_number(gw, body)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range

@@ -251,6 +251,23 @@ async def _located(
     return await asyncio.to_thread(_locate, folders, query, flatten=flatten)
 
 
+async def stored_file(
+    folders: Folders, query: Mapping[str, str], fetch: _Fetch | None = None
+) -> tuple[str, str] | int:
+    """The real path and reported name of the file `query` names (`filename`, `type`,
+    `subfolder`), fetched first when it is missing and `fetch` can; else the status
+    `/view` would answer (400, 403, 404)."""
+    try:
+        return await _located(folders, query, fetch)
+    except _Reject as reject:
+        return reject.status
+
+
+def content_type_of(name: str) -> str:
+    """The Content-Type `/view` serves a file of this name with."""
+    return _content_type(name)
+
+
 async def local_file(folders: Folders, query: Mapping[str, str]) -> web.StreamResponse:
     """The file `query` names (`filename`, `type`, `subfolder`) as it is in `folders`, with
     `/view`'s checks and statuses; no preview or channel, and nothing fetched."""

@@ -164,6 +164,10 @@ def body_limit(max_bytes: int) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > max_bytes:
+            if request.path.startswith("/api/v2/"):  # Comfy API v2's error envelope
+                message = f"The request body is larger than {max_bytes} bytes"
+                error = {"code": "too_large", "message": message, "details": None}
+                return web.json_response({"error": error}, status=413)
             return web.Response(status=413)
         return await handler(request)
 
