@@ -87,8 +87,12 @@ async def test_a_clients_prompts_run_elsewhere_reach_it_as_from_the_gateway_runn
     async with two_gateways(tmp_path, postgres_database) as (a, b):
         on_a = await a.connect("client-x")
         on_b = await b.connect("client-x")  # the same client on the running gateway
+        # The first runs long enough that the third is queued before it ends, however
+        # slow the submits are, and the third longer still: the count at the first's end
+        # includes the third.
+        seconds = [1.5, 0.4, 3.0]
         ids = [
-            await server.submit(sleep_prompt(0.4, n), "client-x")
+            await server.submit(sleep_prompt(seconds[n], n), "client-x")
             for n, server in enumerate([a, b, a])
         ]
         for prompt_id in ids:
