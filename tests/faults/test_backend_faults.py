@@ -50,8 +50,10 @@ def settle_and_check(fleet: Fleet, jobs: dict[str, str], timeout: float = 60) ->
         return counts["pending"] == 0 and counts["in_progress"] == 0
 
     poll(settled, what="every job to settle", timeout=timeout)
-    statuses = {fleet.job(p)["status"] for p in jobs}
-    assert statuses == {"completed"}, statuses
+    ended = {p: fleet.job(p) for p in jobs}
+    assert {job["status"] for job in ended.values()} == {"completed"}, [
+        job for job in ended.values() if job["status"] != "completed"
+    ]
     history = fleet.history()  # fails on a repeated key
     assert set(jobs) <= set(history)
     assert {history[p]["status"]["status_str"] for p in jobs} == {"success"}

@@ -412,7 +412,8 @@ class ComfyUILane:
 
     async def _keep(self, prompt_ids: list[str]) -> None:
         """Tell the backend this gateway still wants these prompts (see
-        scheduler/holds.py); each watch learns from when it holds them again."""
+        scheduler/holds.py); each watch learns from when it holds them again, and the
+        lane since when the backend's process has run without a stop."""
         if not prompt_ids:
             return
         body = {"keep": prompt_ids, "seconds": self.settings.hold}
@@ -424,6 +425,9 @@ class ComfyUILane:
         ):
             raise BackendError(f"{HOLDS_ROUTE}: HTTP {status}: {str(answer)[:300]}")
         now, watched = time.monotonic(), self.client.watched()
+        awake = answer.get("awake")
+        if isinstance(awake, int | float) and not isinstance(awake, bool) and awake >= 0:
+            self.state.awake_since = now - awake
         for prompt_id in answer["kept"]:
             if isinstance(prompt_id, str) and prompt_id in watched:
                 watched[prompt_id].kept_at = now

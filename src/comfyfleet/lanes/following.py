@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ class BackendState:
     holds: bool = False  # a comfyfleet: it runs this gateway's prompts only while told
     refused: bool = False  # the last connection attempt was refused: no process there
     suspect_until: float = 0.0  # a hung prompt there: no new work until then
+    # Since when, by its last keep's answer, its process has run without a stop (a
+    # comfyfleet says; -inf: one that does not).
+    awake_since: float = -math.inf
 
 
 Outputs = Callable[[Job], OutputCopier | OutputReferencer]
@@ -177,11 +181,11 @@ class PromptFollower:
                 now = time.monotonic()
                 idle = now - watch.last_frame
                 if watch.started and idle > self.settings.hang_timeout and not watch.abandoned:
-                    # Hung: it answers (a keep since its last frame), yet sends nothing
-                    # for the prompt. A comfyfleet that answers nothing either is paused
-                    # or cut off: its hold stops the prompt there, and it may go on in
-                    # time; given up only once that hold has surely run out.
-                    answering = not self.state.holds or watch.kept_at > watch.last_frame
+                    # Hung: it answers, yet sends nothing for the prompt. A comfyfleet
+                    # that answers nothing either is paused or cut off: its hold stops
+                    # the prompt there, and it may go on in time; given up only once that
+                    # hold has surely run out.
+                    answering = not self.state.holds or self._awake_without_frames(watch)
                     if answering or self._given_up(watch, now):
                         self.state.suspect_until = time.monotonic() + self.settings.suspect_for
                         self.interrupt_soon(watch)
@@ -211,6 +215,14 @@ class PromptFollower:
             if watch.abandoned:
                 continue  # given up on there (hung): it runs again elsewhere, whatever comes
             return event
+
+    def _awake_without_frames(self, watch: PromptWatch) -> bool:
+        """Whether a comfyfleet backend has said (in a keep's answer) that it ran on for
+        the hang timeout since the prompt's last frame without sending one. Time it
+        spent stopped does not count: resumed (SIGCONT), it answers the keep it was sent
+        meanwhile before the prompt's next frame comes."""
+        since = max(watch.last_frame, self.state.awake_since)
+        return watch.kept_at - since >= self.settings.hang_timeout
 
     async def _ended_quietly(self, job: Job) -> bool:
         try:

@@ -65,6 +65,31 @@ class Sleep:
         return (value,)
 
 
+class Work:
+    """Busy for `seconds` of this thread's CPU time, reporting nothing: unlike a sleep,
+    a paused process (SIGSTOP) does not get through any of it while paused."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {
+            "required": {
+                "value": (ANY, {}),
+                "seconds": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 60.0, "step": 0.01}),
+            }
+        }
+
+    RETURN_TYPES = (ANY,)
+    FUNCTION = "work"
+    CATEGORY = TESTING
+    DESCRIPTION = "Passes value through after `seconds` of CPU time, reporting no progress."
+
+    def work(self, value: Any, seconds: float) -> tuple[Any]:
+        until = time.thread_time() + seconds
+        while time.thread_time() < until:
+            sum(range(1000))
+        return (value,)
+
+
 #: What `Fail` can raise: a node's own error, or the machine running out of memory.
 FAILURES: dict[str, type[Exception]] = {"RuntimeError": RuntimeError, "MemoryError": MemoryError}
 
@@ -241,6 +266,7 @@ def _append(path: str, line: dict[str, Any]) -> None:
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {
     "Sleep": Sleep,
+    "Work": Work,
     "Fail": Fail,
     "Progress": Progress,
     "TestSleep": TestSleep,
@@ -250,6 +276,7 @@ NODE_CLASS_MAPPINGS: dict[str, type] = {
 
 NODE_DISPLAY_NAME_MAPPINGS = {
     "Sleep": "Sleep",
+    "Work": "Work",
     "Fail": "Fail",
     "Progress": "Progress",
     "TestSleep": "Test Sleep",

@@ -11,6 +11,12 @@ seconds). Past that, a running one is given back to this server's queue and a qu
 one waits; the gateway keeps it again when it returns, or deletes it once it has run
 it elsewhere. After this server restarts, every such prompt waits until a gateway
 keeps it. One no gateway keeps for HOLD_GRACE leaves the queue.
+
+Each keep's answer also says how long this process has run without a stop (`awake`,
+seconds): a gateway takes a backend that answers yet sends no frame for a prompt for
+hung, and a process resumed after a SIGSTOP answers the keep it was sent meanwhile
+before its next frame goes out. Its hold checks, every HOLD_CHECK, tell: a check that
+comes STALL late means the process (or its loop) was stopped until then.
 """
 
 from __future__ import annotations
@@ -27,12 +33,31 @@ log = logging.getLogger(__name__)
 
 #: How long a held prompt no gateway keeps stays queued (s).
 HOLD_GRACE = 600.0
+#: How often the scheduler looks for lapsed holds (s).
+HOLD_CHECK = 0.5
+#: How much later than due a check may come before the process counts as stopped (s).
+STALL = 1.0
 
 
 class Holds:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._until: dict[str, float] = {}  # prompt id -> until when it may run
+        self._checked_at = self._awake_since = clock()
+
+    def checked(self) -> None:
+        """The scheduler's hold check ran (every HOLD_CHECK)."""
+        now = self._clock()
+        if now - self._checked_at > HOLD_CHECK + STALL:
+            self._awake_since = now  # it was stopped until now
+        self._checked_at = now
+
+    def awake_for(self) -> float:
+        """How long this process has run without a stop, as far as its checks tell."""
+        now = self._clock()
+        if now - self._checked_at > HOLD_CHECK + STALL:
+            return 0.0  # stopped until just now: no check has run since
+        return now - self._awake_since
 
     def submitted(self, prompt_id: str, extra_data: Mapping[str, Any]) -> None:
         seconds = hold_seconds(extra_data)

@@ -29,6 +29,7 @@ from comfyfleet.scheduler.attempts import AttemptState, Running
 from comfyfleet.scheduler.candidates import Candidates
 from comfyfleet.scheduler.dispatch import Dispatcher
 from comfyfleet.scheduler.fencing import InProcessFence
+from comfyfleet.scheduler.holds import HOLD_CHECK
 from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import JobObserver, Observers
 from comfyfleet.scheduler.recording import Recorder
@@ -42,9 +43,6 @@ from comfyfleet.scheduler.streams import PromptStreams
 from comfyfleet.store.base import JobStore
 
 log = logging.getLogger(__name__)
-
-#: How often held prompts are looked at (s).
-HOLD_CHECK = 0.5
 
 __all__ = ["QueueFull", "Scheduler"]
 
@@ -133,12 +131,17 @@ class Scheduler:
             self.state.wake()
         return kept
 
+    def awake_for(self) -> float:
+        """How long this process has run without a stop (see scheduler/holds.py)."""
+        return self.state.holds.awake_for()
+
     async def _watch_holds(self) -> None:
         """Give back held prompts whose gateway stopped wanting them; drop those none
         wanted for long."""
         state = self.state
         while True:
             await asyncio.sleep(HOLD_CHECK)
+            state.holds.checked()
             for entry in state.holds.lapsed(state.running.values()):
                 log.warning("gave back %s: its gateway no longer keeps it", entry.job.prompt_id)
             unclaimed = state.holds.unclaimed(state.running)

@@ -89,6 +89,32 @@ def test_hung_backend_job_is_requeued_and_backend_marked_suspect(make_fleet: Mak
     assert fleet.backends["d0"].get("/prompt")  # it answers again
 
 
+def test_a_comfyfleet_backend_resumed_mid_node_is_not_taken_for_hung(
+    make_fleet: MakeFleet,
+) -> None:
+    """SIGSTOPped past the hang timeout in a node that sends no frame (`Work`: CPU time,
+    which a stopped process does not get through), then resumed within its hold: the
+    backend answers the keep it was sent meanwhile before the node's next frame. That
+    answer made the gateway take it for hung (it answers, yet sends nothing): it
+    interrupted the prompt there, and its retries on that backend found the id taken,
+    so the job failed. The backend says how long it has run since it was stopped."""
+    fleet = make_fleet(
+        dedicated=[()], gateway_args=("--hang-timeout", "5", "--backend-hold", "18")
+    )  # a keep every 5 s (the probe interval): one is sent while d0 is stopped
+    try:
+        prompt_id = fleet.submit(sleep_prompt(2.5, node="Work"))
+        assert fleet.wait_running_on_backend(prompt_id) == "d0"
+        time.sleep(0.3)
+        fleet.stop("d0")
+        time.sleep(7.0)  # past the hang timeout, within the hold
+    finally:
+        fleet.resume("d0")
+    job = fleet.wait_job(prompt_id, "completed", timeout=30)
+    assert (job["attempt"], job["lane"]) == (1, "backend:d0")
+    assert fleet.backend_states()["d0"]["suspect"] is False
+    assert_one_success_entry(fleet, prompt_id)
+
+
 def test_a_requeued_job_is_not_replayed_as_running_to_a_reconnecting_client(
     make_fleet: MakeFleet,
 ) -> None:

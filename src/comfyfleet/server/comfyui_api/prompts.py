@@ -237,7 +237,8 @@ async def pack_info(request: web.Request) -> web.Response:
 async def keep_holds(request: web.Request) -> web.Response:
     """`POST /comfyfleet/holds {"keep": [prompt ids], "seconds": S}`: the gateway that
     sent these prompts (with `extra_data.comfyfleet_hold`) still wants them; each may
-    run S more seconds (see scheduler/holds.py). Answers those held here."""
+    run S more seconds (see scheduler/holds.py). Answers those held here, and how long
+    this process has run without a stop."""
     gw = request.app[GATEWAY]
     body = await read_json(request)
     ids = body.get("keep") if isinstance(body, dict) else None
@@ -256,7 +257,8 @@ async def keep_holds(request: web.Request) -> web.Response:
     if scope(request) is not None:  # only the caller's own
         jobs = [await gw.store.get(p) for p in ids]
         ids = [j.prompt_id for j in jobs if j is not None and visible(request, j.tenant)]
-    return web.json_response({"kept": gw.scheduler.keep_holds(ids, seconds)})
+    kept = gw.scheduler.keep_holds(ids, seconds)
+    return web.json_response({"kept": kept, "awake": round(gw.scheduler.awake_for(), 3)})
 
 
 async def _walking(prompt: Any, walk: Callable[[], T]) -> T:
