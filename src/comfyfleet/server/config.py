@@ -10,9 +10,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from comfyfleet import durations
 from comfyfleet.domain.gateways import DEFAULT_LEASE, GATEWAY_ID
 from comfyfleet.domain.jobs import MAX_HOLD
 from comfyfleet.errors import ComfyfleetError
+from comfyfleet.shares.policy import SharePolicy, parse_policy
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
@@ -114,6 +116,7 @@ class ServerConfig:
     # Where the other gateways of a shared store reach this one (asking it for files);
     # None: http://host:port (this machine's name for a wildcard host).
     peer_url: str | None = None
+    shares: SharePolicy = field(default_factory=SharePolicy)  # [tenants.*], [fair_share]
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -125,16 +128,12 @@ class ServerConfig:
         return bool(self.auth_tokens)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def parse_duration(text: str) -> float:
     """`90`, `90s`, `15m`, `12h`, `30d`, `2w` to seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ConfigError(f"not a duration: {text!r} (use e.g. 90s, 15m, 12h, 30d)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return durations.parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _seconds(value: Any) -> float:
@@ -228,10 +227,11 @@ def load_config(
 ) -> ServerConfig:
     """`overrides` are the flags: ServerConfig's fields, plus `auth_token` (a list of
     tokens) and `auth_token_file` (a path)."""
-    known = {f.name for f in fields(ServerConfig)} - {"extra", "auth_tokens"}
+    known = {f.name for f in fields(ServerConfig)} - {"extra", "auth_tokens", "shares"}
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     tokens: list[AuthToken] = []
+    share_tables: dict[str, Any] = {}
     if config_file is not None:
         try:
             data = tomllib.loads(config_file.read_text(encoding="utf-8"))
@@ -241,6 +241,9 @@ def load_config(
             name = key.replace("-", "_")
             if name == "auth":
                 tokens += _auth_table(value, config_file.parent)
+                continue
+            if name in ("tenants", "fair_share"):
+                share_tables[name] = value
                 continue
             if name == "comfyui":  # its paths are relative to the file
                 value = _comfyui_tables(value, config_file.parent)
@@ -263,6 +266,7 @@ def load_config(
         ServerConfig(),
         **{k: _coerce(k, v) for k, v in values.items()},
         auth_tokens=_checked_tokens(tokens),
+        shares=_share_policy(share_tables),
         extra=extra,
     )
     if config.local_slots < 0:
@@ -295,6 +299,13 @@ def load_config(
             "backends): use copy with authentication"
         )
     return config
+
+
+def _share_policy(tables: dict[str, Any]) -> SharePolicy:
+    try:
+        return parse_policy(tables.get("tenants"), tables.get("fair_share"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 # -- managed backends ----------------------------------------------------------------
