@@ -70,6 +70,7 @@ class Admission:
         state.pending += 1
         state.observers.job_submitted(job)
         state.queue_changed()
+        state.shares.arrived(job.tenant)
         state.work_arrived(job.dispatch_key(), job)
         self._reservations.make_way_for(job)
         self._reservations.reserve_ahead()
@@ -78,15 +79,20 @@ class Admission:
     def _idle_slot_for(self, new: NewJob) -> tuple[LaneSlots, Parked] | None:
         """A parked slot to give a new job straight to, when nothing else is queued or
         being queued: the job would be the next one claimed anyway. The warmest wins."""
-        if self._state.pending > 0 or self._submitting or not self._state.lease.held:
+        state = self._state
+        if state.pending > 0 or self._submitting or not state.lease.held:
             return None
+        if state.shares.policy.of(new.tenant).max_running is not None:
+            return None  # capped: only a claim counts its running jobs fleet-wide
         job = new.pending(0, 0.0)
         wanted = Warmth.of(new.prompt)
         best = (True, wanted.best())
         chosen: LaneSlots | None = None
         chosen_rank = (False, (-1, -1))
-        for entry in self._state.free.values():  # a parked slot holds no job: its lane is free
+        for entry in state.free.values():  # a parked slot holds no job: its lane is free
             if not entry.parked or entry.retiring or not entry.lane.can_run(job):
+                continue
+            if not state.shares.policy.of(job.tenant).allows_lane(entry.lane.name):
                 continue
             rank = (not entry.would_queue, entry.warmth.score(wanted))  # at once, then warmest
             if rank > chosen_rank:
@@ -101,14 +107,17 @@ class Admission:
         """Queue the job as claimed by `entry`'s lane in one transaction (one commit fewer
         than queue-then-claim), start it on the parked slot's behalf and give it the run."""
         state = self._state
+        state.shares.taking(new.tenant)  # before the write: submits at once see its cap
         try:
             job = await state.store.submit(new, claim_for=entry.lane.name)
         except BaseException:
+            state.shares.not_taken(new.tenant)
             if not parked.started.done():
                 parked.started.set_result(None)  # the slot looks at the queue again
             raise
         state.observers.job_submitted(job)
         if parked.started.done():  # the slot was stopped meanwhile: the job goes to the queue
+            state.shares.not_taken(new.tenant)
             await self._recorder.give_back(job, None)
         else:
             # Started here, not by the slot once it wakes: in a burst of submits every

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,7 @@ class Running:
     reserved: Job | None = None
     starting: asyncio.Future[Job | None] | None = None
     ended = False  # the lane reported its end (being recorded: not to be given back)
+    began: float = field(default_factory=time.monotonic)  # when it took its slot
     # Events of an in-process run while the lease could not be proven (fencing.py): sent
     # if the attempt turns out to be this gateway's still, else never.
     fenced_events: list[Callable[[], None]] = field(default_factory=list)

@@ -39,7 +39,12 @@ class Candidates:
         take: Callable[[Job], Awaitable[Job | None]],
     ) -> tuple[Job | None, bool]:
         """The first candidate in queue order that `choose` takes, once `take` (a fenced
-        claim or reservation) got it, and whether `choose` left any to another lane."""
+        claim or reservation) got it, and whether `choose` left any to another lane.
+        With tenants sharing the fleet, the queue order is each tenant's, the tenants
+        taken in their fair-share order (scheduler/fair_share.py)."""
+        tenants = await self._state.shares.order(self._state.running.values())
+        if tenants is not None:
+            return await self._take_fair(tenants, choose, take)
         left = False
         kept = bool(self._page)
         page = list(self._page) if kept else await self._read_front()
@@ -57,6 +62,32 @@ class Candidates:
                 break  # deep enough, or a read came up short: that was the whole queue
             kept = False
             page = await self._state.store.candidates(PAGE, page[-1])
+        return None, left
+
+    async def _take_fair(
+        self,
+        tenants: list[str],
+        choose: Callable[[Job], Verdict],
+        take: Callable[[Job], Awaitable[Job | None]],
+    ) -> tuple[Job | None, bool]:
+        """The first candidate `choose` takes of the first tenant, in `tenants`' order,
+        that has one (a tenant's first page only: past it, the next tenant's turn)."""
+        shares, left = self._state.shares, False
+        for tenant in tenants:
+            for job in await self._state.store.candidates(PAGE, tenant=tenant):
+                if self._held_here(job.prompt_id):
+                    continue
+                verdict = choose(job)
+                left = left or verdict is Verdict.LEAVE
+                if verdict is not Verdict.TAKE:
+                    continue
+                if not shares.may_start(tenant):
+                    break  # another slot here took its last place meanwhile
+                shares.taking(tenant)
+                taken = await self._take(job, take)
+                if taken is not None:
+                    return taken, left
+                shares.not_taken(tenant)
         return None, left
 
     async def _read_front(self) -> list[Job]:

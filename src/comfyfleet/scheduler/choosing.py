@@ -23,6 +23,8 @@ class Verdict(enum.Enum):
 def may_take(state: SchedulerState, entry: LaneSlots, job: Job) -> bool:
     if not state.holds.allows(job.prompt_id, job.extra_data):
         return False  # its gateway has not said it still wants it
+    if not state.shares.policy.of(job.tenant).allows_lane(entry.lane.name):
+        return False  # its tenant may not use this lane
     return not entry.retiring and entry.lane.can_run(job) and not avoided(state, entry, job)
 
 
@@ -73,8 +75,11 @@ def eligible(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
 
 def reservable(state: SchedulerState, entry: LaneSlots, job: Job) -> Verdict:
     """Whether a busy lane sets the job aside: one a free lane could take now is left
-    to it."""
+    to it, and one of a tenant with a cap on running jobs is only ever claimed (its
+    claim counts them)."""
     if not may_take(state, entry, job):
+        return Verdict.PASS
+    if state.shares.policy.of(job.tenant).max_running is not None:
         return Verdict.PASS
     if any(o is not entry and o.free_for(job) for o in state.free.values()):
         return Verdict.PASS  # its slot takes it without a wake-up

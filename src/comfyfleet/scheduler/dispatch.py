@@ -77,7 +77,9 @@ class Dispatcher:
         if state.pending > 0 or slot.idled:
             job, left = await self._candidates.take_first(
                 lambda job: eligible(state, entry, job),
-                lambda job: state.store.claim_job(job, lane.name),
+                lambda job: state.store.claim_job(
+                    job, lane.name, state.shares.policy.of(job.tenant).max_running
+                ),
             )
             if left:
                 state.wake()  # a warmer (or sooner) free lane should take what this one left

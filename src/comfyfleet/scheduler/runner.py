@@ -105,6 +105,7 @@ class Runner:
             await self.abandon(started, slot)
             raise
         self._slot_freed(started, slot)
+        self._state.shares.released(started.entry.job.tenant, time.monotonic() - began)
         if slot is not None:
             slot.last_run = time.monotonic() - began
         self._state.settle(started.finishing)

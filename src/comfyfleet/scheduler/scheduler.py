@@ -28,6 +28,7 @@ from comfyfleet.scheduler.admission import Admission, QueueFull
 from comfyfleet.scheduler.attempts import AttemptState, Running
 from comfyfleet.scheduler.candidates import Candidates
 from comfyfleet.scheduler.dispatch import Dispatcher
+from comfyfleet.scheduler.fair_share import FairShare
 from comfyfleet.scheduler.fencing import InProcessFence
 from comfyfleet.scheduler.holds import HOLD_CHECK
 from comfyfleet.scheduler.lease import LeaseGuard
@@ -40,6 +41,7 @@ from comfyfleet.scheduler.runner import Runner
 from comfyfleet.scheduler.slots import LaneSlots
 from comfyfleet.scheduler.state import SchedulerState
 from comfyfleet.scheduler.streams import PromptStreams
+from comfyfleet.shares.policy import SharePolicy
 from comfyfleet.store.base import JobStore
 
 log = logging.getLogger(__name__)
@@ -56,13 +58,20 @@ class Scheduler:
         max_pending: int = 10_000,
         max_attempts: int = 3,
         lease: float = DEFAULT_LEASE,
+        shares: SharePolicy | None = None,
+        tenants: bool = False,
     ) -> None:
+        """`shares`: the tenants' weights, caps and classes; `tenants`: whether jobs
+        may belong to more than one tenant (authentication is on). With neither, one
+        queue order serves all and fair share costs nothing."""
         self.store = store
         self.observers = Observers(*observers)  # told what happens to each job
         self.streams = PromptStreams(self.observers)
         self.retry = RetryPolicy(store, max_attempts)
         guard = LeaseGuard(lease, enforced=store.shared)
         self.state = SchedulerState(store, self.observers, lanes, guard)
+        policy = shares or SharePolicy()
+        self.state.shares = FairShare(policy, store, enabled=tenants or bool(policy.tenants))
         candidates = Candidates(self.state)
         self._reservations = Reservations(self.state, candidates)
         self._recorder = Recorder(self.state, self.streams, self.retry)

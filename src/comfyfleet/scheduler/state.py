@@ -12,11 +12,13 @@ from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus
 from comfyfleet.lanes.affinity import Warmth
 from comfyfleet.lanes.base import Lane
 from comfyfleet.scheduler.attempts import Running
+from comfyfleet.scheduler.fair_share import FairShare
 from comfyfleet.scheduler.holds import Holds
 from comfyfleet.scheduler.lease import LeaseGuard
 from comfyfleet.scheduler.observers import Observers
 from comfyfleet.scheduler.reserved import ReservedJobs
 from comfyfleet.scheduler.slots import LaneSlots, Slot
+from comfyfleet.shares.policy import SharePolicy
 from comfyfleet.store.base import JobStore
 
 #: Jobs whose wanted Warmth is kept (about one per pending job a fleet looks at).
@@ -54,6 +56,8 @@ class SchedulerState:
         self.stopping = False
         # Prompts a gateway sent here (HOLD_KEY): run only while it keeps wanting them.
         self.holds = Holds()
+        # The tenants' shares of the slots (off until the scheduler sets a policy).
+        self.shares = FairShare(SharePolicy(), store, enabled=False)
         # Writes under way that must land before the store closes (ends being recorded,
         # reservations given back).
         self.settling: set[asyncio.Task[None]] = set()

@@ -116,6 +116,8 @@ class Gateway:
             max_pending=config.max_pending,
             max_attempts=config.max_attempts,
             lease=config.lease,
+            shares=config.shares,
+            tenants=config.auth_enabled,
         )
         owners = BackendOwnership(
             store,

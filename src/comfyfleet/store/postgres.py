@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from comfyfleet.domain.jobs import (
     NewJob,
     order_key,
 )
+from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
 )
@@ -281,26 +283,48 @@ class PostgresStore(
         now = self._clock()
         return await self._run(lambda db: idempotency.first(db, tenant, key, now))
 
-    async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
-        """Claimable jobs in dispatch order, `limit` at most, past `after` when given."""
+    async def candidates(
+        self, limit: int, after: Job | None = None, tenant: str | None = None
+    ) -> list[Job]:
+        """Claimable jobs in dispatch order, `limit` at most, past `after` when given,
+        only `tenant`'s when given."""
         limit = clamp_candidates(limit)
+        of: tuple[str, ...] = () if tenant is None else (to_db(tenant),)
         with self._wrapped():
             if after is None:
-                rows = await self._db().fetch(Q["claimable"], limit)
+                query = Q["claimable"] if tenant is None else Q["claimable_of"]
+                rows = await self._db().fetch(query, limit, *of)
             else:
                 key = order_key(after.front, after.number)
-                query = Q["claimable_after"]
-                rows = await self._db().fetch(query, limit, after.front, key, after.seq)
+                query = Q["claimable_after"] if tenant is None else Q["claimable_of_after"]
+                rows = await self._db().fetch(query, limit, after.front, key, after.seq, *of)
         return await _candidates(rows)
 
-    async def claim_job(self, job: Job, lane: str) -> Job | None:
-        """Start a candidate on `lane`; None when it is no longer claimable so."""
-        now = self._clock()
-        attempt = await self._commit(
-            lambda db: db.fetchval(
-                Q["claim_job"], to_db(job.prompt_id), to_db(lane), now, self._owner_db, job.attempt
+    async def tenant_counts(self) -> dict[str, TenantCounts]:
+        """Each tenant's pending (claimable) and running jobs, and its oldest claimable."""
+        rows = await self._run(lambda db: db.fetch(Q["tenant_counts"]))
+        return {
+            from_db(tenant): TenantCounts(
+                int(pending), int(running), math.inf if oldest is None else float(oldest)
             )
-        )
+            for tenant, pending, running, oldest in rows
+        }
+
+    async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
+        """Start a candidate on `lane`; None when it is no longer claimable so (or its
+        tenant runs `running_cap` jobs already, fleet-wide)."""
+        now = self._clock()
+        params = (to_db(job.prompt_id), to_db(lane), now, self._owner_db, job.attempt)
+        if running_cap is None:
+            attempt = await self._commit(lambda db: db.fetchval(Q["claim_job"], *params))
+        else:
+            tenant = to_db(job.tenant)
+
+            async def capped(conn: Any) -> Any:
+                await conn.execute(Q["lock_tenant_running"], tenant)
+                return await conn.fetchval(Q["claim_job_capped"], *params, tenant, running_cap)
+
+            attempt = await self._write(capped)
         return None if attempt is None else job.started(lane, attempt, now, self.owner)
 
     async def reserve_job(self, job: Job, lane: str) -> Job | None:

@@ -52,11 +52,46 @@ FROM jobs WHERE status = 'pending' AND lane IS NULL
   AND (front < $2 OR (front = $2 AND (order_key, seq) > ($3, $4)))
 ORDER BY front DESC, order_key, seq LIMIT $1
 
+-- name: claimable_of
+-- A tenant's claimable jobs ($2) in order (fair share: see shares/picking.py).
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
+FROM jobs WHERE tenant = $2 AND status = 'pending' AND lane IS NULL
+ORDER BY front DESC, order_key, seq LIMIT $1
+
+-- name: claimable_of_after
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status,
+       attempt, lane, created_at, started_at, finished_at, error, tenant, owner
+FROM jobs WHERE tenant = $5 AND status = 'pending' AND lane IS NULL
+  AND (front < $2 OR (front = $2 AND (order_key, seq) > ($3, $4)))
+ORDER BY front DESC, order_key, seq LIMIT $1
+
+-- name: tenant_counts
+-- Per tenant: claimable jobs, running ones, and when its oldest claimable one came.
+SELECT tenant,
+       count(*) FILTER (WHERE status = 'pending' AND lane IS NULL),
+       count(*) FILTER (WHERE status = 'running'),
+       min(created_at) FILTER (WHERE status = 'pending' AND lane IS NULL)
+FROM jobs WHERE status IN ('pending', 'running') GROUP BY tenant
+
 -- name: claim_job
 -- Fenced: only while the job is still claimable at the attempt its candidate had ($5).
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3,
                 owner = $4
 WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL AND attempt = $5
+RETURNING attempt
+
+-- name: lock_tenant_running
+-- Claims of one capped tenant's jobs, one at a time across the gateways: each counts
+-- its tenant's running jobs after the one before has committed.
+SELECT pg_advisory_xact_lock(hashtext('comfyfleet:running:' || $1))
+
+-- name: claim_job_capped
+-- As claim_job, while the job's tenant ($6) runs fewer than $7 jobs (its max_running).
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = $2, started_at = $3,
+                owner = $4
+WHERE prompt_id = $1 AND status = 'pending' AND lane IS NULL AND attempt = $5
+  AND (SELECT count(*) FROM jobs AS r WHERE r.status = 'running' AND r.tenant = $6) < $7
 RETURNING attempt
 
 -- name: reserve_job

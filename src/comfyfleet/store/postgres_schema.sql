@@ -306,3 +306,8 @@ CREATE TABLE assets (
     PRIMARY KEY (tenant, id)
 );
 CREATE INDEX assets_by_hash ON assets (tenant, hash, created_at);
+
+-- name: migration_14
+-- A tenant's claimable queue in dispatch order, for fair share's claims (shares/picking.py).
+CREATE INDEX IF NOT EXISTS jobs_tenant_claimable ON jobs (tenant, front DESC, order_key, seq)
+    WHERE status = 'pending' AND lane IS NULL;

@@ -32,6 +32,7 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
+from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
     WebhookEvent,
@@ -67,7 +68,7 @@ Q = load_blocks("sqlite_queries.sql")
 T = TypeVar("T")
 
 #: The version sqlite_schema.sql's migrations reach; PRAGMA user_version holds a file's version.
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 def _add_tenants(conn: sqlite3.Connection) -> None:
@@ -96,6 +97,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     12: event_log.add_frames,  # binary frames in the event log
     13: functools.partial(schema.apply, version=13),  # output name counters
     14: functools.partial(schema.apply, version=14),  # Comfy API v2 assets
+    15: functools.partial(schema.apply, version=15),  # each tenant's queue, for fair share
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -133,6 +135,7 @@ COUNT_PENDING = Q["count_pending"]
 INSERT_JOB = Q["insert_job"]
 CLAIM_JOB = Q["claim_job"]
 CLAIM_CANDIDATE = Q["claim_candidate"]
+CLAIM_CANDIDATE_CAPPED = Q["claim_candidate_capped"]
 RESERVE_CANDIDATE = Q["reserve_candidate"]
 START_RESERVED = Q["start_reserved"]
 UNRESERVE_JOB = Q["unreserve_job"]
@@ -159,6 +162,9 @@ SELECT_JOB = Q["select_job"]
 SELECT_PENDING = Q["select_pending"]
 SELECT_CLAIMABLE = Q["select_claimable"]
 SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
+SELECT_CLAIMABLE_OF = Q["select_claimable_of"]
+SELECT_CLAIMABLE_OF_AFTER = Q["select_claimable_of_after"]
+TENANT_COUNTS = Q["tenant_counts"]
 SELECT_RUNNING = Q["select_running"]
 COUNT_STATUSES = Q["count_statuses"]
 HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
@@ -320,17 +326,34 @@ class SQLiteStore(
         op = functools.partial(idempotency.first, tenant=tenant, key=key, now=self._clock())
         return await self._read(op)
 
-    async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
-        """Claimable jobs in dispatch order, `limit` at most, past `after` when given."""
+    async def candidates(
+        self, limit: int, after: Job | None = None, tenant: str | None = None
+    ) -> list[Job]:
+        """Claimable jobs in dispatch order, `limit` at most, past `after` when given,
+        only `tenant`'s when given."""
         limit = clamp_candidates(limit)
-        op = functools.partial(_candidates, limit=limit, after=after, pending=self._pending)
+        op = functools.partial(
+            _candidates, limit=limit, after=after, tenant=tenant, pending=self._pending
+        )
         return await self._read(op)
 
-    async def claim_job(self, job: Job, lane: str) -> Job | None:
-        """Start a candidate on `lane`; None when it is no longer claimable so."""
+    async def tenant_counts(self) -> dict[str, TenantCounts]:
+        """Each tenant's pending (claimable) and running jobs, and its oldest claimable."""
+        rows = await self._read(lambda conn: conn.execute(TENANT_COUNTS).fetchall())
+        return {
+            tenant: TenantCounts(int(pending), int(running), math.inf if oldest is None else oldest)
+            for tenant, pending, running, oldest in rows
+        }
+
+    async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
+        """Start a candidate on `lane`; None when it is no longer claimable so (or its
+        tenant runs `running_cap` jobs already)."""
         now = self._clock()
-        params = (lane, now, self.owner, job.prompt_id, job.attempt)
-        if not await self._write(lambda conn: conn.execute(CLAIM_CANDIDATE, params).rowcount):
+        params: tuple[object, ...] = (lane, now, self.owner, job.prompt_id, job.attempt)
+        query = CLAIM_CANDIDATE
+        if running_cap is not None:
+            query, params = CLAIM_CANDIDATE_CAPPED, (*params, running_cap)
+        if not await self._write(lambda conn: conn.execute(query, params).rowcount):
             return None
         self._pending.taken(job.prompt_id)
         return job.started(lane, job.attempt + 1, now, self.owner)
@@ -679,13 +702,20 @@ def _insert_job(
 
 
 def _candidates(
-    conn: sqlite3.Connection, limit: int, after: Job | None, pending: PendingJson
+    conn: sqlite3.Connection,
+    limit: int,
+    after: Job | None,
+    tenant: str | None,
+    pending: PendingJson,
 ) -> list[Job]:
+    of: tuple[str, ...] = () if tenant is None else (tenant,)
     if after is None:
-        rows = conn.execute(SELECT_CLAIMABLE, (limit,))
+        query = SELECT_CLAIMABLE if tenant is None else SELECT_CLAIMABLE_OF
+        rows = conn.execute(query, (*of, limit))
     else:
         front, key, seq = int(after.front), order_key(after.front, after.number), after.seq
-        rows = conn.execute(SELECT_CLAIMABLE_AFTER, (front, front, key, key, seq, limit))
+        query = SELECT_CLAIMABLE_AFTER if tenant is None else SELECT_CLAIMABLE_OF_AFTER
+        rows = conn.execute(query, (*of, front, front, key, key, seq, limit))
     return [_job(row, pending) for row in rows]
 
 

@@ -24,6 +24,14 @@ WHERE prompt_id = ? AND status = 'pending'
 UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
 WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
 
+-- name: claim_candidate_capped
+-- As claim_candidate, while the job's tenant runs fewer jobs than the last parameter
+-- (its max_running): one writer at a time, so the count cannot go stale before the update.
+UPDATE jobs SET status = 'running', attempt = attempt + 1, lane = ?, started_at = ?, owner = ?
+WHERE prompt_id = ? AND status = 'pending' AND lane IS NULL AND attempt = ?
+  AND (SELECT count(*) FROM jobs AS r INDEXED BY jobs_running
+       WHERE r.status = 'running' AND r.tenant = jobs.tenant) < ?
+
 -- name: reserve_candidate
 -- A reserved job stays pending, set aside for the lane named in `lane`; fenced as above.
 UPDATE jobs SET lane = ?, owner = ?
@@ -109,6 +117,22 @@ ORDER BY front DESC, order_key, seq LIMIT ?
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
   AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
 ORDER BY front DESC, order_key, seq LIMIT ?
+
+-- name: select_claimable_of
+-- A tenant's claimable jobs (fair share: see shares/picking.py), in dispatch order.
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_tenant_dispatch WHERE tenant = ? AND status = 'pending' AND lane IS NULL
+ORDER BY front DESC, order_key, seq LIMIT ?
+
+-- name: select_claimable_of_after
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_tenant_dispatch WHERE tenant = ? AND status = 'pending' AND lane IS NULL
+  AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
+ORDER BY front DESC, order_key, seq LIMIT ?
+
+-- name: tenant_counts
+-- Per tenant: claimable jobs, running ones, and when its oldest claimable one came.
+SELECT tenant, sum(status = 'pending' AND lane IS NULL), sum(status = 'running'),
+       min(CASE WHEN status = 'pending' AND lane IS NULL THEN created_at END)
+FROM jobs WHERE status IN ('pending', 'running') GROUP BY tenant
 
 -- name: select_running
 SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_running WHERE status = 'running'

@@ -266,3 +266,8 @@ CREATE TABLE IF NOT EXISTS assets (
     PRIMARY KEY (tenant, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS assets_by_hash ON assets (tenant, hash, created_at);
+
+-- name: migration_15
+-- A tenant's queue in dispatch order, for fair share's claims (shares/picking.py).
+CREATE INDEX IF NOT EXISTS jobs_tenant_dispatch ON jobs (tenant, front DESC, order_key, seq)
+    WHERE status = 'pending';

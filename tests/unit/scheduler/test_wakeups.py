@@ -94,10 +94,12 @@ async def test_slots_that_look_at_the_queue_together_share_one_read(tmp_path: Pa
         reads = 0
         read = store.candidates
 
-        async def counted(limit: int, after: Job | None = None) -> list[Job]:
+        async def counted(
+            limit: int, after: Job | None = None, tenant: str | None = None
+        ) -> list[Job]:
             nonlocal reads
             reads += 1
-            return await read(limit, after)
+            return await read(limit, after, tenant)
 
         store.candidates = counted  # type: ignore[method-assign]
 

@@ -287,7 +287,8 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
     await run_to_end(store, "old")
     await store.submit(new_job("waiting", 2))
     await store.close()
-    as_older_schema(path, 3, "DROP INDEX jobs_tenant", "ALTER TABLE jobs DROP COLUMN tenant")
+    drops = ("DROP INDEX jobs_tenant_dispatch", "DROP INDEX jobs_tenant")
+    as_older_schema(path, 3, *drops, "ALTER TABLE jobs DROP COLUMN tenant")
 
     store = SQLiteStore(path)
     await store.open()

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from comfyfleet.domain.idempotency import IdempotentRequest
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, NewJob
+from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.store.commit_times import CommitTimes
 
 #: The most candidates one read returns.
@@ -51,16 +52,25 @@ class JobQueue(Protocol):
         """The first submit under `tenant`'s `key`, if recorded less than
         IDEMPOTENCY_WINDOW ago (by the store's clock); None once the key is free."""
 
-    async def candidates(self, limit: int, after: Job | None = None) -> list[Job]:
+    async def candidates(
+        self, limit: int, after: Job | None = None, tenant: str | None = None
+    ) -> list[Job]:
         """Claimable jobs (pending, set aside for no lane) in dispatch order: at most
         `limit` (clamped to 1..MAX_CANDIDATES), those past `after` (the last job of an
-        earlier page) when given. A read: nothing is taken, no lock is held. The caller
-        chooses among them and takes one with `claim_job` or `reserve_job`."""
+        earlier page) when given, only `tenant`'s when given. A read: nothing is taken,
+        no lock is held. The caller chooses among them and takes one with `claim_job`
+        or `reserve_job`."""
 
-    async def claim_job(self, job: Job, lane: str) -> Job | None:
+    async def tenant_counts(self) -> dict[str, TenantCounts]:
+        """Each tenant with jobs pending or running: how many of each, fleet-wide (the
+        pending ones claimable), and when its oldest claimable one was submitted."""
+
+    async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
         """Start a candidate on `lane`: running, attempt + 1, this gateway's (`owner`).
         Fenced: None, and nothing written, when the job is no longer claimable at
-        `job.attempt` (claimed, reserved, cancelled or re-queued meanwhile)."""
+        `job.attempt` (claimed, reserved, cancelled or re-queued meanwhile), or, with
+        `running_cap`, when its tenant already runs that many jobs (fleet-wide: claims
+        of one capped tenant's jobs count one after the other)."""
 
     async def reserve_job(self, job: Job, lane: str) -> Job | None:
         """Set a candidate aside for `lane` by this gateway (`owner`), fenced as

@@ -1,0 +1,117 @@
+"""The tenants' shares as this gateway sees them (see shares/picking.py for the method).
+
+The store's counts (each tenant's claimable and running jobs, fleet-wide) are read at
+most every REFRESH and kept current here in between, as jobs arrive and are taken. The
+use of slots is counted here, for this gateway's slots: with several gateways on one
+store each splits its own slots by the weights, so the fleet's add up the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Iterable
+
+from comfyfleet.domain.shares import TenantCounts
+from comfyfleet.scheduler.attempts import Running
+from comfyfleet.shares.picking import Usage, at_cap, order
+from comfyfleet.shares.policy import SharePolicy
+from comfyfleet.store.base import JobStore
+
+#: How stale the store's counts may get before a claim reads them again (s).
+REFRESH = 0.25
+#: Use below this (slot-seconds) is forgotten.
+FADED = 0.01
+
+
+class FairShare:
+    def __init__(
+        self,
+        policy: SharePolicy,
+        store: JobStore,
+        *,
+        enabled: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = policy
+        self.enabled = enabled  # one tenant only (no authentication, no policy): off
+        self._store = store
+        self._clock = clock
+        self._wall = wall
+        self.usage = Usage(policy.window)
+        self.counts: dict[str, TenantCounts] = {}
+        self._read_at = -math.inf
+        self._reading: asyncio.Task[dict[str, TenantCounts]] | None = None
+
+    async def order(self, running: Iterable[Running]) -> list[str] | None:
+        """The backlogged tenants not at their cap, in the order their jobs are tried;
+        None when one queue order serves all (one tenant waits, and no tenant has a cap
+        or a lane filter)."""
+        if not self.enabled:
+            return None
+        if self._clock() - self._read_at > REFRESH:
+            await self._refresh()
+        waiting = sum(c.pending > 0 for c in self.counts.values())
+        if waiting <= 1 and not self.policy.capped:
+            return None
+        now = self._clock()
+        held: dict[str, float] = {}  # slot-seconds of runs still holding a slot here
+        for run in running:
+            if not run.handle.released.is_set():
+                tenant = run.job.tenant
+                held[tenant] = held.get(tenant, 0.0) + now - run.began
+        return order(
+            self.counts,
+            lambda tenant: self.usage.of(tenant, now) + held.get(tenant, 0.0),
+            self.policy,
+            self._wall(),
+        )
+
+    def may_start(self, tenant: str) -> bool:
+        """Whether the tenant is below its cap on running jobs, as counted here."""
+        return not at_cap(self.policy, tenant, self._of(tenant).running)
+
+    def arrived(self, tenant: str) -> None:
+        counts = self._of(tenant)
+        counts.pending += 1
+        counts.oldest = min(counts.oldest, self._wall())
+
+    def taking(self, tenant: str) -> None:
+        """A slot here is taking one of the tenant's jobs (counted before the write, so
+        that slots taking at once do not pass its cap together)."""
+        counts = self._of(tenant)
+        counts.pending = max(0, counts.pending - 1)
+        counts.running += 1
+
+    def not_taken(self, tenant: str) -> None:
+        counts = self._of(tenant)
+        counts.running = max(0, counts.running - 1)
+
+    def released(self, tenant: str, seconds: float) -> None:
+        """A run of the tenant's freed its slot after `seconds`."""
+        now = self._clock()
+        self.usage.add(tenant, seconds, now)
+        counts = self._of(tenant)
+        counts.running = max(0, counts.running - 1)
+
+    def _of(self, tenant: str) -> TenantCounts:
+        counts = self.counts.get(tenant)
+        if counts is None:
+            counts = self.counts[tenant] = TenantCounts()
+        return counts
+
+    async def _refresh(self) -> None:
+        """Read the counts again (slots that ask meanwhile share the read)."""
+        if self._reading is None:
+            self._reading = asyncio.create_task(self._store.tenant_counts(), name="tenant-counts")
+        reading = self._reading
+        try:
+            counts = await asyncio.shield(reading)
+        finally:
+            if self._reading is reading and reading.done():
+                self._reading = None
+        if reading.done() and self._read_at < self._clock() - REFRESH:
+            self.counts = dict(counts)
+            self._read_at = self._clock()
+            self.usage.forget_below(FADED, self._clock())
