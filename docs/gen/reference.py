@@ -271,6 +271,7 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
         "`--auth-token-file`, `COMFYFLEET_AUTH_TOKEN`, `COMFYFLEET_AUTH_TOKEN_FILE`.",
     ),
     "extra": ("", "", ""),  # unknown keys of the file, kept: not a setting
+    "shares": ("", "", ""),  # [tenants.NAME] and [fair_share] tables: listed on their own
 }
 
 SECTIONS = (
@@ -371,6 +372,22 @@ WEBHOOK_KEYS = (
         "A list of `job.succeeded`, `job.failed`, `job.interrupted`, `job.cancelled`.",
     ),
     ("tenants", "every tenant", "A list of tenant names."),
+)
+
+TENANT_KEYS = (
+    ("weight", "`1`", "Its share of the slot-time while it has work waiting, against the "
+     "weights of the other tenants that have work waiting."),
+    ("max_running", "none", "Prompts it may have running at once, fleet-wide."),
+    ("max_queued", "none", "Prompts it may have waiting; past that a submit is refused (429)."),
+    ("priority", "`normal`", "`high`, `normal` or `low`: a higher class goes first; a waiting "
+     "prompt rises one class per `[fair_share] aging`."),
+    ("lanes", "every lane", "The lanes it may use: a list of names or shell patterns such as "
+     "`backend:gpu-*` and `local`."),
+)
+
+FAIR_SHARE_KEYS = (
+    ("window", "`60s`", "How far back slot-time counts: use fades with this time constant."),
+    ("aging", "`60s`", "How long a prompt waits before its class rises one step."),
 )
 
 AUTH_TOKEN_KEYS = (
@@ -629,6 +646,22 @@ def configuration_page() -> str:
         "| key | default | what |",
         "|---|---|---|",
         *(f"| `{k}` | {d} | {w} |" for k, d, w in WEBHOOK_KEYS),
+        "",
+        "## `[tenants.NAME]` tables",
+        "",
+        "Each table is one tenant's share of the fleet (see "
+        "[Tenants' shares](../features/fair-share.md)). `[tenants.default]` also gives its "
+        "weight, priority and lanes to tenants no table names, never its caps.",
+        "",
+        "| key | default | what |",
+        "|---|---|---|",
+        *(f"| `{k}` | {d} | {w} |" for k, d, w in TENANT_KEYS),
+        "",
+        "## `[fair_share]`",
+        "",
+        "| key | default | what |",
+        "|---|---|---|",
+        *(f"| `{k}` | {d} | {w} |" for k, d, w in FAIR_SHARE_KEYS),
         "",
         "## `[[auth.tokens]]` tables",
         "",

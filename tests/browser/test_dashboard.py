@@ -26,6 +26,10 @@ admin = true
 [[auth.tokens]]
 token = "{ALICE}"
 tenant = "alice"
+
+[tenants.alice]
+weight = 2
+max_running = 3
 """
 
 
@@ -88,10 +92,15 @@ def test_the_dashboard_shows_backends_prompts_and_outputs_live(
         alice_page.wait_for_function(
             "() => [...document.querySelectorAll('#gallery img')].every(i => i.naturalWidth > 0)"
         )
+        # Her row of the tenants' table (only hers), with her weight and cap.
+        alice_row = alice_page.locator('#tenants tr[data-tenant="alice"]')
+        assert "3 running" in (alice_row.text_content() or "")
+        assert alice_page.locator("#tenants tr").count() == 1
         assert alice_page.locator("button.admin").count() == 0  # no admin actions for her
         assert alice_page.locator("body[data-admin=no]").count() == 1
         # The admin sees her prompts too (all tenants), and only its own tenant's files.
         root_page.wait_for_selector(f'#recent tr[data-job="{quick}"]')
+        root_page.wait_for_selector('#tenants tr[data-tenant="alice"]')  # every tenant's rows
         assert root_page.locator('#gallery img[alt^="dash"]').count() == 0
         gateway.token = ROOT
         gateway.post("/prompt", {"prompt": save_prompt(0x3B8CF7, "fleet")})

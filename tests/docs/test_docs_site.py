@@ -45,8 +45,9 @@ def test_configuration_reference_names_every_setting_and_flag() -> None:
     from comfyfleet.server.config import ServerConfig
 
     page = (ROOT / "docs/reference/configuration.md").read_text()
+    assert "## `[tenants.NAME]` tables" in page and "## `[fair_share]`" in page  # `shares`
     for name in ServerConfig.__dataclass_fields__:
-        if name not in ("extra", "auth_tokens"):
+        if name not in ("extra", "auth_tokens", "shares"):
             assert f"`{name}`" in page, name
             if name != "webhooks":
                 assert f"`COMFYFLEET_{name.upper()}`" in page, name

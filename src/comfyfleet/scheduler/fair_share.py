@@ -11,12 +11,42 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.scheduler.attempts import Running
 from comfyfleet.shares.picking import Usage, at_cap, order
-from comfyfleet.shares.policy import SharePolicy
+from comfyfleet.shares.policy import SharePolicy, TenantPolicy
 from comfyfleet.store.base import JobStore
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """One tenant's part of the fleet, as this gateway sees it."""
+
+    tenant: str
+    pending: int  # claimable jobs, fleet-wide
+    running: int  # fleet-wide
+    used: float  # slot-seconds of this gateway's slots, fading with the share window
+    share: float  # its part of all tenants' use here (0 to 1)
+    policy: TenantPolicy
+
+    def as_json(self) -> dict[str, Any]:
+        policy = self.policy
+        return {
+            "tenant": self.tenant,
+            "pending": self.pending,
+            "running": self.running,
+            "slot_seconds": self.used,
+            "share": self.share,
+            "weight": policy.weight,
+            "priority": policy.priority,
+            "max_running": policy.max_running,
+            "max_queued": policy.max_queued,
+            "lanes": list(policy.lanes),
+        }
+
 
 #: How stale the store's counts may get before a claim reads them again (s).
 REFRESH = 0.25
@@ -67,6 +97,31 @@ class FairShare:
             self.policy,
             self._wall(),
         )
+
+    async def current(self) -> list[TenantShare]:
+        """Every tenant with work in the store, used slots of late, or a policy: its
+        counts, its use (slot-seconds, fading) and share of that use here, its settings;
+        the counts read again first when stale."""
+        if self._clock() - self._read_at > REFRESH:
+            await self._refresh()
+        now = self._clock()
+        names = set(self.counts) | set(self.usage.tenants()) | set(self.policy.tenants)
+        used = {tenant: self.usage.of(tenant, now) for tenant in names}
+        total = sum(used.values())
+        shares = []
+        for tenant in sorted(names):
+            counts, policy = self._of(tenant), self.policy.of(tenant)
+            shares.append(
+                TenantShare(
+                    tenant,
+                    counts.pending,
+                    counts.running,
+                    round(used[tenant], 3),
+                    round(used[tenant] / total, 4) if total > 0 else 0.0,
+                    policy,
+                )
+            )
+        return shares
 
     def may_start(self, tenant: str) -> bool:
         """Whether the tenant is below its cap on running jobs, as counted here."""

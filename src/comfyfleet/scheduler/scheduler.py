@@ -100,6 +100,11 @@ class Scheduler:
         return self.state.pending
 
     @property
+    def shares(self) -> FairShare:
+        """The tenants' shares of the slots (see scheduler/fair_share.py)."""
+        return self.state.shares
+
+    @property
     def max_pending(self) -> int:
         return self._admission.max_pending
 

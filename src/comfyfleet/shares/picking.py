@@ -35,6 +35,9 @@ class Usage:
         used, at = self._used.get(tenant, (0.0, now))
         return used * math.exp(-max(0.0, now - at) / self._window)
 
+    def tenants(self) -> list[str]:
+        return list(self._used)
+
     def forget_below(self, seconds: float, now: float) -> None:
         """Drop tenants whose use has faded below `seconds` (bounded memory)."""
         self._used = {t: v for t, v in self._used.items() if self.of(t, now) >= seconds}

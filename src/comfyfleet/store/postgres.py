@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -40,7 +39,6 @@ from comfyfleet.domain.jobs import (
     NewJob,
     order_key,
 )
-from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
 )
@@ -59,6 +57,7 @@ from comfyfleet.store.postgres_parts import idempotency_sql as idempotency
 from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, loads, quoted
 from comfyfleet.store.postgres_parts.assets import PostgresAssets
 from comfyfleet.store.postgres_parts.backends import PostgresBackends
+from comfyfleet.store.postgres_parts.claims import PostgresClaims
 from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter
 from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
 from comfyfleet.store.postgres_parts.gateways import PostgresGateways
@@ -103,6 +102,7 @@ _dumps, _loads = dumps, loads
 
 
 class PostgresStore(
+    PostgresClaims,
     PostgresAssets,
     PostgresHistory,
     PostgresCounter,
@@ -299,33 +299,6 @@ class PostgresStore(
                 query = Q["claimable_after"] if tenant is None else Q["claimable_of_after"]
                 rows = await self._db().fetch(query, limit, after.front, key, after.seq, *of)
         return await _candidates(rows)
-
-    async def tenant_counts(self) -> dict[str, TenantCounts]:
-        """Each tenant's pending (claimable) and running jobs, and its oldest claimable."""
-        rows = await self._run(lambda db: db.fetch(Q["tenant_counts"]))
-        return {
-            from_db(tenant): TenantCounts(
-                int(pending), int(running), math.inf if oldest is None else float(oldest)
-            )
-            for tenant, pending, running, oldest in rows
-        }
-
-    async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
-        """Start a candidate on `lane`; None when it is no longer claimable so (or its
-        tenant runs `running_cap` jobs already, fleet-wide)."""
-        now = self._clock()
-        params = (to_db(job.prompt_id), to_db(lane), now, self._owner_db, job.attempt)
-        if running_cap is None:
-            attempt = await self._commit(lambda db: db.fetchval(Q["claim_job"], *params))
-        else:
-            tenant = to_db(job.tenant)
-
-            async def capped(conn: Any) -> Any:
-                await conn.execute(Q["lock_tenant_running"], tenant)
-                return await conn.fetchval(Q["claim_job_capped"], *params, tenant, running_cap)
-
-            attempt = await self._write(capped)
-        return None if attempt is None else job.started(lane, attempt, now, self.owner)
 
     async def reserve_job(self, job: Job, lane: str) -> Job | None:
         """Set a candidate aside for `lane`: it stays pending (listed, cancellable) but

@@ -123,3 +123,25 @@ async def test_a_low_class_waits_at_most_twice_the_aging_behind_a_high_backlog(
         await poll(started, timeout=15, what="Bob's prompt to start", every=0.05)
         waited = (await clients.bob.job(bob))["execution_start_time"] / 1000 - sent
         assert 1.8 <= waited < 3.5, waited
+
+
+async def test_the_tenants_shares_are_listed_and_exported(tmp_path: Path) -> None:
+    policy = SharePolicy({"alice": TenantPolicy(weight=3.0, max_running=4)})
+    async with tenants(tmp_path, local_slots=SLOTS, shares=policy) as clients:
+        await submit_many(clients.alice, 40, 0.3)
+        await submit_many(clients.bob, 40, 0.3)
+        await asyncio.sleep(1.5)
+        listed = await clients.root.request("GET", "/api/fleet/tenants")
+        assert listed.status == 200, listed.json
+        rows = {row["tenant"]: row for row in listed.json["tenants"]}
+        alice, bob = rows["alice"], rows["bob"]
+        assert (alice["weight"], alice["max_running"], alice["priority"]) == (3.0, 4, "normal")
+        assert alice["running"] <= 4 and bob["running"] >= 4  # alice at her cap
+        assert alice["pending"] > 0 and bob["pending"] > 0
+        assert 0 < alice["share"] < 1 and abs(alice["share"] + bob["share"] - 1) < 0.01
+        refused = await clients.alice.request("GET", "/api/fleet/tenants")
+        assert refused.status == 403  # an admin's view
+        metrics = await clients.root.session.get(f"{clients.root.url}/metrics")
+        text = await metrics.text()
+        assert 'comfyfleet_tenant_jobs{status="running",tenant="bob"}' in text
+        assert 'comfyfleet_tenant_share{tenant="alice"}' in text

@@ -1,4 +1,5 @@
-"""The fleet admin API: list, add, drain, resume and remove ComfyUI backends at run time."""
+"""The fleet admin API: list, add, drain, resume and remove ComfyUI backends at run time;
+the gateways sharing the store; the tenants' shares of the slots."""
 
 from __future__ import annotations
 
@@ -175,8 +176,16 @@ async def list_gateways(request: web.Request) -> web.Response:
     return web.json_response({"gateways": listed, "self": me})
 
 
+async def list_tenants(request: web.Request) -> web.Response:
+    """Each tenant's queued and running prompts (fleet-wide), its use of this gateway's
+    slots and share of that use, and its settings (see scheduler/fair_share.py)."""
+    shares = await request.app[GATEWAY].scheduler.shares.current()
+    return web.json_response({"tenants": [share.as_json() for share in shares]})
+
+
 def fleet_routes() -> list[Route]:
     return [
+        Route("GET", "/api/fleet/tenants", list_tenants, admin=True),
         Route("GET", "/api/fleet/gateways", list_gateways, admin=True),
         Route("GET", "/api/fleet/backends", list_backends, admin=True),
         Route("POST", "/api/fleet/backends", add_backend, admin=True),

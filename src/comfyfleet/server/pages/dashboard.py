@@ -302,6 +302,11 @@ async def snapshot(gw: Gateway, watch: FleetWatch, view: Viewer) -> dict[str, An
         "charts": watch.charts.seq,  # the charts' newest sample: read them when it moves
         "outputs": [o for o in watch.outputs if o["tenant"] == view.tenant][:24],
         "collectors": _collectors(gw, watch, view),
+        "tenants": [
+            share.as_json()
+            for share in await gw.scheduler.shares.current()
+            if _visible(view, share.tenant)
+        ],
     }
 
 

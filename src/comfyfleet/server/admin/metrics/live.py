@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from comfyfleet import __version__
 from comfyfleet.domain.jobs import JobStatus
+from comfyfleet.scheduler.fair_share import TenantShare
 from comfyfleet.server.admin.fleet_api import backend_up
 from comfyfleet.server.admin.metrics.labels import BoundedLabel, clean
 from comfyfleet.server.gateway import Gateway
@@ -42,10 +43,13 @@ class LiveCollector(Collector):
         self._backend = BoundedLabel(MAX_SERIES)
         self._lane = BoundedLabel(MAX_SERIES)
         self._provider = BoundedLabel(MAX_SERIES)
+        self._tenant = BoundedLabel(MAX_SERIES)
+        self._tenants: list[TenantShare] = []
 
     async def refresh(self) -> None:
         """Read what needs a store read (before `collect`, which cannot wait)."""
         self._counts = await self.gateway.store.counts()
+        self._tenants = await self.gateway.scheduler.shares.current()
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
@@ -54,6 +58,7 @@ class LiveCollector(Collector):
         info.add_metric([__version__], 1)
         yield info
         yield from self._queue()
+        yield from self._tenant_shares()
         yield from self._lanes()
         yield from self._backends()
         yield from self._websockets()
@@ -76,6 +81,32 @@ class LiveCollector(Collector):
         for status in QUEUED:
             queue.add_metric([status.value], self._counts.get(status, 0))
         yield queue
+
+    def _tenant_shares(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "comfyfleet_tenant_jobs",
+            "Prompts of each tenant in the queue by status (pending: those a slot may "
+            "claim; running), fleet-wide.",
+            labels=["tenant", "status"],
+        )
+        share = GaugeMetricFamily(
+            "comfyfleet_tenant_share",
+            "Each tenant's part (0 to 1) of all tenants' use of this gateway's slots, in "
+            "slot-seconds fading over the fair-share window.",
+            labels=["tenant"],
+        )
+        totals: dict[str, list[float]] = {}  # label -> pending, running, share
+        for item in self._tenants:
+            sums = totals.setdefault(self._tenant(item.tenant), [0.0, 0.0, 0.0])
+            sums[0] += item.pending
+            sums[1] += item.running
+            sums[2] += item.share
+        for label, (pending, running, part) in totals.items():
+            jobs.add_metric([label, "pending"], pending)
+            jobs.add_metric([label, "running"], running)
+            share.add_metric([label], part)
+        yield jobs
+        yield share
 
     def _lanes(self) -> Iterator[Metric]:
         scheduler = self.gateway.scheduler

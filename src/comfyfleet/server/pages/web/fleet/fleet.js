@@ -88,6 +88,20 @@ function collectors(list) {
     </div></div>`).join("");
 }
 
+function tenants(list) {
+  return list.map((t) => {
+    const caps = [];
+    if (t.max_running !== null) caps.push(`${t.max_running} running`);
+    if (t.max_queued !== null) caps.push(`${t.max_queued} queued`);
+    if (t.lanes.length) caps.push(`lanes ${t.lanes.join(", ")}`);
+    const share = Math.round(100 * t.share);
+    return `<tr data-tenant="${esc(t.tenant)}"><td>${esc(t.tenant)}</td><td>${t.pending}</td>
+      <td>${t.running}</td><td><span class="bar"><span style="width:${share}%"></span></span>
+      ${share} %</td><td>${esc(t.weight)}</td><td>${esc(t.priority)}</td>
+      <td>${esc(caps.join(" · ") || "none")}</td></tr>`;
+  }).join("");
+}
+
 function recent(list) {
   return list.map((job) => `<tr data-job="${esc(job.id)}"><td><code>${short(job.id)}</code></td>
     <td class="state ${esc(job.status)}">${esc(job.status)}</td><td>${esc(job.lane)}</td>
@@ -113,6 +127,7 @@ function render(snapshot) {
   $("running").innerHTML = running(snapshot.running);
   $("collectors").innerHTML = collectors(snapshot.collectors);
   $("recent").innerHTML = recent(snapshot.recent);
+  $("tenants").innerHTML = tenants(snapshot.tenants);
   drawFailures(snapshot.failures, snapshot.time, admin);
   if (chartsDrawn === null || snapshot.charts > chartsDrawn) loadCharts();
   const shown = snapshot.outputs.map((o) => o.filename).join("\n");
