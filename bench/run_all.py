@@ -55,6 +55,10 @@ BENCHMARKS: list[tuple[str, str]] = [
         "bench_big_prompt.py --kill --store postgresql://postgres@127.0.0.1:5432/postgres",
         "One 10,000-node prompt, SIGKILL mid-run (PostgreSQL)",
     ),
+    (
+        "bench_fair_share.py --store postgresql://postgres@127.0.0.1:5432/postgres",
+        "Tenants sharing the slots: noisy neighbour, weights, aging, caps",
+    ),
     ("bench_fleet.py", "Scale-out over N ComfyUI backends, prefetch 0"),
     ("bench_fleet.py --prefetch 1", "Scale-out over N ComfyUI backends, prefetch 1"),
     (

@@ -375,19 +375,36 @@ WEBHOOK_KEYS = (
 )
 
 TENANT_KEYS = (
-    ("weight", "`1`", "Its share of the slot-time while it has work waiting, against the "
-     "weights of the other tenants that have work waiting."),
+    (
+        "weight",
+        "`1`",
+        "Its share of the slot-time while it has work waiting, against the "
+        "weights of the other tenants that have work waiting.",
+    ),
     ("max_running", "none", "Prompts it may have running at once, fleet-wide."),
     ("max_queued", "none", "Prompts it may have waiting; past that a submit is refused (429)."),
-    ("priority", "`normal`", "`high`, `normal` or `low`: a higher class goes first; a waiting "
-     "prompt rises one class per `[fair_share] aging`."),
-    ("lanes", "every lane", "The lanes it may use: a list of names or shell patterns such as "
-     "`backend:gpu-*` and `local`."),
+    (
+        "priority",
+        "`normal`",
+        "`high`, `normal` or `low`: a higher class goes first; a waiting "
+        "prompt rises one class per `[fair_share] aging`.",
+    ),
+    (
+        "lanes",
+        "every lane",
+        "The lanes it may use: a list of names or shell patterns such as "
+        "`backend:gpu-*` and `local`.",
+    ),
 )
 
 FAIR_SHARE_KEYS = (
     ("window", "`60s`", "How far back slot-time counts: use fades with this time constant."),
     ("aging", "`60s`", "How long a prompt waits before its class rises one step."),
+    (
+        "enabled",
+        "`true`",
+        "`false`: one queue order for every tenant, as ComfyUI's (the caps still hold).",
+    ),
 )
 
 AUTH_TOKEN_KEYS = (

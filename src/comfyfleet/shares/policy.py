@@ -14,6 +14,8 @@ and `[fair_share]` for the whole fleet).
 
 `[fair_share] window` (default 60 s): slot-time is counted over that much of the past,
 so a tenant idle for a window comes back with a clean slate, and no longer.
+`[fair_share] enabled = false`: one queue order for every tenant, as ComfyUI's (the
+caps still hold).
 Tenants not named get `[tenants.default]`'s settings for weight and priority, never its
 caps (a cap is one tenant's).
 """
@@ -58,6 +60,7 @@ class SharePolicy:
     tenants: Mapping[str, TenantPolicy] = field(default_factory=dict)
     window: float = DEFAULT_WINDOW
     aging: float = DEFAULT_AGING
+    enabled: bool = True  # false: one queue order for every tenant (caps still hold)
 
     def of(self, tenant: str) -> TenantPolicy:
         found = self.tenants.get(tenant)
@@ -82,11 +85,14 @@ def parse_policy(tenants: Any, fair_share: Any) -> SharePolicy:
         raise ValueError("[tenants] must hold one table per tenant: [tenants.NAME]")
     parsed = {check_tenant_name(name): _tenant(name, table) for name, table in tenants.items()}
     settings = {} if fair_share is None else fair_share
-    if not isinstance(settings, dict) or set(settings) - {"window", "aging"}:
-        raise ValueError("[fair_share] knows window and aging (durations)")
+    if not isinstance(settings, dict) or set(settings) - {"window", "aging", "enabled"}:
+        raise ValueError("[fair_share] knows window and aging (durations) and enabled")
     window = _duration(settings.get("window", DEFAULT_WINDOW), "[fair_share] window")
     aging = _duration(settings.get("aging", DEFAULT_AGING), "[fair_share] aging")
-    return SharePolicy(parsed, window, aging)
+    enabled = settings.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError("[fair_share] enabled must be true or false")
+    return SharePolicy(parsed, window, aging, enabled)
 
 
 _KEYS = {"weight", "max_running", "max_queued", "priority", "lanes"}

@@ -98,16 +98,22 @@ def wait_completed(server: ServerProcess, prompt_id: str, timeout: float = TIMEO
 
 @contextmanager
 def gateways(
-    tmp_path: Path, url: str, count: int, *args: str, lease: float = 2.0
+    tmp_path: Path,
+    url: str,
+    count: int,
+    *args: str,
+    lease: float = 2.0,
+    token: str | None = None,
 ) -> Iterator[list[ServerProcess]]:
     """`count` gateway processes on the store at `url` (ids gw-0, gw-1, ...), each with
-    `args`, started in turn and stopped together."""
+    `args`, started in turn and stopped together; `token` when authentication is on."""
     with ExitStack() as stack:
         started = []
         for n in range(count):
             server = ServerProcess(
                 tmp_path / f"gateway-{n}",
                 *("--store", url, "--lease", f"{lease}s", "--gateway-id", f"gw-{n}", *args),
+                token=token,
             )
             started.append(stack.enter_context(server))
         yield started

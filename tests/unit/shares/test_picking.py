@@ -81,3 +81,11 @@ def test_unnamed_tenants_get_the_default_tables_weight_but_not_its_caps() -> Non
 def test_bad_tables_are_named(tenants: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_policy(tenants, None)
+
+
+def test_fair_share_can_be_turned_off_and_its_table_is_checked() -> None:
+    assert parse_policy(None, {"enabled": False}).enabled is False
+    assert parse_policy(None, None).enabled is True
+    for bad in ({"enabled": "no"}, {"window": "soon"}, {"aging": 0.5}, {"speed": 1}):
+        with pytest.raises(ValueError, match=r"\[fair_share\]"):
+            parse_policy(None, bad)
