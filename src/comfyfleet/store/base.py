@@ -42,6 +42,16 @@ class PendingLimitReached(ComfyfleetError):
         self.limit = limit
 
 
+class QueuedLimitReached(ComfyfleetError):
+    """`submit` with a tenant's cap (`max_queued`): the job's tenant has that many jobs
+    pending already, nothing was queued. Names only the cap: other tenants' queues are
+    none of the caller's business."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"at most {limit} prompts of one tenant may be pending")
+        self.limit = limit
+
+
 class GatewayIdInUse(StoreError):
     """Another live process holds this gateway id (`holder`)."""
 

@@ -20,11 +20,12 @@ locked for a job not taken, so no claim skips a job that another only looked at 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import asyncpg
@@ -47,6 +48,7 @@ from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store.base import (
     DuplicateJob,
     PendingLimitReached,
+    QueuedLimitReached,
     StoreError,
     WorkWake,
     clamp_candidates,
@@ -212,23 +214,32 @@ class PostgresStore(
     # -- queue --------------------------------------------------------------------
 
     async def submit(
-        self, job: NewJob, claim_for: str | None = None, *, max_pending: int | None = None
+        self,
+        job: NewJob,
+        claim_for: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_queued: int | None = None,
     ) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
         that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is,
-        PendingLimitReached when `max_pending` jobs are pending."""
+        QueuedLimitReached when `max_queued` jobs of its tenant are pending,
+        PendingLimitReached when `max_pending` jobs are."""
         now = self._clock()
         limit = None if claim_for is not None else max_pending
-        admit: tuple[int | None, int | None] = (limit, None)
+        cap = None if claim_for is not None else max_queued
+        admit = _Admit(limit, None, cap)
         if limit is not None and limit > self._admit_margin:
             # Far from the limit (more places left than transactions can be open at
             # once), submits share the admission lock, side by side; near it (refused
             # so), the submit is tried again under the exclusive lock.
-            admit = (limit, self._admit_margin)
+            admit = _Admit(limit, self._admit_margin, cap)
         inserted = await self._insert(job, claim_for, now, admit)
-        if inserted is None and admit[1] is not None:
-            inserted = await self._insert(job, claim_for, now, (limit, None))
-        if inserted is None:
+        if inserted is _Refusal.PENDING_LIMIT and admit.margin is not None:
+            inserted = await self._insert(job, claim_for, now, _Admit(limit, None, cap))
+        if inserted is _Refusal.TENANT_CAP:
+            raise QueuedLimitReached(cap or 0)
+        if inserted is _Refusal.PENDING_LIMIT:
             raise PendingLimitReached(limit or 0)
         queued = job.pending(inserted, now)
         if claim_for is None:
@@ -236,14 +247,9 @@ class PostgresStore(
         return queued.started(claim_for, 1, now, self.owner)
 
     async def _insert(
-        self,
-        job: NewJob,
-        claim_for: str | None,
-        now: float,
-        admit: tuple[int | None, int | None],
-    ) -> int | None:
-        """The insert of `submit`: the job's seq, None when the pending limit refused it.
-        `admit` is (the limit or None, the shared lock's margin or None: the exclusive)."""
+        self, job: NewJob, claim_for: str | None, now: float, admit: _Admit
+    ) -> int | _Refusal:
+        """The insert of `submit`: the job's seq, or the limit that refused it."""
         # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it, for
         # every gateway: the insert moves the sequence.
         ahead = None
@@ -253,27 +259,31 @@ class PostgresStore(
             encoded = await asyncio.to_thread(_job_params, job, now, claim_for)
         else:
             encoded = _job_params(job, now, claim_for)
-        params = (*encoded, self._owner_db, ahead, *admit)
+        params = (*encoded, self._owner_db, ahead, admit.limit, admit.margin, admit.cap)
         keyed = job.idempotency
 
-        async def insert(db: Any) -> int | IdempotentRequest | None:
+        async def insert(db: Any) -> int | IdempotentRequest | _Refusal:
             if keyed is not None:
                 taken = await idempotency.claim(db, job.tenant, keyed, job.prompt_id, now)
                 if taken is not None:
                     return taken
             try:
-                seq: int | None = await db.fetchval(Q["insert_job"], *params)
+                row = await db.fetchrow(Q["insert_job"], *params)
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
-            if seq is None and keyed is not None:  # refused: the key is not taken either
-                raise _Refused
-            return seq
+            if row[0] is not None:
+                seq: int = row[0]
+                return seq
+            refusal = _Refusal(row[3])
+            if keyed is not None:  # refused: the key is not taken either
+                raise _Refused(refusal)
+            return refusal
 
         # A keyed job and its key commit together; a plain one is one statement.
         try:
             inserted = await (self._commit(insert) if keyed is None else self._write(insert))
-        except _Refused:
-            return None
+        except _Refused as refused:
+            return refused.refusal
         if isinstance(inserted, IdempotentRequest):
             raise IdempotencyKeyTaken(inserted)
         return inserted
@@ -519,8 +529,29 @@ async def _prepare(conn: Any, schema: str | None, now: float) -> None:
 # -- encoding -----------------------------------------------------------------------
 
 
+class _Refusal(enum.Enum):
+    """Which limit refused a submit (insert_job's last column)."""
+
+    TENANT_CAP = 1
+    PENDING_LIMIT = 2
+
+
+@dataclass(frozen=True)
+class _Admit:
+    """The limits of one insert: the pending limit, the margin of the shared admission
+    lock (None: the exclusive), the tenant's cap; None for no limit."""
+
+    limit: int | None
+    margin: int | None
+    cap: int | None
+
+
 class _Refused(ComfyfleetError):
-    """The pending limit refused a keyed submit: its transaction is rolled back."""
+    """A limit refused a keyed submit: its transaction is rolled back."""
+
+    def __init__(self, refusal: _Refusal) -> None:
+        super().__init__(refusal.name)
+        self.refusal = refusal
 
 
 def _job_params(job: NewJob, now: float, claim_for: str | None) -> tuple[Any, ...]:

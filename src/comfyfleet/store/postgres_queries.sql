@@ -12,19 +12,25 @@
 -- out on commit). A counter value from elsewhere ($17, an integer number) moves the
 -- counter past it, in the same statement. With a pending limit ($18), the job goes in
 -- only while fewer are pending: $19 is the margin of the shared admission lock, NULL
--- for the exclusive one (see migration_10). No row is inserted (seq NULL) when it is
--- refused.
+-- for the exclusive one (see migration_10). With the tenant's cap ($20), the job goes in
+-- only while fewer of its tenant's are pending, checked first (see migration_14). No
+-- row is inserted (seq NULL) when it is refused; the last column says what refused it:
+-- 1 the tenant's cap, 2 the pending limit (CASE checks in order, so the locks are
+-- taken in order).
 WITH admitted AS (
-    SELECT CASE WHEN $18::bigint IS NULL THEN true
-                WHEN $19::bigint IS NULL THEN comfyfleet_admit_near($18::bigint)
-                ELSE comfyfleet_admit_far($18::bigint, $19::bigint) END AS ok
+    SELECT CASE WHEN NOT comfyfleet_admit_tenant($15, $20::bigint) THEN 1
+                WHEN $18::bigint IS NULL THEN 0
+                WHEN $19::bigint IS NULL THEN
+                    CASE WHEN comfyfleet_admit_near($18::bigint) THEN 0 ELSE 2 END
+                WHEN comfyfleet_admit_far($18::bigint, $19::bigint) THEN 0
+                ELSE 2 END AS refused
 ), job AS (
     INSERT INTO jobs (prompt_id, number_json, order_key, front, status, client_id, prompt,
                       extra_data, outputs, node_errors, attempt, lane, created_at, started_at,
                       tenant, owner)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
            CASE WHEN $5 = 'running' THEN $16 END
-    FROM admitted WHERE ok
+    FROM admitted WHERE refused = 0
     RETURNING seq, front, order_key
 ), counter AS (
     SELECT setval('job_number', $17::bigint, false)
@@ -35,7 +41,8 @@ WITH admitted AS (
     SELECT pg_notify('comfyfleet_work', comfyfleet_work_payload($16, front, order_key, seq))
     FROM job WHERE $5 = 'pending'
 )
-SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake)
+SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake),
+       (SELECT refused FROM admitted)
 
 -- name: claimable
 -- What a claim or a reservation may take: pending and set aside for no lane, in order.

@@ -311,3 +311,27 @@ CREATE INDEX assets_by_hash ON assets (tenant, hash, created_at);
 -- A tenant's claimable queue in dispatch order, for fair share's claims (shares/picking.py).
 CREATE INDEX IF NOT EXISTS jobs_tenant_claimable ON jobs (tenant, front DESC, order_key, seq)
     WHERE status = 'pending' AND lane IS NULL;
+
+-- name: migration_15
+-- A tenant's cap on pending jobs (`max_queued`), for every gateway of the database at
+-- once: a capped submit takes its tenant's admission lock (exclusive, so a tenant's
+-- capped submits queue one after another while other tenants' run side by side) and
+-- counts only then; the count is a statement of its own in a volatile function, so it
+-- reads every submit that committed before the lock was granted. NULL: no cap, no lock.
+-- Taken before the pending limit's lock (migration_10), always in that order. The index
+-- (SQLite's of the same name) keeps the count to the tenant's own pending jobs, reserved
+-- ones too (jobs_tenant_claimable leaves them out); it is a tenant's queue in dispatch
+-- order, not (tenant) alone: the planner took that smaller index for claims, sorting the
+-- whole queue, while the table had no statistics.
+CREATE INDEX IF NOT EXISTS jobs_tenant_dispatch ON jobs (tenant, front DESC, order_key, seq)
+    WHERE status = 'pending';
+
+CREATE OR REPLACE FUNCTION comfyfleet_admit_tenant(who text, lim bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF lim IS NULL THEN
+        RETURN true;
+    END IF;
+    PERFORM pg_advisory_xact_lock(1952804449, hashtext(current_schema() || '/' || who));
+    RETURN (SELECT count(*) FROM jobs WHERE status = 'pending' AND tenant = who) < lim;
+END $$;

@@ -9,6 +9,7 @@ the event loop never waits on SQLite itself.
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import json
 import math
@@ -41,6 +42,7 @@ from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store.base import (
     DuplicateJob,
     PendingLimitReached,
+    QueuedLimitReached,
     StoreError,
     WorkWake,
     clamp_candidates,
@@ -131,6 +133,7 @@ ORPHANED = Q["orphaned"]
 # -- write statements -----------------------------------------------------------
 
 COUNT_PENDING = Q["count_pending"]
+COUNT_PENDING_OF = Q["count_pending_of"]
 
 INSERT_JOB = Q["insert_job"]
 CLAIM_JOB = Q["claim_job"]
@@ -288,11 +291,17 @@ class SQLiteStore(
     # -- queue --------------------------------------------------------------------
 
     async def submit(
-        self, job: NewJob, claim_for: str | None = None, *, max_pending: int | None = None
+        self,
+        job: NewJob,
+        claim_for: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_queued: int | None = None,
     ) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
         that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is,
-        PendingLimitReached when `max_pending` jobs are pending (counted in the write)."""
+        QueuedLimitReached when `max_queued` jobs of its tenant are pending,
+        PendingLimitReached when `max_pending` jobs are (both counted in the write)."""
         now = self._clock()
         if is_large(job.prompt):
             params = await asyncio.to_thread(_job_params, job, now)
@@ -308,12 +317,14 @@ class SQLiteStore(
             now=now,
             owner=self.owner,
             keyed=job.idempotency,
-            limit=None if claim_for is not None else max_pending,
+            limits=(None, None) if claim_for is not None else (max_queued, max_pending),
         )
         seq = await self._write(op)
         if isinstance(seq, IdempotentRequest):
             raise IdempotencyKeyTaken(seq)
-        if seq is None:
+        if seq is _Refused.TENANT_FULL:
+            raise QueuedLimitReached(max_queued or 0)
+        if seq is _Refused.QUEUE_FULL:
             raise PendingLimitReached(max_pending or 0)
         queued = job.pending(seq, now)
         if claim_for is None:
@@ -674,6 +685,13 @@ def _save_number_floor(conn: sqlite3.Connection, number: int) -> None:
     conn.execute(SAVE_NUMBER_FLOOR, (number,))
 
 
+class _Refused(enum.Enum):
+    """Which limit refused a submit."""
+
+    TENANT_FULL = "max_queued"
+    QUEUE_FULL = "max_pending"
+
+
 def _insert_job(
     conn: sqlite3.Connection,
     params: tuple[Any, ...],
@@ -681,13 +699,20 @@ def _insert_job(
     now: float,
     owner: str,
     keyed: IdempotentRequest | None,
-    limit: int | None,
-) -> int | IdempotentRequest | None:
+    limits: tuple[int | None, int | None],
+) -> int | IdempotentRequest | _Refused:
     """The job's seq; with `keyed`, its key recorded first, or (nothing written) the key's
-    first request when another job holds it; None (nothing written) when `limit` jobs
-    are pending."""
+    first request when another job holds it. `limits` is (the tenant's cap, the pending
+    limit), each None for none; a refusal (nothing written) names the limit reached."""
+    # The transaction holds the file's write lock (BEGIN IMMEDIATE) from before these
+    # counts to the commit: no other submit, of any process, lands in between.
+    tenant_cap, limit = limits
+    if tenant_cap is not None:
+        queued: int = conn.execute(COUNT_PENDING_OF, (params[-1],)).fetchone()[0]
+        if queued >= tenant_cap:
+            return _Refused.TENANT_FULL
     if limit is not None and conn.execute(COUNT_PENDING).fetchone()[0] >= limit:
-        return None
+        return _Refused.QUEUE_FULL
     if keyed is not None:
         first = idempotency.claim(conn, params[-1], keyed, params[0], now)
         if first is not None:

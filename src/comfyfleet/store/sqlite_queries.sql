@@ -9,6 +9,10 @@
 -- Pending jobs (the dispatch index holds exactly them).
 SELECT count(*) FROM jobs WHERE status = 'pending'
 
+-- name: count_pending_of
+-- A tenant's pending jobs (reserved ones too: they have not started), for its cap.
+SELECT count(*) FROM jobs INDEXED BY jobs_tenant_dispatch WHERE status = 'pending' AND tenant = ?
+
 -- name: insert_job
 INSERT INTO jobs (prompt_id, seq, number_json, order_key, front, status, client_id,
                   prompt, extra_data, outputs, node_errors, created_at, tenant)

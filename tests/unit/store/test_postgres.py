@@ -18,7 +18,7 @@ from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus, NewJob
 from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import postgres as postgres_module
-from comfyfleet.store.base import StoreError
+from comfyfleet.store.base import QueuedLimitReached, StoreError
 from comfyfleet.store.event_wakeups import client_digest
 from comfyfleet.store.postgres import PostgresStore
 from comfyfleet.store.postgres_parts import wakeups as wakeups_module
@@ -331,6 +331,26 @@ async def test_a_version_8_database_keeps_its_events_and_gains_binary_frames(
         await again.close()
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
     assert applied == postgres_module.SCHEMA_VERSION
+
+
+async def test_a_version_14_database_keeps_its_jobs_and_gains_the_tenant_cap(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP INDEX jobs_tenant_dispatch")
+    await sql(postgres_url, schema, "DROP FUNCTION comfyfleet_admit_tenant(text, bigint)")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 14")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        with pytest.raises(QueuedLimitReached):  # "old" is default's: its cap is reached
+            await again.submit(new_job("new"), max_queued=1)
+        await again.submit(new_job("new"), max_queued=2)
+    finally:
+        await again.close()
+    applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION == 15
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

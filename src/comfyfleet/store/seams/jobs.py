@@ -32,7 +32,12 @@ class JobQueue(Protocol):
     # -- queue -------------------------------------------------------------
 
     async def submit(
-        self, job: NewJob, claim_for: str | None = None, *, max_pending: int | None = None
+        self,
+        job: NewJob,
+        claim_for: str | None = None,
+        *,
+        max_pending: int | None = None,
+        max_queued: int | None = None,
     ) -> Job:
         """Durably queue a job as pending; raises StoreError if the id exists.
 
@@ -43,6 +48,11 @@ class JobQueue(Protocol):
         jobs are pending in the store, whoever queued them: PendingLimitReached, and
         nothing written, otherwise. Every process sharing the store is counted, and two
         submits at once never both take the last place.
+
+        With `max_queued` (the cap of `job.tenant`), likewise per tenant: queued only
+        while fewer than that many of the tenant's jobs are pending (reserved ones
+        included), QueuedLimitReached otherwise; checked before `max_pending`. Neither
+        limit is asked with `claim_for`: a job handed to a lane is running, not queued.
 
         With `job.idempotency`, its key is recorded for the job's tenant in the same
         transaction; when the tenant used the key less than IDEMPOTENCY_WINDOW ago,
