@@ -1,8 +1,9 @@
 """Admission: what enters the queue and what leaves it before running. `submit` refuses
 work beyond the pending limit (QueueFull; counted by the store when other gateways
-share it, so the limit holds for all of them together), hands a job straight to a parked slot when
-nothing else waits (one commit: queued as claimed), and otherwise queues it and wakes
-the slots; cancels take pending jobs out and interrupt running ones."""
+share it, so the limit holds for all of them together) and beyond the tenant's cap
+(TenantQueueFull; always counted by the store, in the insert), hands a job straight to
+a parked slot when nothing else waits (one commit: queued as claimed), and otherwise
+queues it and wakes the slots; cancels take pending jobs out and interrupt running ones."""
 
 from __future__ import annotations
 
@@ -18,16 +19,38 @@ from comfyfleet.scheduler.runner import Runner
 from comfyfleet.scheduler.slots import LaneSlots, Parked
 from comfyfleet.scheduler.state import SchedulerState
 from comfyfleet.scheduler.streams import PromptStreams
-from comfyfleet.store.base import PendingLimitReached
+from comfyfleet.store.base import PendingLimitReached, QueuedLimitReached
+
+#: Seconds a tenant at its cap is told to wait (Retry-After): a place frees only when one
+#: of its own prompts starts or is cancelled, which is seldom sooner than a few seconds.
+TENANT_RETRY_AFTER = 5.0
 
 
 class QueueFull(ComfyfleetError):
     """Admission refused: too many pending jobs."""
 
-    def __init__(self, pending: int, retry_after: float) -> None:
-        super().__init__(f"{pending} prompts are pending; try again later")
+    #: What the refused client reads (the `message` of ComfyUI's error object).
+    message = "Too many prompts are pending"
+
+    def __init__(self, pending: int, retry_after: float, details: str = "") -> None:
+        super().__init__(details or f"{pending} prompts are pending; try again later")
         self.pending = pending
         self.retry_after = retry_after
+
+
+class TenantQueueFull(QueueFull):
+    """Admission refused: the submitting tenant has its cap (`max_queued`) of prompts
+    pending. Says only the cap: other tenants' queues are not the caller's to know."""
+
+    message = "Too many of this tenant's prompts are pending"
+
+    def __init__(self, cap: int, retry_after: float) -> None:
+        details = (
+            f"this tenant may have at most {cap} prompts waiting to run (max_queued); "
+            "try again once some have started"
+        )
+        super().__init__(cap, retry_after, details)
+        self.cap = cap
 
 
 class Admission:
@@ -59,10 +82,15 @@ class Admission:
             raise QueueFull(state.pending, retry_after=1.0)
         slot = self._idle_slot_for(new)
         if slot is not None:
+            # Running at once, not queued: the tenant's cap on waiting prompts is not asked.
             return await self._hand_off(new, *slot)
+        limit = self.max_pending if shared else None
+        cap = state.shares.policy.of(new.tenant).max_queued
         self._submitting += 1
         try:
-            job = await state.store.submit(new, max_pending=self.max_pending if shared else None)
+            job = await state.store.submit(new, max_pending=limit, max_queued=cap)
+        except QueuedLimitReached as full:
+            raise TenantQueueFull(full.limit, retry_after=TENANT_RETRY_AFTER) from None
         except PendingLimitReached as full:
             raise QueueFull(full.limit, retry_after=1.0) from None
         finally:

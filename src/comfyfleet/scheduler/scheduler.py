@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from comfyfleet.domain.gateways import DEFAULT_LEASE
 from comfyfleet.domain.jobs import Job, NewJob
 from comfyfleet.lanes.base import Lane
-from comfyfleet.scheduler.admission import Admission, QueueFull
+from comfyfleet.scheduler.admission import Admission, QueueFull, TenantQueueFull
 from comfyfleet.scheduler.attempts import AttemptState, Running
 from comfyfleet.scheduler.candidates import Candidates
 from comfyfleet.scheduler.dispatch import Dispatcher
@@ -46,7 +46,7 @@ from comfyfleet.store.base import JobStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["QueueFull", "Scheduler"]
+__all__ = ["QueueFull", "Scheduler", "TenantQueueFull"]
 
 
 class Scheduler:
@@ -279,7 +279,8 @@ class Scheduler:
     # -- admission and cancellation ------------------------------------------------
 
     async def submit(self, new: NewJob) -> Job:
-        """Queue a job (or hand it to a parked slot); QueueFull beyond `max_pending`."""
+        """Queue a job (or hand it to a parked slot); QueueFull beyond `max_pending`,
+        TenantQueueFull beyond its tenant's `max_queued` (a QueueFull too)."""
         self.state.holds.submitted(new.prompt_id, new.extra_data)  # before it may start
         return await self._admission.submit(new)
 

@@ -125,8 +125,8 @@ async def submit_prompt(
         return bad_request(
             "duplicate_prompt_id", "A prompt with this prompt_id already exists", new.prompt_id
         )
-    except QueueFull as full:
-        body = prompt_error_body(error("queue_full", "Too many prompts are pending", str(full)))
+    except QueueFull as full:  # the whole queue's limit, or the tenant's cap (no one else's data)
+        body = prompt_error_body(error("queue_full", full.message, str(full)))
         return web.json_response(
             body, status=429, headers={"Retry-After": str(max(1, round(full.retry_after)))}
         )
