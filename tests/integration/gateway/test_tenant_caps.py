@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from comfyfleet.scheduler.admission import TENANT_RETRY_AFTER
 from comfyfleet.shares.policy import SharePolicy, TenantPolicy
-from tests.integration.gateway.test_auth import Clients, tenants
+from tests.integration.gateway.test_auth import ALICE, ROOT, TOKENS, Clients, as_tenant, tenants
 from tests.integration.gateway.test_limits import assert_comfyui_error
-from tests.integration.gateway.wire import Reply, poll, save_prompt, sleep_prompt
+from tests.integration.gateway.wire import Reply, Served, poll, save_prompt, serve, sleep_prompt
 
 CAPS = SharePolicy({"alice": TenantPolicy(max_queued=2)})
 DETAILS = (
@@ -22,8 +24,14 @@ DETAILS = (
 
 async def occupy_the_slot(clients: Clients) -> str:
     """A long prompt of root's on the only slot: what follows waits."""
-    sock = await clients.root.connect()
-    busy = await clients.root.submit(sleep_prompt(30), sock.client_id)
+    return await occupy(clients.root)
+
+
+async def occupy(root: Served) -> str:
+    """A long prompt of root's on the gateway's only slot (and its own: a gateway on a
+    shared store runs only what it claims)."""
+    sock = await root.connect()
+    busy = await root.submit(sleep_prompt(600), sock.client_id)
     await sock.progress(busy, "2")
     return busy
 
@@ -97,3 +105,39 @@ async def test_a_cap_of_zero_still_runs_a_prompt_a_free_slot_takes_at_once(
         reply = await clients.alice.post("/prompt", {"prompt": save_prompt(1, "alice")})
         assert reply.status == 429, reply.text
         assert reply.json["error"]["details"].startswith("this tenant may have at most 0 ")
+
+
+@pytest.mark.timeout(120)
+async def test_the_cap_holds_across_gateways_sharing_a_store(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    """Two gateways on one PostgreSQL, both slots busy: 40 submits of alice at once, half
+    through each, admit exactly her cap between them."""
+    settings = {"local_slots": 1, "store": postgres_database, "auth_tokens": TOKENS}
+    async with (
+        serve(tmp_path / "a", shares=CAPS, **settings) as a,
+        serve(tmp_path / "b", shares=CAPS, **settings) as b,
+    ):
+        sessions = [as_tenant(g, token) for g in (a, b) for token in (ROOT, ALICE)]
+        root_a, alice_a, root_b, alice_b = sessions
+        try:
+            await occupy(root_a)
+            await occupy(root_b)
+            replies = await asyncio.gather(
+                *(
+                    (alice_a if c % 2 else alice_b).post(
+                        "/prompt", {"prompt": save_prompt(c, "alice")}
+                    )
+                    for c in range(40)
+                )
+            )
+            assert sorted(r.status for r in replies) == [200] * 2 + [429] * 38
+            for reply in replies:
+                if reply.status == 429:
+                    assert_capped(reply)
+            assert (await alice_b.get("/prompt"))["exec_info"]["queue_remaining"] == 2
+        finally:
+            for session in sessions:
+                for sock in session.sockets:
+                    await sock.close()
+                await session.session.close()
