@@ -223,24 +223,14 @@ class PostgresStore(
     ) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
         that lane); DuplicateJob if the id exists, IdempotencyKeyTaken if the job's key is,
-        QueuedLimitReached when `max_queued` jobs of its tenant are pending,
-        PendingLimitReached when `max_pending` jobs are."""
+        QueuedLimitReached or PendingLimitReached past `max_queued` or `max_pending`."""
         now = self._clock()
-        limit = None if claim_for is not None else max_pending
-        cap = None if claim_for is not None else max_queued
-        admit = _Admit(limit, None, cap)
-        if limit is not None and limit > self._admit_margin:
-            # Far from the limit (more places left than transactions can be open at
-            # once), submits share the admission lock, side by side; near it (refused
-            # so), the submit is tried again under the exclusive lock.
-            admit = _Admit(limit, self._admit_margin, cap)
+        admit = _Admit.first(max_pending, max_queued, self._admit_margin, claim_for is None)
         inserted = await self._insert(job, claim_for, now, admit)
         if inserted is _Refusal.PENDING_LIMIT and admit.margin is not None:
-            inserted = await self._insert(job, claim_for, now, _Admit(limit, None, cap))
-        if inserted is _Refusal.TENANT_CAP:
-            raise QueuedLimitReached(cap or 0)
-        if inserted is _Refusal.PENDING_LIMIT:
-            raise PendingLimitReached(limit or 0)
+            inserted = await self._insert(job, claim_for, now, replace(admit, margin=None))
+        if isinstance(inserted, _Refusal):
+            raise admit.refused(inserted)
         queued = job.pending(inserted, now)
         if claim_for is None:
             return queued
@@ -250,16 +240,7 @@ class PostgresStore(
         self, job: NewJob, claim_for: str | None, now: float, admit: _Admit
     ) -> int | _Refusal:
         """The insert of `submit`: the job's seq, or the limit that refused it."""
-        # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it, for
-        # every gateway: the insert moves the sequence.
-        ahead = None
-        if isinstance(job.number, int) and not isinstance(job.number, bool):
-            ahead = abs(job.number) + 1 if abs(job.number) < COUNTER_MAX else None
-        if is_large(job.prompt):
-            encoded = await asyncio.to_thread(_job_params, job, now, claim_for)
-        else:
-            encoded = _job_params(job, now, claim_for)
-        params = (*encoded, self._owner_db, ahead, admit.limit, admit.margin, admit.cap)
+        params = await _insert_params(job, now, claim_for, self._owner_db, admit)
         keyed = job.idempotency
 
         async def insert(db: Any) -> int | IdempotentRequest | _Refusal:
@@ -272,8 +253,7 @@ class PostgresStore(
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
             if row[0] is not None:
-                seq: int = row[0]
-                return seq
+                return int(row[0])
             refusal = _Refusal(row[3])
             if keyed is not None:  # refused: the key is not taken either
                 raise _Refused(refusal)
@@ -545,6 +525,22 @@ class _Admit:
     margin: int | None
     cap: int | None
 
+    @staticmethod
+    def first(limit: int | None, cap: int | None, margin: int, queued: bool) -> _Admit:
+        """A submit's first try; a job not `queued` (handed to a lane) meets no limit."""
+        if not queued:
+            return _Admit(None, None, None)
+        # Far from the limit (more places left than transactions can be open at once),
+        # submits share the admission lock, side by side; near it (refused so), the
+        # submit is tried again under the exclusive lock.
+        far = limit is not None and limit > margin
+        return _Admit(limit, margin if far else None, cap)
+
+    def refused(self, refusal: _Refusal) -> ComfyfleetError:
+        if refusal is _Refusal.TENANT_CAP:
+            return QueuedLimitReached(self.cap or 0)
+        return PendingLimitReached(self.limit or 0)
+
 
 class _Refused(ComfyfleetError):
     """A limit refused a keyed submit: its transaction is rolled back."""
@@ -552,6 +548,22 @@ class _Refused(ComfyfleetError):
     def __init__(self, refusal: _Refusal) -> None:
         super().__init__(refusal.name)
         self.refusal = refusal
+
+
+async def _insert_params(
+    job: NewJob, now: float, claim_for: str | None, owner: str, admit: _Admit
+) -> tuple[Any, ...]:
+    """insert_job's parameters; a large prompt is encoded off the loop."""
+    # A counter value from elsewhere (e.g. an import) keeps the counter ahead of it, for
+    # every gateway: the insert moves the sequence.
+    ahead = None
+    if isinstance(job.number, int) and not isinstance(job.number, bool):
+        ahead = abs(job.number) + 1 if abs(job.number) < COUNTER_MAX else None
+    if is_large(job.prompt):
+        encoded = await asyncio.to_thread(_job_params, job, now, claim_for)
+    else:
+        encoded = _job_params(job, now, claim_for)
+    return (*encoded, owner, ahead, admit.limit, admit.margin, admit.cap)
 
 
 def _job_params(job: NewJob, now: float, claim_for: str | None) -> tuple[Any, ...]:

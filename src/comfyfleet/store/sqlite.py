@@ -38,6 +38,7 @@ from comfyfleet.domain.webhooks import (
     EVENT_OF,
     WebhookEvent,
 )
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store.base import (
     DuplicateJob,
@@ -300,8 +301,7 @@ class SQLiteStore(
     ) -> Job:
         """Durably queue a job as pending (or, with `claim_for`, as already claimed by
         that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is,
-        QueuedLimitReached when `max_queued` jobs of its tenant are pending,
-        PendingLimitReached when `max_pending` jobs are (both counted in the write)."""
+        QueuedLimitReached or PendingLimitReached past `max_queued` or `max_pending`."""
         now = self._clock()
         if is_large(job.prompt):
             params = await asyncio.to_thread(_job_params, job, now)
@@ -322,10 +322,8 @@ class SQLiteStore(
         seq = await self._write(op)
         if isinstance(seq, IdempotentRequest):
             raise IdempotencyKeyTaken(seq)
-        if seq is _Refused.TENANT_FULL:
-            raise QueuedLimitReached(max_queued or 0)
-        if seq is _Refused.QUEUE_FULL:
-            raise PendingLimitReached(max_pending or 0)
+        if isinstance(seq, _Refused):
+            raise seq.error(max_queued, max_pending)
         queued = job.pending(seq, now)
         if claim_for is None:
             self._work_arrived()
@@ -690,6 +688,11 @@ class _Refused(enum.Enum):
 
     TENANT_FULL = "max_queued"
     QUEUE_FULL = "max_pending"
+
+    def error(self, max_queued: int | None, max_pending: int | None) -> ComfyfleetError:
+        if self is _Refused.TENANT_FULL:
+            return QueuedLimitReached(max_queued or 0)
+        return PendingLimitReached(max_pending or 0)
 
 
 def _insert_job(
