@@ -382,7 +382,12 @@ TENANT_KEYS = (
         "weights of the other tenants that have work waiting.",
     ),
     ("max_running", "none", "Prompts it may have running at once, fleet-wide."),
-    ("max_queued", "none", "Prompts it may have waiting; past that a submit is refused (429)."),
+    (
+        "max_queued",
+        "none",
+        "Prompts it may have waiting, fleet-wide; past that a submit is refused (429 "
+        "`queue_full`, `Retry-After: 5`).",
+    ),
     (
         "priority",
         "`normal`",
