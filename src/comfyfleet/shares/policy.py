@@ -11,6 +11,10 @@ and `[fair_share]` for the whole fleet).
   high (then by shares), and never starves.
 - `lanes`: the lanes it may run on (shell patterns such as `backend:gpu-*`, `local`);
   none: every lane.
+- `paid_jobs_per_day`: paid API jobs (fan-out and provider nodes) its prompts may send
+  per calendar day in UTC, fleet-wide (none: no cap); see comfyfleet.spend.
+- `spend_per_day`: US dollars those jobs may cost per calendar day in UTC, by the
+  `[prices]` table (none: no cap).
 
 `[fair_share] window` (default 60 s): slot-time is counted over that much of the past,
 so a tenant idle for a window comes back with a clean slate, and no longer.
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from comfyfleet.durations import parse_duration
+from comfyfleet.spend.budget import MAX_SPEND, Budget
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
 #: Priority classes, lowest first.
@@ -46,6 +51,12 @@ class TenantPolicy:
     max_queued: int | None = None
     priority: str = "normal"
     lanes: tuple[str, ...] = ()  # lane name patterns; empty: every lane
+    paid_jobs_per_day: int | None = None
+    spend_per_day: float | None = None  # US dollars
+
+    @property
+    def daily_budget(self) -> Budget:
+        return Budget(self.paid_jobs_per_day, self.spend_per_day)
 
     @property
     def rank(self) -> int:
@@ -72,6 +83,11 @@ class SharePolicy:
         return TenantPolicy(weight=base.weight, priority=base.priority, lanes=base.lanes)
 
     @property
+    def budgeted(self) -> bool:
+        """Whether any tenant has a daily budget of paid jobs or spend."""
+        return any(p.daily_budget.limited for p in self.tenants.values())
+
+    @property
     def capped(self) -> bool:
         """Whether any tenant has a cap on running slots or a lane filter."""
         return any(p.max_running is not None or p.lanes for p in self.tenants.values())
@@ -95,7 +111,15 @@ def parse_policy(tenants: Any, fair_share: Any) -> SharePolicy:
     return SharePolicy(parsed, window, aging, enabled)
 
 
-_KEYS = {"weight", "max_running", "max_queued", "priority", "lanes"}
+_KEYS = {
+    "weight",
+    "max_running",
+    "max_queued",
+    "priority",
+    "lanes",
+    "paid_jobs_per_day",
+    "spend_per_day",
+}
 
 
 def _tenant(name: str, table: Any) -> TenantPolicy:
@@ -122,6 +146,8 @@ def _tenant(name: str, table: Any) -> TenantPolicy:
         max_queued=_count(table.get("max_queued"), f"{where} max_queued"),
         priority=priority,
         lanes=tuple(lanes),
+        paid_jobs_per_day=_count(table.get("paid_jobs_per_day"), f"{where} paid_jobs_per_day"),
+        spend_per_day=_dollars(table.get("spend_per_day"), f"{where} spend_per_day"),
     )
 
 
@@ -131,6 +157,16 @@ def _count(value: Any, what: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise ValueError(f"{what} must be a whole number from 0 to {MAX_COUNT}")
     return value
+
+
+def _dollars(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of US dollars")
+    if math.isnan(value) or not 0 <= value <= MAX_SPEND:
+        raise ValueError(f"{what} must be from 0 to {MAX_SPEND:g} (US dollars)")
+    return float(value)
 
 
 def _duration(value: Any, what: str) -> float:

@@ -11,6 +11,7 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
+from comfyfleet.spend.budget import BudgetCheck, Usage
 from comfyfleet.store.postgres_parts import journal_sql as journal
 from comfyfleet.store.postgres_parts.access import PostgresAccess, dumps
 
@@ -18,12 +19,22 @@ from comfyfleet.store.postgres_parts.access import PostgresAccess, dumps
 class PostgresJournal(PostgresAccess):
     """Paid jobs recorded before they are sent, so none is paid for twice."""
 
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+    async def record_remote_job(
+        self, job: NewRemoteJob, budget: BudgetCheck | None = None
+    ) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         now = self._clock()
+        if budget is not None:  # the count and the insert in one transaction, under a lock
+            return await self._write(
+                lambda conn: journal.record(conn, job, now, self.owner, budget)
+            )
         # Each statement its own transaction: a new job is one round trip, and the rare
         # path (the request has a live job) reads what the insert left alone.
         return await self._commit(lambda db: journal.record(db, job, now, self.owner))
+
+    async def paid_usage(self, tenant: str, since: float) -> Usage:
+        """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
+        return await self._run(lambda db: journal.paid_usage(db, tenant, since))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]
