@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage, may_be_billed
 from comfyfleet.domain.remote_jobs import (
     REMOTE_FINAL,
     NewRemoteJob,
@@ -20,7 +21,6 @@ from comfyfleet.domain.remote_jobs import (
     RemoteJobState,
     check_remote_finish,
 )
-from comfyfleet.spend.budget import BudgetCheck, BudgetExceeded, Usage, may_be_billed
 from comfyfleet.store.base import StoreError
 
 _LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})

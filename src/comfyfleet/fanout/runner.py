@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comfyfleet import imaging
+from comfyfleet.domain.budgets import BudgetExceeded
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.fanout.drivers import Connection, Driver, Submitted
@@ -32,7 +33,6 @@ from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.task import Task, TaskState
 from comfyfleet.provider_http.errors import ProviderError
 from comfyfleet.provider_http.retry import Cooldown
-from comfyfleet.spend.budget import BudgetExceeded
 from comfyfleet.spend.guard import BudgetGuard, Charge
 from comfyfleet.store.base import RemoteJobJournal
 

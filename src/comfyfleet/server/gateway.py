@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.budgets import day_start
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
@@ -35,7 +36,6 @@ from comfyfleet.server.delivery.event_log import EventLog
 from comfyfleet.server.delivery.hub import Hub
 from comfyfleet.server.delivery.relay import ClientRelay
 from comfyfleet.server.identity import process_alive, this_gateway
-from comfyfleet.spend.budget import day_start
 from comfyfleet.spend.guard import BudgetGuard
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store

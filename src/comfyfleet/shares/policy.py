@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from comfyfleet.durations import parse_duration
-from comfyfleet.spend.budget import MAX_SPEND, Budget
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
 #: Priority classes, lowest first.
@@ -42,6 +41,7 @@ DEFAULT_WINDOW = 60.0
 DEFAULT_AGING = 60.0
 MAX_WEIGHT = 1_000_000.0
 MAX_COUNT = 100_000_000
+MAX_DOLLARS = 1_000_000_000.0
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,6 @@ class TenantPolicy:
     lanes: tuple[str, ...] = ()  # lane name patterns; empty: every lane
     paid_jobs_per_day: int | None = None
     spend_per_day: float | None = None  # US dollars
-
-    @property
-    def daily_budget(self) -> Budget:
-        return Budget(self.paid_jobs_per_day, self.spend_per_day)
 
     @property
     def rank(self) -> int:
@@ -81,11 +77,6 @@ class SharePolicy:
         if base is None:
             return TenantPolicy()
         return TenantPolicy(weight=base.weight, priority=base.priority, lanes=base.lanes)
-
-    @property
-    def budgeted(self) -> bool:
-        """Whether any tenant has a daily budget of paid jobs or spend."""
-        return any(p.daily_budget.limited for p in self.tenants.values())
 
     @property
     def capped(self) -> bool:
@@ -164,8 +155,8 @@ def _dollars(value: Any, what: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{what} must be a number of US dollars")
-    if math.isnan(value) or not 0 <= value <= MAX_SPEND:
-        raise ValueError(f"{what} must be from 0 to {MAX_SPEND:g} (US dollars)")
+    if math.isnan(value) or not 0 <= value <= MAX_DOLLARS:
+        raise ValueError(f"{what} must be from 0 to {MAX_DOLLARS:g} (US dollars)")
     return float(value)
 
 

@@ -20,10 +20,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from comfyfleet.domain.budgets import Usage
 from comfyfleet.engine.nodedef import NodeDef
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.protocol.prompt import is_link
-from comfyfleet.spend.budget import Usage
 from comfyfleet.spend.prices import PaidJob, PaidJobSpec, PriceTable
 
 

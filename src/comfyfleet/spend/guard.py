@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from comfyfleet.domain.budgets import Budget, BudgetCheck, day_start
 from comfyfleet.domain.jobs import Job
 from comfyfleet.shares.policy import SharePolicy
-from comfyfleet.spend.budget import BadBudget, Budget, BudgetCheck, day_start, prompt_budget
+from comfyfleet.spend.budget import BadBudget, daily_budget, prompt_budget
 from comfyfleet.spend.prices import PaidJob, PriceTable
 
 #: Prompts whose terms are remembered (a prompt's jobs ask again and again).
@@ -61,8 +62,7 @@ class BudgetGuard:
         terms = None if prompt_id is None else await self._terms_of(prompt_id)
         if terms is None:  # not a stored prompt's (no tenant known): no budget applies
             return Charge(None, job.model, cost, None)
-        tenant_budget = self.policy.tenants.get(terms.tenant)
-        daily = Budget() if tenant_budget is None else tenant_budget.daily_budget
+        daily = daily_budget(self.policy, terms.tenant)
         check = None
         if daily.limited or terms.budget.limited:
             since = day_start(self._clock())

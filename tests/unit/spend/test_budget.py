@@ -6,19 +6,18 @@ import math
 
 import pytest
 
-from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
-from comfyfleet.spend.budget import (
+from comfyfleet.domain.budgets import (
     PROMPT,
-    BadBudget,
     Budget,
     Usage,
     day_start,
     may_be_billed,
     one_job,
     overrun,
-    prompt_budget,
     tenant_owner,
 )
+from comfyfleet.domain.remote_jobs import RemoteJob, RemoteJobState
+from comfyfleet.spend.budget import BadBudget, prompt_budget
 
 ALICE = tenant_owner("alice")
 

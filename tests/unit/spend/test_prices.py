@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.domain.budgets import Budget
 from comfyfleet.fanout.request import ApiConfig
 from comfyfleet.nodes.providers.bfl.nodes import BFLFluxImage
 from comfyfleet.nodes.providers.openai_images.nodes import OpenAIImage
 from comfyfleet.nodes.providers.openai_videos.nodes import OpenAIVideo
 from comfyfleet.server.config import ConfigError, load_config
+from comfyfleet.spend.budget import daily_budget
 from comfyfleet.spend.prices import DEFAULT_PRICES, PaidJob, PriceTable, parse_prices
 
 
@@ -106,7 +108,8 @@ def test_tenants_budgets_are_read_and_checked(tmp_path: Path) -> None:
     loaded = load_config(config, env={})
     alice = loaded.shares.of("alice")
     assert (alice.paid_jobs_per_day, alice.spend_per_day) == (40, 2.5)
-    assert not loaded.shares.of("zed").daily_budget.limited  # a cap is one tenant's
+    assert daily_budget(loaded.shares, "alice") == Budget(40, 2.5)
+    assert not daily_budget(loaded.shares, "zed").limited  # a cap is one tenant's
     assert loaded.prices.price("bfl", "flux-2-pro") == 0.05
     for bad, message in (
         ("paid_jobs_per_day = -1", "paid_jobs_per_day must be a whole number"),

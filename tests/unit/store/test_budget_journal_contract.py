@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from comfyfleet.domain.budgets import Budget, BudgetCheck, BudgetExceeded
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJobState
 from comfyfleet.fanout.journal import MemoryJournal
-from comfyfleet.spend.budget import Budget, BudgetCheck, BudgetExceeded
 from comfyfleet.store.base import JobStore, RemoteJobJournal
 from tests.unit.store.stores import STORES, Clock, StoreFactory, postgres_factory, sqlite_store
 from tests.unit.store.test_journal_contract import new

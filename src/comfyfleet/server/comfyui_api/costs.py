@@ -14,20 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.budgets import PROMPT, Budget, Usage, day_start, overrun, tenant_owner
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.server.gateway import Gateway
-from comfyfleet.spend.budget import (
-    PROMPT,
-    BadBudget,
-    Budget,
-    Usage,
-    day_start,
-    overrun,
-    prompt_budget,
-    tenant_owner,
-)
+from comfyfleet.spend.budget import BadBudget, daily_budget, prompt_budget
 from comfyfleet.spend.estimate import Estimate, estimate
 
 
@@ -45,11 +37,6 @@ async def estimated(gw: Gateway, checked: ValidationResult) -> Estimate:
     return await asyncio.to_thread(walk) if is_large(checked.prompt) else walk()
 
 
-def daily_budget(gw: Gateway, tenant: str) -> Budget:
-    policy = gw.config.shares.tenants.get(tenant)  # a cap is one tenant's, never default's
-    return Budget() if policy is None else policy.daily_budget
-
-
 async def budget_refusal(
     gw: Gateway, checked: ValidationResult, extra_data: dict[str, Any], tenant: str
 ) -> web.Response | None:
@@ -58,7 +45,7 @@ async def budget_refusal(
         own = prompt_budget(extra_data)
     except BadBudget as exc:
         return bad_budget(str(exc))
-    daily = daily_budget(gw, tenant)
+    daily = daily_budget(gw.config.shares, tenant)
     if not own.limited and not daily.limited:
         return None
     planned = await estimated(gw, checked)
@@ -98,7 +85,7 @@ async def cost_answer(
     except BadBudget as exc:
         return bad_budget(str(exc))
     planned = await estimated(gw, checked)
-    daily = daily_budget(gw, tenant)
+    daily = daily_budget(gw.config.shares, tenant)
     used = await gw.store.paid_usage(tenant, day_start(time.time()))
     refusal = None
     if planned.known:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, Usage
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
     RemoteJobState,
     check_remote_finish,
 )
-from comfyfleet.spend.budget import BudgetCheck, Usage
 from comfyfleet.store.postgres_parts import journal_sql as journal
 from comfyfleet.store.postgres_parts.access import PostgresAccess, dumps
 

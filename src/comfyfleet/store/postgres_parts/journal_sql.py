@@ -15,8 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
-from comfyfleet.spend.budget import BudgetCheck, BudgetExceeded, Usage
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_or_none
 from comfyfleet.store.sql_blocks import load_blocks

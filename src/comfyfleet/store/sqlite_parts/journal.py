@@ -6,8 +6,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
-from comfyfleet.spend.budget import BudgetCheck, Usage
 from comfyfleet.store.sqlite_parts import journal_sql as journal
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 

@@ -14,13 +14,13 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
     RemoteJobState,
     check_remote_finish,
 )
-from comfyfleet.spend.budget import BudgetCheck, BudgetExceeded, Usage
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.sql_blocks import load_blocks
 from comfyfleet.store.sqlite_parts import schema as schema
