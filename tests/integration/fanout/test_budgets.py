@@ -156,8 +156,7 @@ async def test_a_job_past_the_budget_fails_in_the_status_when_the_count_is_not_k
     [failed] = [slot for slot in slots if slot["state"] == "failed"]
     assert failed["error_class"] == "BudgetExceeded"
     assert failed["error"] == (
-        "tenant alice's paid_jobs_per_day (today, UTC) = 2: 2 paid job(s) counted, "
-        "1 more asked for"
+        "tenant alice's paid_jobs_per_day (today, UTC) = 2: 2 paid job(s) counted, 1 more asked for"
     )
     assert failed["remote_id"] is None and failed["http_status"] is None
     assert jobs_sent(emulator) == 2  # the third never reached the provider
@@ -174,8 +173,9 @@ async def test_a_job_past_the_prompts_budget_fails_a_fail_fast_collector(
     assert entry["status"]["status_str"] == "error"
     [error] = [data for name, data in entry["status"]["messages"] if name == "execution_error"]
     assert error["node_id"] == "c" and error["exception_type"].endswith("CollectFailed")
-    assert "BudgetExceeded: the prompt's extra_data.comfyfleet_budget.paid_jobs = 1" in (
-        error["exception_message"]
+    assert (
+        "BudgetExceeded: the prompt's extra_data.comfyfleet_budget.paid_jobs = 1"
+        in (error["exception_message"])
     )
     assert jobs_sent(emulator) == 1
 
