@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--cost",
         action="store_true",
-        help="also say which paid jobs it would send (provider, model, count) and what they "
-        "cost by the price table: the summary on stderr, JSON on stdout",
+        help="say instead which paid jobs it would send (provider, model, count) and what "
+        "they cost by the price table: the summary on stderr, JSON on stdout (no journal "
+        "is looked in: a job a run would reuse is counted)",
     )
     validate.add_argument(
         "--config",

@@ -107,6 +107,18 @@ class MemoryJournal:
             changes["attempts"] = attempts
         return self._update(job_id, **changes)
 
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        wanted = set(hashes)
+        return {
+            job.request_hash
+            for job in self._jobs.values()
+            if job.request_hash in wanted
+            and (
+                job.state in _LIVE
+                or (job.state == RemoteJobState.SUCCEEDED and job.result is not None)
+            )
+        }
+
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         return self._usage(lambda j: j.tenant == tenant, since)
 

@@ -8,23 +8,26 @@ Concurrent Submit twin, upstream of an output. Each sends one job, except:
 - a node fed a list (an upstream `OUTPUT_IS_LIST`, e.g. Rebatch Images) runs once per
   item: how many is known only when it runs, so its count is unknown.
 
-The estimate does not look in the journal: a job whose result is already there is
-reused when the prompt runs and costs nothing, so the estimate is what the prompt sends
-at most. A model given through a link is known only when it runs (its cost: unknown).
+Each job also gets its request's hash when the prompt alone makes the request (see
+reuse.py), so a job the journal would reuse or wait on is told apart from a new one. A
+model given through a link is known only when it runs (its cost: unknown).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from comfyfleet.domain.budgets import Usage
 from comfyfleet.engine.nodedef import NodeDef
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.protocol.prompt import is_link
 from comfyfleet.spend.prices import PaidJob, PaidJobSpec, PriceTable
+from comfyfleet.spend.reuse import request_hash
 
 
 @dataclass(frozen=True)
@@ -35,12 +38,15 @@ class PlannedJob:
     units: float
     cost: float | None  # None: no price, or the model is not known yet
     terms_known: bool = True  # model and seconds given in the prompt, not through links
+    request_hash: str | None = None  # None: the request is made only as it runs
 
 
 @dataclass(frozen=True)
 class Estimate:
-    jobs: tuple[PlannedJob, ...]
+    jobs: tuple[PlannedJob, ...]  # new jobs: what the prompt pays for
     uncounted: tuple[str, ...]  # paid nodes whose number of jobs is not known
+    #: Jobs the journal holds already (a kept result, or a live job): none is sent.
+    reused: tuple[PlannedJob, ...] = ()
 
     @property
     def known(self) -> bool:
@@ -63,10 +69,6 @@ class Estimate:
 
     def as_json(self) -> dict[str, Any]:
         """The dry run's answer: jobs grouped by provider and model, and the totals."""
-        groups: dict[tuple[str, str | None], list[PlannedJob]] = {}
-        for job in self.jobs:
-            groups.setdefault((job.provider, job.model), []).append(job)
-        lines = [_group(provider, model, jobs) for (provider, model), jobs in groups.items()]
         usage = self.usage
         return {
             "paid_jobs": usage.paid_jobs,
@@ -76,8 +78,17 @@ class Estimate:
             "priced_cost": round(usage.spend, 6),
             "unpriced_jobs": usage.unpriced,
             "currency": "USD",
-            "jobs": lines,
+            "jobs": _groups(self.jobs),
+            "reused_jobs": len(self.reused),
+            "reused": _groups(self.reused),
         }
+
+
+def _groups(jobs: tuple[PlannedJob, ...]) -> list[dict[str, Any]]:
+    by_model: dict[tuple[str, str | None], list[PlannedJob]] = {}
+    for job in jobs:
+        by_model.setdefault((job.provider, job.model), []).append(job)
+    return [_group(provider, model, group) for (provider, model), group in by_model.items()]
 
 
 def _group(provider: str, model: str | None, jobs: list[PlannedJob]) -> dict[str, Any]:
@@ -98,7 +109,7 @@ def estimate(
     """The paid jobs of a validated prompt, run for `outputs`."""
     graph = _Graph(prompt, registry, outputs)
     shared: dict[str, list[str]] = {}
-    specs: dict[str, tuple[PaidJobSpec, NodeDef]] = {}
+    specs: dict[str, tuple[PaidJobSpec, NodeDef, type]] = {}
     uncounted: list[str] = []
     for node_id in graph.order:
         found = graph.paid_spec(node_id)
@@ -111,9 +122,27 @@ def estimate(
         shared.setdefault(graph.identity(node_id), []).append(node_id)
     jobs = []
     for node_ids in shared.values():
-        spec, node = specs[node_ids[0]]
-        jobs.append(_planned(tuple(node_ids), spec, node, prompt[node_ids[0]], prices))
+        spec, node, source = specs[node_ids[0]]
+        job = _planned(tuple(node_ids), spec, node, prompt[node_ids[0]], prices)
+        digest = request_hash(prompt, node_ids[0], source, registry)
+        jobs.append(dataclasses.replace(job, request_hash=digest))
     return Estimate(tuple(jobs), tuple(sorted(uncounted)))
+
+
+class KnownRequests(Protocol):
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]: ...
+
+
+async def without_reused(planned: Estimate, journal: KnownRequests) -> Estimate:
+    """`planned` with the jobs the journal holds (a kept result, a live job) moved to its
+    `reused`: the run sends no new job for them."""
+    hashes = [job.request_hash for job in planned.jobs if job.request_hash is not None]
+    if not hashes:
+        return planned
+    known = await journal.known_requests(hashes)
+    fresh = tuple(job for job in planned.jobs if job.request_hash not in known)
+    held = tuple(job for job in planned.jobs if job.request_hash in known)
+    return dataclasses.replace(planned, jobs=fresh, reused=planned.reused + held)
 
 
 def _planned(
@@ -165,14 +194,18 @@ class _Graph:
     def node(self, node_id: str) -> NodeDef | None:
         return self.registry.get(str(self.prompt[node_id].get("class_type")))
 
-    def paid_spec(self, node_id: str) -> tuple[PaidJobSpec, NodeDef] | None:
+    def paid_spec(self, node_id: str) -> tuple[PaidJobSpec, NodeDef, type] | None:
+        """The node's spec, its definition, and the class that makes its request (the
+        original of a Concurrent Submit twin); None for a node that sends no paid job."""
         node = self.node(node_id)
         if node is None:
             return None
         original = getattr(node.cls, "ORIGINAL_NODE", None)  # a Concurrent Submit twin
         source = self.registry.get(original) if isinstance(original, str) else node
-        spec = getattr(source.cls, "PAID_JOB", None) if source is not None else None
-        return (spec, node) if isinstance(spec, PaidJobSpec) else None
+        if source is None:
+            return None
+        spec = getattr(source.cls, "PAID_JOB", None)
+        return (spec, node, source.cls) if isinstance(spec, PaidJobSpec) else None
 
     def fed_a_list(self, node_id: str) -> bool:
         """Whether the node runs once per item of a list input (more than once, maybe)."""

@@ -434,6 +434,13 @@ ORDER BY created_at, pos
 -- A tenant's budget lock (see migration_16), held until the transaction ends.
 SELECT comfyfleet_paid_lock($1)
 
+-- name: known_requests
+-- Of some request hashes, those a new job would not be sent for: a succeeded job kept
+-- its result (reused), or a live job runs it (waited on).
+SELECT DISTINCT request_hash FROM remote_jobs
+WHERE request_hash = ANY($1::text[])
+  AND (state IN ('submitting', 'running') OR (state = 'succeeded' AND result IS NOT NULL))
+
 -- name: paid_by_tenant
 -- A tenant's paid jobs recorded since a time, and their cost: every job that may have
 -- been billed (see comfyfleet/spend/budget.py). Not counted: a job that failed with no

@@ -333,6 +333,13 @@ WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.jo
 -- name: journal_exists
 SELECT 1 FROM remote_jobs WHERE id = ?
 
+-- name: journal_known_requests
+-- Of some request hashes, those a new job would not be sent for: a succeeded job kept
+-- its result (reused), or a live job runs it (waited on). `{marks}`: one ? per hash.
+SELECT DISTINCT request_hash FROM remote_jobs
+WHERE request_hash IN ({marks})
+  AND (state IN ('submitting', 'running') OR (state = 'succeeded' AND result IS NOT NULL))
+
 -- name: journal_paid_by_tenant
 -- A tenant's paid jobs recorded since a time, and their cost: every job that may have
 -- been billed (see comfyfleet/spend/budget.py). Not counted: a job that failed with no

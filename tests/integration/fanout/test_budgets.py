@@ -95,6 +95,13 @@ async def test_a_tenant_at_its_cap_is_refused_at_submit_and_nothing_is_sent(
             assert entry["status"]["status_str"] == "success"
             assert jobs_sent(emulator) == 5
 
+            # The same prompt again reuses its five results: no new job, so no refusal.
+            dry = await alice.post("/comfyfleet/cost", {"prompt": fanout(emulator.url, 5)})
+            assert (dry.json["paid_jobs"], dry.json["reused_jobs"]) == (0, 5)
+            again = await alice.submit(fanout(emulator.url, 5))
+            assert (await finished(alice, again))["status"]["status_str"] == "success"
+            assert jobs_sent(emulator) == 5
+
             refused = await alice.post("/prompt", {"prompt": fanout(emulator.url, 30, seed=100)})
             assert refused.status == 400
             error = refused.json["error"]
@@ -217,6 +224,16 @@ async def test_the_dry_run_counts_what_a_run_sends(tmp_path: Path, emulator: Emu
         assert jobs_sent(emulator) == 0  # a dry run sends nothing
         prompt_id = await served.submit(prompt)
         assert (await finished(served, prompt_id))["status"]["status_str"] == "success"
+        # Run again, the prompt reuses every result: the dry run now says so.
+        after = (await served.post("/comfyfleet/cost", {"prompt": prompt})).json
+        assert (after["paid_jobs"], after["reused_jobs"], after["cost"]) == (0, 7, 0)
+        assert {job["model"]: job["count"] for job in after["reused"]} == {
+            "flux-kontext-pro": 3,
+            "flux-pro-1.1": 1,
+            "gpt-image-1": 2,
+            "flux-dev": 1,
+        }
+        assert after["budget"]["today"]["paid_jobs"] == 7
     stats = emulator.stats()
     by_model = {job["model"]: job["count"] for job in dry["jobs"]}
     assert by_model == {"flux-kontext-pro": 3, "flux-pro-1.1": 1, "gpt-image-1": 2, "flux-dev": 1}
@@ -225,6 +242,7 @@ async def test_the_dry_run_counts_what_a_run_sends(tmp_path: Path, emulator: Emu
     assert dry["cost"] == pytest.approx(3 * 0.04 + 0.04 + 2 * 0.04 + 0.025)
     assert dry["budget"]["refusal"] is None
     assert dry["budget"]["today"] == {"paid_jobs": 0, "spend": 0}
+    assert dry["reused_jobs"] == 0
 
     workflow = tmp_path / "mixed.json"
     workflow.write_text(json.dumps(prompt))

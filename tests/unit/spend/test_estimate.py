@@ -111,3 +111,29 @@ def test_a_video_costs_its_seconds(registry: NodeRegistry) -> None:
     body = planned(graph, ["c"], registry)
     assert body["jobs"][0]["model"] == "sora-2"
     assert body["cost"] == pytest.approx(0.8)
+
+
+def test_a_request_made_from_the_prompt_alone_has_its_hash(registry: NodeRegistry) -> None:
+    from comfyfleet.fanout.request import ApiConfig
+    from comfyfleet.nodes.providers.bfl.nodes import BFLFluxImage
+
+    graph = Graph("http://127.0.0.1:1")
+    graph.submit("s1", "a cat", 1)
+    typed = graph.api("http://127.0.0.1:1", "sk-typed-into-the-workflow")
+    graph.submit("s2", "a cat", 2, settings=typed)  # a typed key: a marker only once stored
+    graph.prompt["img"] = {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+    }
+    graph.submit("s3", "a cat", 3, image1=["img", 0])  # an image: made as it runs
+    graph.collect("c", ["s1", "s2", "s3"])
+    jobs = {
+        job.node_ids[0]: job for job in estimate(graph.prompt, ["c"], registry, PriceTable()).jobs
+    }
+    inputs = {
+        **graph.flux_inputs("a cat", 1),
+        "api_config": ApiConfig("http://127.0.0.1:1", "env:FANOUT_TEST_KEY"),
+    }
+    assert jobs["s1"].request_hash == BFLFluxImage().remote_request(**inputs).request_hash
+    assert jobs["s2"].request_hash is None
+    assert jobs["s3"].request_hash is None

@@ -165,3 +165,20 @@ async def test_two_gateways_never_pass_a_tenants_budget_together(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_known_requests_are_those_reused_or_waited_on(journal: RemoteJobJournal) -> None:
+    for job_id in ("kept", "live", "failed", "cancelled"):
+        await journal.record_remote_job(paid(job_id))
+    assert await journal.remote_job_submitted("kept", "task-1", {})
+    assert await journal.finish_remote_job(
+        "kept", RemoteJobState.SUCCEEDED, result=b"png", result_type="image/png"
+    )
+    error = {"class": "JobFailed", "message": "bfl: failed", "status": None}
+    assert await journal.finish_remote_job("failed", RemoteJobState.FAILED, error=error)
+    assert await journal.finish_remote_job("cancelled", RemoteJobState.CANCELLED)
+    hashes = ["h-kept", "h-live", "h-failed", "h-cancelled", "h-never"]
+    assert await journal.known_requests(hashes) == {"h-kept", "h-live"}
+    assert await journal.known_requests([]) == set()
+    many = [f"h-{n}" for n in range(1200)]  # past one statement's bound variables
+    assert await journal.known_requests([*many, "h-kept"]) == {"h-kept"}

@@ -20,7 +20,7 @@ from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.spend.budget import BadBudget, daily_budget, prompt_budget
-from comfyfleet.spend.estimate import Estimate, estimate
+from comfyfleet.spend.estimate import Estimate, estimate, without_reused
 
 
 def bad_budget(message: str) -> web.Response:
@@ -29,12 +29,14 @@ def bad_budget(message: str) -> web.Response:
 
 
 async def estimated(gw: Gateway, checked: ValidationResult) -> Estimate:
-    """The paid jobs of a validated prompt (in a worker thread when it is large)."""
+    """The new paid jobs of a validated prompt: those the journal holds are reused (the
+    graph walked in a worker thread when it is large)."""
 
     def walk() -> Estimate:
         return estimate(checked.prompt, checked.outputs, gw.engine.registry, gw.config.prices)
 
-    return await asyncio.to_thread(walk) if is_large(checked.prompt) else walk()
+    planned = await asyncio.to_thread(walk) if is_large(checked.prompt) else walk()
+    return await without_reused(planned, gw.store)
 
 
 async def budget_refusal(

@@ -32,6 +32,12 @@ class PostgresJournal(PostgresAccess):
         # path (the request has a live job) reads what the insert left alone.
         return await self._commit(lambda db: journal.record(db, job, now, self.owner))
 
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        """Of `hashes`, those the journal would send no new job for (see the seam)."""
+        if not hashes:
+            return set()
+        return await self._run(lambda db: journal.known_requests(db, hashes))
+
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
         return await self._run(lambda db: journal.paid_usage(db, tenant, since))

@@ -104,6 +104,11 @@ async def _check_budget(db: Any, job: NewRemoteJob, budget: BudgetCheck) -> None
         raise BudgetExceeded(refusal)
 
 
+async def known_requests(db: Any, hashes: Sequence[str]) -> set[str]:
+    rows = await db.fetch(Q["known_requests"], [to_db(h) for h in hashes])
+    return {from_db(row[0]) for row in rows}
+
+
 async def paid_usage(db: Any, tenant: str, since: float) -> Usage:
     return _usage(await db.fetchrow(Q["paid_by_tenant"], to_db(tenant), since))
 

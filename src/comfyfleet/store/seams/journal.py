@@ -33,6 +33,10 @@ class RemoteJobJournal(Protocol):
         store: BudgetExceeded (naming the budget), and nothing written, when it would pass
         its tenant's budget of the day or its prompt's."""
 
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        """Of these request hashes, those a new job would not be sent for: one succeeded
+        and kept its result (it is reused), or one is live (it is waited on)."""
+
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         """The tenant's paid jobs recorded since `since` that may have been billed, and
         their cost (see comfyfleet.spend.budget)."""

@@ -29,6 +29,12 @@ class SQLiteJournal(SQLiteAccess):
         )
         return await self._write(op)
 
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        """Of `hashes`, those the journal would send no new job for (see the seam)."""
+        if not hashes:
+            return set()
+        return await self._read(functools.partial(journal.known_requests, hashes=hashes))
+
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
         return await self._read(functools.partial(journal.paid_usage, tenant=tenant, since=since))

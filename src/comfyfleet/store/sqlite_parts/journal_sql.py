@@ -55,6 +55,9 @@ SELECT_REUSABLE = Q["journal_select_reusable"]
 SELECT_LIVE = Q["journal_select_live"]
 PRUNE = Q["journal_prune"]
 PAID_BY_TENANT = Q["journal_paid_by_tenant"]
+KNOWN_REQUESTS = Q["journal_known_requests"]
+#: Hashes bound per `IN (...)`: well under SQLite's variable limit.
+CHUNK = 500
 PAID_BY_PROMPT = Q["journal_paid_by_prompt"]
 PRUNE_WAITERS = Q["journal_prune_waiters"]
 
@@ -224,6 +227,15 @@ def reusable(conn: sqlite3.Connection, request_hash: str) -> RemoteJob | None:
 
 def live(conn: sqlite3.Connection, owner: str, now: float) -> list[RemoteJob]:
     return [_row(found) for found in conn.execute(SELECT_LIVE, (owner, now))]
+
+
+def known_requests(conn: sqlite3.Connection, hashes: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(hashes), CHUNK):
+        chunk = list(hashes[start : start + CHUNK])
+        query = KNOWN_REQUESTS.format(marks=", ".join("?" * len(chunk)))
+        found.update(row[0] for row in conn.execute(query, chunk))
+    return found
 
 
 def encode_finish(
