@@ -14,12 +14,13 @@ import logging
 from typing import Any
 
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_link
 
 log = logging.getLogger(__name__)
 
 
-class _Unknown(Exception):
+class _Unknown(ComfyfleetError):
     """An input known only as the prompt runs."""
 
 
