@@ -109,6 +109,8 @@ async def test_a_tenant_at_its_cap_is_refused_at_submit_and_nothing_is_sent(
             assert "tenant alice's paid_jobs_per_day (today, UTC) = 5" in error["details"]
             assert "5 paid job(s) counted, 30 more asked for" in error["details"]
             assert refused.json["node_errors"] == {}
+            v2 = await alice.post("/api/v2/jobs", {"workflow": fanout(emulator.url, 30, seed=100)})
+            assert v2.status == 422 and "budget_exceeded" in v2.text  # v2's refusal shape
             assert jobs_sent(emulator) == 5  # not one of the 30 reached the provider
             assert (await alice.get("/queue"))["queue_pending"] == []
 
