@@ -235,7 +235,7 @@ def load_config(
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     tokens: list[AuthToken] = []
-    share_tables: dict[str, Any] = {}
+    tables: dict[str, Any] = {}
     if config_file is not None:
         try:
             data = tomllib.loads(config_file.read_text(encoding="utf-8"))
@@ -247,7 +247,7 @@ def load_config(
                 tokens += _auth_table(value, config_file.parent)
                 continue
             if name in ("tenants", "fair_share", "prices"):
-                share_tables[name] = value
+                tables[name] = value
                 continue
             if name == "comfyui":  # its paths are relative to the file
                 value = _comfyui_tables(value, config_file.parent)
@@ -270,8 +270,8 @@ def load_config(
         ServerConfig(),
         **{k: _coerce(k, v) for k, v in values.items()},
         auth_tokens=_checked_tokens(tokens),
-        shares=_share_policy(share_tables),
-        prices=_prices(share_tables.get("prices")),
+        shares=_share_policy(tables),
+        prices=_prices(tables.get("prices")),
         extra=extra,
     )
     if config.local_slots < 0:
