@@ -272,6 +272,7 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
     ),
     "extra": ("", "", ""),  # unknown keys of the file, kept: not a setting
     "shares": ("", "", ""),  # [tenants.NAME] and [fair_share] tables: listed on their own
+    "prices": ("", "", ""),  # the [prices] table: listed on its own
 }
 
 SECTIONS = (
@@ -399,6 +400,18 @@ TENANT_KEYS = (
         "every lane",
         "The lanes it may use: a list of names or shell patterns such as "
         "`backend:gpu-*` and `local`.",
+    ),
+    (
+        "paid_jobs_per_day",
+        "none",
+        "Paid API jobs its prompts may send per calendar day in UTC, fleet-wide; past it a "
+        "prompt is refused at submit (400 `budget_exceeded`) or the job fails "
+        "(`BudgetExceeded`).",
+    ),
+    (
+        "spend_per_day",
+        "none",
+        "US dollars those jobs may cost per calendar day in UTC, by the `[prices]` table.",
     ),
 )
 
@@ -685,6 +698,7 @@ def configuration_page() -> str:
         "|---|---|---|",
         *(f"| `{k}` | {d} | {w} |" for k, d, w in FAIR_SHARE_KEYS),
         "",
+        *_prices_section(),
         "## `[[auth.tokens]]` tables",
         "",
         "Each table is one bearer token (see [Authentication](../features/authentication.md)); "
@@ -707,6 +721,33 @@ def configuration_page() -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _prices_section() -> list[str]:
+    from comfyfleet.spend.prices import DEFAULT_PRICES, PER_SECOND
+
+    rows = [
+        f"| `{provider}` | `{model}` | {price:g}"
+        + (" per second" if provider in PER_SECOND else "")
+        + " |"
+        for provider, models in DEFAULT_PRICES.items()
+        for model, price in models.items()
+    ]
+    return [
+        "## `[prices]`",
+        "",
+        "What paid jobs cost, in US dollars, for `spend_per_day`, `extra_data.comfyfleet_budget` "
+        "and the cost dry run (see [Fan-out](../features/fanout.md#budgets-and-the-cost-dry-run)): "
+        'one table per provider, `[prices.bfl]` `"flux-2-pro" = 0.03`. Images are priced per '
+        "job, videos per second asked for. The operator's table is merged over these "
+        "defaults, which are estimates from the providers' public price lists (December "
+        "2026) at their smallest common settings, not the bill:",
+        "",
+        "| provider | model | default |",
+        "|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 # -- command line ------------------------------------------------------------------

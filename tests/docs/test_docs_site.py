@@ -46,8 +46,9 @@ def test_configuration_reference_names_every_setting_and_flag() -> None:
 
     page = (ROOT / "docs/reference/configuration.md").read_text()
     assert "## `[tenants.NAME]` tables" in page and "## `[fair_share]`" in page  # `shares`
+    assert "## `[prices]`" in page and "`paid_jobs_per_day`" in page
     for name in ServerConfig.__dataclass_fields__:
-        if name not in ("extra", "auth_tokens", "shares"):
+        if name not in ("extra", "auth_tokens", "shares", "prices"):
             assert f"`{name}`" in page, name
             if name != "webhooks":
                 assert f"`COMFYFLEET_{name.upper()}`" in page, name

@@ -44,7 +44,7 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
             "a prompt's validity is semantic (node classes, links, input types): most "
             "schema-valid graphs get ComfyUI's 400 with node_errors, as they should"
         )
-        for operation_id in ("postPrompt", "validatePrompt", "submitJobV2")
+        for operation_id in ("postPrompt", "validatePrompt", "estimatePromptCost", "submitJobV2")
     },
     ("listJobsV2", "positive_data_acceptance"): (
         "a cursor is one the server handed out (`next_cursor`): any other string is v2's "

@@ -96,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="validate a workflow without running it", formatter_class=HelpFormatter
     )
     _workflow_args(validate)
+    validate.add_argument(
+        "--cost",
+        action="store_true",
+        help="say instead which paid jobs it would send (provider, model, count) and what "
+        "they cost by the price table: the summary on stderr, JSON on stdout (no journal "
+        "is looked in: a job a run would reuse is counted)",
+    )
+    validate.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="with --cost: the server's config file, for its [prices] table (default: the "
+        "built-in estimates)",
+    )
     _engine_args(validate)
 
     from comfyfleet.cli.emulate import add_emulate_parser

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
+from comfyfleet.cli.costs import print_cost
 from comfyfleet.cli.journal import open_journal
 from comfyfleet.cli.summary import display_names, nodes_to_run, validation_summary
 from comfyfleet.cli.workflow_file import WorkflowError, apply_overrides
@@ -88,6 +89,8 @@ async def validate_workflow(args: argparse.Namespace, prompt: dict[str, Any]) ->
         engine.close()
     if not checked.ok:
         return _refused(checked, overridden, engine)
+    if getattr(args, "cost", False):
+        return print_cost(checked, engine, args.config)
     print(json.dumps({"outputs": checked.outputs, "node_errors": checked.node_errors}, indent=2))
     return 0
 

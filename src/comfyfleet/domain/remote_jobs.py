@@ -40,6 +40,11 @@ class NewRemoteJob:
     prompt_id: str | None
     node_id: str | None
     resume: dict[str, Any] = field(default_factory=dict)
+    #: For budgets: whose prompt asked (None: no tenant known), the model priced, and
+    #: what the job costs by the price table (None: no price).
+    tenant: str | None = None
+    model: str | None = None
+    cost: float | None = None
 
 
 @dataclass(frozen=True)

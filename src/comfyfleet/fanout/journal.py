@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage, may_be_billed
 from comfyfleet.domain.remote_jobs import (
     REMOTE_FINAL,
     NewRemoteJob,
@@ -24,21 +26,44 @@ from comfyfleet.store.base import StoreError
 _LIVE = frozenset({RemoteJobState.SUBMITTING, RemoteJobState.RUNNING})
 
 
+@dataclass(frozen=True)
+class Charge:
+    """A job as budgets count it: whose prompt asked, and what it cost."""
+
+    tenant: str | None
+    prompt_id: str | None
+    cost: float | None
+
+
 class MemoryJournal:
     owner = "local"
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._jobs: dict[str, RemoteJob] = {}  # insertion order is creation order
+        self._charges: dict[str, Charge] = {}  # by job id: what budgets count
         self._clock = clock
 
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+    async def record_remote_job(
+        self, job: NewRemoteJob, budget: BudgetCheck | None = None
+    ) -> RemoteJob:
         if job.id in self._jobs:
             raise StoreError(f"remote job {job.id!r} already exists")
         for existing in self._jobs.values():
             if existing.request_hash == job.request_hash and existing.state in _LIVE:
                 return dataclasses.replace(existing, result=None)
+        if budget is not None:
+            tenant_used = self._usage(lambda j: j.tenant == budget.tenant, budget.since)
+            prompt_used = Usage()
+            if job.prompt_id is not None:
+                prompt_used = self._usage(lambda j: j.prompt_id == job.prompt_id, 0.0)
+            refusal = budget.refusal(tenant_used, prompt_used)
+            if refusal is not None:
+                raise BudgetExceeded(refusal)
         now = self._clock()
         fields = dataclasses.asdict(job)
+        self._charges[job.id] = Charge(job.tenant, job.prompt_id, job.cost)
+        for name in ("tenant", "model", "cost"):  # kept beside the record
+            del fields[name]
         record = RemoteJob(
             **fields,
             slot=None,
@@ -81,6 +106,30 @@ class MemoryJournal:
         if attempts is not None:
             changes["attempts"] = attempts
         return self._update(job_id, **changes)
+
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        wanted = set(hashes)
+        return {
+            job.request_hash
+            for job in self._jobs.values()
+            if job.request_hash in wanted
+            and (
+                job.state in _LIVE
+                or (job.state == RemoteJobState.SUCCEEDED and job.result is not None)
+            )
+        }
+
+    async def paid_usage(self, tenant: str, since: float) -> Usage:
+        return self._usage(lambda j: j.tenant == tenant, since)
+
+    def _usage(self, whose: Callable[[Charge], bool], since: float) -> Usage:
+        """Jobs that may have been billed (see comfyfleet.spend.budget), of `whose`."""
+        used = Usage()
+        for job in self._jobs.values():
+            charge = self._charges.get(job.id, Charge(None, None, None))
+            if job.created_at >= since and whose(charge) and may_be_billed(job):
+                used = used + Usage(1, charge.cost or 0.0)
+        return used
 
     def _update(self, job_id: str, **changes: Any) -> bool:
         record = self._jobs.get(job_id)
@@ -131,4 +180,5 @@ class MemoryJournal:
         ]
         for job_id in gone:
             del self._jobs[job_id]
+            self._charges.pop(job_id, None)
         return len(gone)

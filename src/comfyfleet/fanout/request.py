@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comfyfleet.provider_http.redact import Redactor
+from comfyfleet.spend.prices import PaidJob
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,14 @@ class RemoteRequest:
     @functools.cached_property
     def request_hash(self) -> str:
         return _digest(self)
+
+    def paid_job(self) -> PaidJob:
+        """What prices this job: the body's model (else the operation, BFL's model) and, for
+        a video, its seconds."""
+        model = self.body.get("model")
+        seconds = self.body.get("seconds")
+        units = float(seconds) if self.kind == "video" and seconds is not None else 1.0
+        return PaidJob(self.provider, model if isinstance(model, str) else self.operation, units)
 
     def __repr__(self) -> str:
         return f"RemoteRequest({self.provider}/{self.operation}, {self.request_hash[:12]})"

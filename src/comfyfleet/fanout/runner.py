@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comfyfleet import imaging
+from comfyfleet.domain.budgets import BudgetExceeded
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.fanout.drivers import Connection, Driver, Submitted
@@ -32,6 +33,7 @@ from comfyfleet.fanout.session import SessionLease
 from comfyfleet.fanout.task import Task, TaskState
 from comfyfleet.provider_http.errors import ProviderError
 from comfyfleet.provider_http.retry import Cooldown
+from comfyfleet.spend.guard import BudgetGuard, Charge
 from comfyfleet.store.base import RemoteJobJournal
 
 log = logging.getLogger(__name__)
@@ -94,8 +96,10 @@ class JobRunner:
         cooldown_for: Callable[[str, ApiConfig], Cooldown],
         on_unusable: Callable[[Task], None],
         follow: Follow,
+        budgets: BudgetGuard | None = None,
     ) -> None:
         self.journal = journal
+        self.budgets = budgets  # None: jobs are recorded with no tenant, cost or check
         self.follow = follow
         self.vault = vault
         self.sessions = sessions
@@ -176,6 +180,7 @@ class JobRunner:
         assert job.request is not None
         task = job.task
         resume = {**job.api.resume_fields(), "operation": job.request.operation}
+        charge = await self._charge(task, job.request)
         new = NewRemoteJob(
             id=uuid.uuid4().hex,
             request_hash=job.request.request_hash,
@@ -184,15 +189,28 @@ class JobRunner:
             prompt_id=task.info.prompt_id,
             node_id=task.info.node_id,
             resume=resume,
+            tenant=charge.tenant,
+            model=charge.model,
+            cost=charge.cost,
         )
         # Known before the write, and the write shielded: a cancel arriving now still
         # finds the row and closes it, instead of leaving it looking sent.
         task.info.journal_id = new.id
-        recorded = await asyncio.shield(self.journal.record_remote_job(new))
+        try:
+            recorded = await asyncio.shield(self.journal.record_remote_job(new, charge.check))
+        except BudgetExceeded:
+            task.info.journal_id = None  # nothing was written, and nothing is sent
+            raise
         if recorded.id != new.id:
             task.info.journal_id = None
             raise LiveElsewhere(recorded)
         job.record = recorded
+
+    async def _charge(self, task: Task, request: RemoteRequest) -> Charge:
+        paid = request.paid_job()
+        if self.budgets is None:
+            return Charge(None, paid.model, None, None)
+        return await self.budgets.charge(task.info.prompt_id, paid)
 
     async def _submit(self, job: Job, conn: Connection, request: RemoteRequest) -> Submitted:
         sending = asyncio.ensure_future(job.driver.submit(conn, request))

@@ -35,6 +35,7 @@ from comfyfleet.fanout.task import UNUSABLE, Task, TaskInfo, TaskState
 from comfyfleet.fanout.watch import PromptWatch
 from comfyfleet.provider_http.errors import AmbiguousSubmit
 from comfyfleet.provider_http.retry import Cooldown
+from comfyfleet.spend.guard import BudgetGuard
 from comfyfleet.store.base import RemoteJobJournal
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,13 @@ class FanoutService:
         drivers: Mapping[str, Driver] | None = None,
         *,
         resume: bool = True,
+        budgets: BudgetGuard | None = None,
     ) -> None:
         """`resume`: at first use, re-attach every job the journal says an earlier
         process left running (a server's journal). Off for one-shot runs sharing a
         journal file, where another run may be following those jobs right now: a job
-        is then re-attached only when a prompt asks for it again."""
+        is then re-attached only when a prompt asks for it again. `budgets`: each new
+        paid job is checked against its tenant's and its prompt's budgets (None: none)."""
         settings = settings or FanoutSettings()
         self.journal = journal
         self.vault = vault or SecretVault()
@@ -98,6 +101,7 @@ class FanoutService:
             self._cooldown,
             self._unusable,
             self.follower.follow,
+            budgets,
         )
 
     def services(self) -> Services:

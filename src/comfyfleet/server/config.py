@@ -15,6 +15,7 @@ from comfyfleet.domain.gateways import DEFAULT_LEASE, GATEWAY_ID
 from comfyfleet.domain.jobs import MAX_HOLD
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.shares.policy import SharePolicy, parse_policy
+from comfyfleet.spend.prices import PriceTable, parse_prices
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
 
@@ -117,6 +118,9 @@ class ServerConfig:
     # None: http://host:port (this machine's name for a wildcard host).
     peer_url: str | None = None
     shares: SharePolicy = field(default_factory=SharePolicy)  # [tenants.*], [fair_share]
+    # What paid jobs cost ([prices.PROVIDER] "MODEL" = dollars), over the estimates in
+    # comfyfleet/spend/prices.py: for spend budgets and the cost dry run.
+    prices: PriceTable = field(default_factory=PriceTable)
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -227,11 +231,11 @@ def load_config(
 ) -> ServerConfig:
     """`overrides` are the flags: ServerConfig's fields, plus `auth_token` (a list of
     tokens) and `auth_token_file` (a path)."""
-    known = {f.name for f in fields(ServerConfig)} - {"extra", "auth_tokens", "shares"}
+    known = {f.name for f in fields(ServerConfig)} - {"extra", "auth_tokens", "shares", "prices"}
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     tokens: list[AuthToken] = []
-    share_tables: dict[str, Any] = {}
+    tables: dict[str, Any] = {}
     if config_file is not None:
         try:
             data = tomllib.loads(config_file.read_text(encoding="utf-8"))
@@ -242,8 +246,8 @@ def load_config(
             if name == "auth":
                 tokens += _auth_table(value, config_file.parent)
                 continue
-            if name in ("tenants", "fair_share"):
-                share_tables[name] = value
+            if name in ("tenants", "fair_share", "prices"):
+                tables[name] = value
                 continue
             if name == "comfyui":  # its paths are relative to the file
                 value = _comfyui_tables(value, config_file.parent)
@@ -266,7 +270,8 @@ def load_config(
         ServerConfig(),
         **{k: _coerce(k, v) for k, v in values.items()},
         auth_tokens=_checked_tokens(tokens),
-        shares=_share_policy(share_tables),
+        shares=_share_policy(tables),
+        prices=_prices(tables.get("prices")),
         extra=extra,
     )
     if config.local_slots < 0:
@@ -304,6 +309,13 @@ def load_config(
 def _share_policy(tables: dict[str, Any]) -> SharePolicy:
     try:
         return parse_policy(tables.get("tenants"), tables.get("fair_share"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _prices(table: Any) -> PriceTable:
+    try:
+        return parse_prices(table)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.budgets import day_start
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
@@ -35,6 +36,7 @@ from comfyfleet.server.delivery.event_log import EventLog
 from comfyfleet.server.delivery.hub import Hub
 from comfyfleet.server.delivery.relay import ClientRelay
 from comfyfleet.server.identity import process_alive, this_gateway
+from comfyfleet.spend.guard import BudgetGuard
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
 from comfyfleet.store.postgres_parts.url import is_postgres_url
@@ -90,7 +92,11 @@ class Gateway:
         )
         # Paid API jobs: shared pools, the store's journal, keys (fan-out and provider nodes).
         fanout = FanoutService(
-            store, SecretVault(config.secrets_file), fanout_settings(config), DRIVERS
+            store,
+            SecretVault(config.secrets_file),
+            fanout_settings(config),
+            DRIVERS,
+            budgets=BudgetGuard(config.shares, config.prices, store),
         )
         engine = Engine(
             registry, folders, cache_entries=config.cache_entries, services=fanout.services()
@@ -286,8 +292,12 @@ class Gateway:
             max_age_seconds=self.config.history_max_age,
         )
         if self.config.history_max_age:
-            # Journaled paid results older than the history they served go too.
-            await self.store.prune_remote_jobs(time.time() - self.config.history_max_age)
+            # Journaled paid results older than the history they served go too, but never
+            # today's: the tenants' daily budgets count them.
+            now = time.time()
+            await self.store.prune_remote_jobs(
+                min(now - self.config.history_max_age, day_start(now))
+            )
 
         def remove() -> int:
             tenants = {item.tenant for item in files}

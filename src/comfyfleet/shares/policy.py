@@ -11,6 +11,10 @@ and `[fair_share]` for the whole fleet).
   high (then by shares), and never starves.
 - `lanes`: the lanes it may run on (shell patterns such as `backend:gpu-*`, `local`);
   none: every lane.
+- `paid_jobs_per_day`: paid API jobs (fan-out and provider nodes) its prompts may send
+  per calendar day in UTC, fleet-wide (none: no cap); see comfyfleet.spend.
+- `spend_per_day`: US dollars those jobs may cost per calendar day in UTC, by the
+  `[prices]` table (none: no cap).
 
 `[fair_share] window` (default 60 s): slot-time is counted over that much of the past,
 so a tenant idle for a window comes back with a clean slate, and no longer.
@@ -37,6 +41,7 @@ DEFAULT_WINDOW = 60.0
 DEFAULT_AGING = 60.0
 MAX_WEIGHT = 1_000_000.0
 MAX_COUNT = 100_000_000
+MAX_DOLLARS = 1_000_000_000.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class TenantPolicy:
     max_queued: int | None = None
     priority: str = "normal"
     lanes: tuple[str, ...] = ()  # lane name patterns; empty: every lane
+    paid_jobs_per_day: int | None = None
+    spend_per_day: float | None = None  # US dollars
 
     @property
     def rank(self) -> int:
@@ -95,7 +102,15 @@ def parse_policy(tenants: Any, fair_share: Any) -> SharePolicy:
     return SharePolicy(parsed, window, aging, enabled)
 
 
-_KEYS = {"weight", "max_running", "max_queued", "priority", "lanes"}
+_KEYS = {
+    "weight",
+    "max_running",
+    "max_queued",
+    "priority",
+    "lanes",
+    "paid_jobs_per_day",
+    "spend_per_day",
+}
 
 
 def _tenant(name: str, table: Any) -> TenantPolicy:
@@ -122,6 +137,8 @@ def _tenant(name: str, table: Any) -> TenantPolicy:
         max_queued=_count(table.get("max_queued"), f"{where} max_queued"),
         priority=priority,
         lanes=tuple(lanes),
+        paid_jobs_per_day=_count(table.get("paid_jobs_per_day"), f"{where} paid_jobs_per_day"),
+        spend_per_day=_dollars(table.get("spend_per_day"), f"{where} spend_per_day"),
     )
 
 
@@ -131,6 +148,16 @@ def _count(value: Any, what: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise ValueError(f"{what} must be a whole number from 0 to {MAX_COUNT}")
     return value
+
+
+def _dollars(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of US dollars")
+    if math.isnan(value) or not 0 <= value <= MAX_DOLLARS:
+        raise ValueError(f"{what} must be from 0 to {MAX_DOLLARS:g} (US dollars)")
+    return float(value)
 
 
 def _duration(value: Any, what: str) -> float:

@@ -334,8 +334,9 @@ DELETE FROM backends WHERE name = $1 RETURNING true
 -- Nothing is written when the request already has a live job (the caller reads that one).
 INSERT INTO remote_jobs (id, request_hash, provider, kind, prompt_id, node_id, slot, state,
                          remote_id, resume, error, attempts, created_at, updated_at,
-                         finished_at, owner)
-VALUES ($1, $2, $3, $4, $5, $6, NULL, 'submitting', NULL, $7, NULL, 0, $8, $8, NULL, $9)
+                         finished_at, owner, tenant, model, cost)
+VALUES ($1, $2, $3, $4, $5, $6, NULL, 'submitting', NULL, $7, NULL, 0, $8, $8, NULL, $9,
+        $10, $11, $12)
 ON CONFLICT (request_hash) WHERE state IN ('submitting', 'running') DO NOTHING
 RETURNING id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
        resume, error, attempts, created_at, updated_at, finished_at, owner, result, result_type
@@ -428,6 +429,33 @@ WHERE state IN ('submitting', 'running')
   AND (owner IS NULL OR owner = $1 OR NOT EXISTS (
       SELECT 1 FROM gateways g WHERE g.id = remote_jobs.owner AND g.lease_until >= $2))
 ORDER BY created_at, pos
+
+-- name: paid_lock
+-- A tenant's budget lock (see migration_16), held until the transaction ends.
+SELECT comfyfleet_paid_lock($1)
+
+-- name: known_requests
+-- Of some request hashes, those a new job would not be sent for: a succeeded job kept
+-- its result (reused), or a live job runs it (waited on).
+SELECT DISTINCT request_hash FROM remote_jobs
+WHERE request_hash = ANY($1::text[])
+  AND (state IN ('submitting', 'running') OR (state = 'succeeded' AND result IS NOT NULL))
+
+-- name: paid_by_tenant
+-- A tenant's paid jobs recorded since a time, and their cost: every job that may have
+-- been billed (see comfyfleet/spend/budget.py). Not counted: a job that failed with no
+-- remote id and no ambiguous submit (the provider refused it, or never got it).
+SELECT count(*), coalesce(sum(cost), 0) FROM remote_jobs
+WHERE tenant = $1 AND created_at >= $2
+  AND NOT (state = 'failed' AND remote_id IS NULL
+           AND coalesce(error::jsonb ->> 'class', '') <> 'AmbiguousSubmit')
+
+-- name: paid_by_prompt
+-- One prompt's paid jobs and their cost, counted as paid_by_tenant counts.
+SELECT count(*), coalesce(sum(cost), 0) FROM remote_jobs
+WHERE prompt_id = $1
+  AND NOT (state = 'failed' AND remote_id IS NULL
+           AND coalesce(error::jsonb ->> 'class', '') <> 'AmbiguousSubmit')
 
 -- name: prune_remote_jobs
 WITH gone AS (

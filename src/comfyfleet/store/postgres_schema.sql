@@ -335,3 +335,23 @@ BEGIN
     PERFORM pg_advisory_xact_lock(1952804449, hashtext(current_schema() || '/' || who));
     RETURN (SELECT count(*) FROM jobs WHERE status = 'pending' AND tenant = who) < lim;
 END $$;
+
+-- name: migration_16
+-- Budgets of paid jobs (comfyfleet/spend): whose prompt asked for each journaled job, its
+-- model and its cost (NULL for older jobs: they count for no tenant). A new job of a
+-- budgeted prompt takes its tenant's budget lock (exclusive: that tenant's new jobs are
+-- recorded one after another, other tenants' side by side), then counts in statements
+-- of their own, so every job committed before the lock was granted is counted.
+ALTER TABLE remote_jobs
+    ADD COLUMN IF NOT EXISTS tenant TEXT COLLATE "C",
+    ADD COLUMN IF NOT EXISTS model TEXT,
+    ADD COLUMN IF NOT EXISTS cost DOUBLE PRECISION;
+CREATE INDEX IF NOT EXISTS remote_jobs_tenant ON remote_jobs (tenant, created_at)
+    WHERE tenant IS NOT NULL;
+CREATE INDEX IF NOT EXISTS remote_jobs_prompt ON remote_jobs (prompt_id);
+
+CREATE OR REPLACE FUNCTION comfyfleet_paid_lock(who text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1885430116, hashtext(current_schema() || '/' || who));
+END $$;

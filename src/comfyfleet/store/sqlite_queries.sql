@@ -253,8 +253,8 @@ WHERE state IN ('submitting', 'running') AND id <> (
 -- A new job, unless its request has a live one (then no row): one statement, because
 -- each statement costs the writer thread a wait for the interpreter lock, and this one
 -- stands between a free pool slot and the job-creating request.
-INSERT INTO remote_jobs (id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, error, attempts, created_at, updated_at, finished_at, owner)
-VALUES (?, ?, ?, ?, ?, ?, NULL, 'submitting', NULL, ?, NULL, 0, ?, ?, NULL, ?)
+INSERT INTO remote_jobs (id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, error, attempts, created_at, updated_at, finished_at, owner, tenant, model, cost)
+VALUES (?, ?, ?, ?, ?, ?, NULL, 'submitting', NULL, ?, NULL, 0, ?, ?, NULL, ?, ?, ?, ?)
 ON CONFLICT (request_hash) WHERE state IN ('submitting', 'running') DO NOTHING
 RETURNING id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, error, attempts, created_at, updated_at, finished_at, owner, NULL, NULL
 
@@ -332,6 +332,29 @@ WHERE NOT EXISTS (SELECT 1 FROM remote_jobs r WHERE r.id = remote_job_waiters.jo
 
 -- name: journal_exists
 SELECT 1 FROM remote_jobs WHERE id = ?
+
+-- name: journal_known_requests
+-- Of some request hashes, those a new job would not be sent for: a succeeded job kept
+-- its result (reused), or a live job runs it (waited on). `{marks}`: one ? per hash.
+SELECT DISTINCT request_hash FROM remote_jobs
+WHERE request_hash IN ({marks})
+  AND (state IN ('submitting', 'running') OR (state = 'succeeded' AND result IS NOT NULL))
+
+-- name: journal_paid_by_tenant
+-- A tenant's paid jobs recorded since a time, and their cost: every job that may have
+-- been billed (see comfyfleet/spend/budget.py). Not counted: a job that failed with no
+-- remote id and no ambiguous submit (the provider refused it, or never got it).
+SELECT count(*), coalesce(sum(cost), 0.0) FROM remote_jobs
+WHERE tenant = ? AND created_at >= ?
+  AND NOT (state = 'failed' AND remote_id IS NULL
+           AND coalesce(json_extract(error, '$.class'), '') <> 'AmbiguousSubmit')
+
+-- name: journal_paid_by_prompt
+-- One prompt's paid jobs and their cost, counted as journal_paid_by_tenant counts.
+SELECT count(*), coalesce(sum(cost), 0.0) FROM remote_jobs
+WHERE prompt_id = ?
+  AND NOT (state = 'failed' AND remote_id IS NULL
+           AND coalesce(json_extract(error, '$.class'), '') <> 'AmbiguousSubmit')
 
 -- == webhook outbox ===========================================================
 

@@ -271,3 +271,11 @@ CREATE INDEX IF NOT EXISTS assets_by_hash ON assets (tenant, hash, created_at);
 -- A tenant's queue in dispatch order, for fair share's claims (shares/picking.py).
 CREATE INDEX IF NOT EXISTS jobs_tenant_dispatch ON jobs (tenant, front DESC, order_key, seq)
     WHERE status = 'pending';
+
+-- name: migration_16
+-- Budgets of paid jobs (comfyfleet/spend): a tenant's jobs of the day and a prompt's jobs
+-- are counted from the journal. The columns (tenant, model, cost) are added by the Python
+-- step of this version (sqlite_parts/journal_sql.py, add_budget_columns).
+CREATE INDEX IF NOT EXISTS remote_jobs_tenant ON remote_jobs (tenant, created_at)
+    WHERE tenant IS NOT NULL;
+CREATE INDEX IF NOT EXISTS remote_jobs_prompt ON remote_jobs (prompt_id);

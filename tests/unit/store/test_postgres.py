@@ -350,7 +350,37 @@ async def test_a_version_14_database_keeps_its_jobs_and_gains_the_tenant_cap(
     finally:
         await again.close()
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
-    assert applied == postgres_module.SCHEMA_VERSION == 15
+    assert applied == postgres_module.SCHEMA_VERSION == 16
+
+
+async def test_a_version_15_database_gains_the_journals_budget_columns(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    """Migration 16: the journal's jobs get tenant, model and cost; older jobs count for no
+    tenant."""
+    from comfyfleet.domain.remote_jobs import NewRemoteJob
+
+    await store.record_remote_job(NewRemoteJob("old", "h0", "bfl", "image", "p0", "3"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP FUNCTION comfyfleet_paid_lock(text)")
+    await sql(
+        postgres_url,
+        schema,
+        "ALTER TABLE remote_jobs DROP COLUMN tenant, DROP COLUMN model, DROP COLUMN cost",
+    )
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 15")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        job = NewRemoteJob("new", "h1", "bfl", "image", "p1", "3", {}, "alice", "flux-2-pro", 0.03)
+        await again.record_remote_job(job)
+        used = await again.paid_usage("alice", 0.0)
+        assert (used.paid_jobs, used.spend) == (1, 0.03)
+        assert await again.remote_job("old") is not None
+    finally:
+        await again.close()
+    applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION
 
 
 async def test_stores_opening_at_once_create_the_schema_once(

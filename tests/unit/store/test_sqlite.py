@@ -519,3 +519,37 @@ async def test_version_11_file_keeps_its_events_and_gains_binary_frames(tmp_path
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+async def test_a_journal_from_before_budgets_gets_their_columns(tmp_path: Path) -> None:
+    """Version 16: the journal's jobs get tenant, model and cost; older jobs count for
+    no tenant, newer ones for theirs."""
+    from comfyfleet.domain.remote_jobs import NewRemoteJob
+
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.close()
+    as_older_schema(
+        path,
+        15,
+        "DROP INDEX remote_jobs_tenant",
+        "DROP INDEX remote_jobs_prompt",
+        "ALTER TABLE remote_jobs DROP COLUMN tenant",
+        "ALTER TABLE remote_jobs DROP COLUMN model",
+        "ALTER TABLE remote_jobs DROP COLUMN cost",
+        "INSERT INTO remote_jobs (id, request_hash, provider, kind, state, resume, created_at, "
+        "updated_at) VALUES ('old', 'h0', 'bfl', 'image', 'running', '{}', 10.0, 10.0)",
+    )
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        job = NewRemoteJob("new", "h1", "bfl", "image", "p1", "3", {}, "alice", "flux-2-pro", 0.03)
+        await store.record_remote_job(job)
+        used = await store.paid_usage("alice", 0.0)
+        assert (used.paid_jobs, used.spend) == (1, 0.03)
+        assert (await store.remote_job("old")) is not None
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 16

@@ -60,6 +60,17 @@ class APISettings:
             return "base_url must start with http:// or https://"
         return True
 
+    @classmethod
+    def static_outputs(cls, **inputs: Any) -> tuple[ApiConfig] | None:
+        """Its output from its widgets alone, before any run (a prompt's cost dry run tells
+        requests apart by it): base URL and key reference are all a request's hash reads.
+        None for a typed key, which becomes a marker only when the prompt is stored."""
+        api_key = str(inputs.get("api_key", ""))
+        if parse_reference(api_key)[0] == "typed":
+            return None
+        base_url = str(inputs.get("base_url", DEFAULT_BASE_URL))
+        return (ApiConfig(base_url.strip(), api_key.strip()),)
+
     def configure(
         self,
         base_url: str,

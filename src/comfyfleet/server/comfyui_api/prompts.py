@@ -29,6 +29,7 @@ from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import LARGE_PROMPT_NODES, is_large, is_link
 from comfyfleet.scheduler.admission import QueueFull
 from comfyfleet.server.access.auth import scope, tenant_name, visible
+from comfyfleet.server.comfyui_api.costs import budget_refusal, cost_answer
 from comfyfleet.server.comfyui_api.idempotency import (
     REPLAYED_HEADER,
     body_digest,
@@ -114,6 +115,9 @@ async def submit_prompt(
         await check_prompt_webhook(new.extra_data, gw.webhooks.settings)
     except NotAllowed as exc:
         return bad_request("invalid_webhook", str(exc))
+    refused = await budget_refusal(gw, checked, new.extra_data, tenant)
+    if refused is not None:
+        return refused
     answer = {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
     keyed_request = None if keyed is None else IdempotentRequest(*keyed, answer)
     keyed_job = replace(new, tenant=tenant, idempotency=keyed_request)
@@ -224,6 +228,23 @@ async def validate_only(request: web.Request) -> web.Response:
             "node_errors": checked.node_errors,
         }
     )
+
+
+async def post_cost(request: web.Request) -> web.Response:
+    """`POST /comfyfleet/cost`, the body of `POST /prompt`: the cost dry run (see
+    costs.py); nothing is queued or sent."""
+    gw = request.app[GATEWAY]
+    body = await read_json(request, gw.config.max_prompt_bytes)
+    if not isinstance(body, dict):
+        return bad_request("invalid_prompt", "The request body must be a JSON object")
+    extra = body.get("extra_data", {})
+    if not isinstance(extra, dict):
+        return bad_request("invalid_prompt", "extra_data must be a JSON object")
+    checked = await _validated(request, gw, body)
+    if isinstance(checked, web.Response):
+        return checked
+    answer = await cost_answer(gw, checked, extra, tenant_name(request))
+    return answer if isinstance(answer, web.Response) else web.json_response(answer)
 
 
 async def pack_info(request: web.Request) -> web.Response:
@@ -453,5 +474,6 @@ def prompt_routes() -> list[Route]:
         Route("POST", "/interrupt", post_interrupt),
         Route("GET", "/comfyfleet/pack", pack_info, api_alias=False),
         Route("POST", "/comfyfleet/validate", validate_only, api_alias=False),
+        Route("POST", "/comfyfleet/cost", post_cost, api_alias=False),
         Route("POST", HOLDS_ROUTE, keep_holds, api_alias=False),
     ]

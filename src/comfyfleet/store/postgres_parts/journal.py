@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, Usage
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
@@ -18,12 +19,28 @@ from comfyfleet.store.postgres_parts.access import PostgresAccess, dumps
 class PostgresJournal(PostgresAccess):
     """Paid jobs recorded before they are sent, so none is paid for twice."""
 
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+    async def record_remote_job(
+        self, job: NewRemoteJob, budget: BudgetCheck | None = None
+    ) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         now = self._clock()
+        if budget is not None:  # the count and the insert in one transaction, under a lock
+            return await self._write(
+                lambda conn: journal.record(conn, job, now, self.owner, budget)
+            )
         # Each statement its own transaction: a new job is one round trip, and the rare
         # path (the request has a live job) reads what the insert left alone.
         return await self._commit(lambda db: journal.record(db, job, now, self.owner))
+
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        """Of `hashes`, those the journal would send no new job for (see the seam)."""
+        if not hashes:
+            return set()
+        return await self._run(lambda db: journal.known_requests(db, hashes))
+
+    async def paid_usage(self, tenant: str, since: float) -> Usage:
+        """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
+        return await self._run(lambda db: journal.paid_usage(db, tenant, since))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

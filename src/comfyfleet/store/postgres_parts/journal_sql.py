@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 
+from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_or_none
@@ -51,10 +52,16 @@ def _row(row: Sequence[Any]) -> RemoteJob:
 _RECORD_TRIES = 5
 
 
-async def record(db: Any, job: NewRemoteJob, now: float, owner: str) -> RemoteJob:
-    """Record `job`, or return the live job that already has its request hash."""
+async def record(
+    db: Any, job: NewRemoteJob, now: float, owner: str, budget: BudgetCheck | None = None
+) -> RemoteJob:
+    """Record `job`, or return the live job that already has its request hash. With
+    `budget` (and `db` a connection in a transaction), a new job is first checked against
+    it under its tenant's budget lock (BudgetExceeded: nothing written)."""
     params = (job.id, job.request_hash, job.provider, job.kind)
     for _ in range(_RECORD_TRIES):
+        if budget is not None:
+            await _check_budget(db, job, budget)
         try:
             row = await db.fetchrow(
                 Q["record_remote_job"],
@@ -64,6 +71,9 @@ async def record(db: Any, job: NewRemoteJob, now: float, owner: str) -> RemoteJo
                 _dumps(job.resume),
                 now,
                 to_db(owner),
+                to_db_or_none(job.tenant),
+                to_db_or_none(job.model),
+                job.cost,
             )
         except asyncpg.UniqueViolationError as exc:
             raise StoreError(f"remote job {job.id!r} already exists") from exc
@@ -76,6 +86,35 @@ async def record(db: Any, job: NewRemoteJob, now: float, owner: str) -> RemoteJo
         if row is not None:
             return _row(row)
     raise StoreError(f"remote job {job.id!r}: its request's live job kept changing")
+
+
+async def _check_budget(db: Any, job: NewRemoteJob, budget: BudgetCheck) -> None:
+    """BudgetExceeded when this new job would pass a budget; a request with a live job
+    (no new job) passes."""
+    await db.execute(Q["paid_lock"], to_db(budget.tenant))
+    if await db.fetchrow(Q["remote_live_for_request"], to_db(job.request_hash)) is not None:
+        return
+    tenant_used = prompt_used = Usage()
+    if budget.tenant_budget.limited:
+        tenant_used = await paid_usage(db, budget.tenant, budget.since)
+    if budget.prompt_budget.limited and job.prompt_id is not None:
+        prompt_used = _usage(await db.fetchrow(Q["paid_by_prompt"], to_db(job.prompt_id)))
+    refusal = budget.refusal(tenant_used, prompt_used)
+    if refusal is not None:
+        raise BudgetExceeded(refusal)
+
+
+async def known_requests(db: Any, hashes: Sequence[str]) -> set[str]:
+    rows = await db.fetch(Q["known_requests"], [to_db(h) for h in hashes])
+    return {from_db(row[0]) for row in rows}
+
+
+async def paid_usage(db: Any, tenant: str, since: float) -> Usage:
+    return _usage(await db.fetchrow(Q["paid_by_tenant"], to_db(tenant), since))
+
+
+def _usage(row: Sequence[Any]) -> Usage:
+    return Usage(int(row[0]), float(row[1]))
 
 
 async def submitted(

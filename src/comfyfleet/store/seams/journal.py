@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from comfyfleet.domain.budgets import BudgetCheck, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 
 
@@ -22,10 +23,23 @@ class RemoteJobJournal(Protocol):
     #: The gateway this journal writes for.
     owner: str
 
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+    async def record_remote_job(
+        self, job: NewRemoteJob, budget: BudgetCheck | None = None
+    ) -> RemoteJob:
         """Durably record a job as `submitting`, owned by `owner`; raises StoreError if
         the id exists. When a live job with the same request hash exists, nothing is
-        written and that job is returned instead (its id is not `job.id`)."""
+        written and that job is returned instead (its id is not `job.id`). With `budget`,
+        a new job is counted against it first, in the same step for every gateway of the
+        store: BudgetExceeded (naming the budget), and nothing written, when it would pass
+        its tenant's budget of the day or its prompt's."""
+
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        """Of these request hashes, those a new job would not be sent for: one succeeded
+        and kept its result (it is reused), or one is live (it is waited on)."""
+
+    async def paid_usage(self, tenant: str, since: float) -> Usage:
+        """The tenant's paid jobs recorded since `since` that may have been billed, and
+        their cost (see comfyfleet.spend.budget)."""
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.store.sqlite_parts import journal_sql as journal
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
@@ -14,7 +15,9 @@ from comfyfleet.store.sqlite_parts.access import SQLiteAccess
 class SQLiteJournal(SQLiteAccess):
     """Paid jobs recorded before they are sent, so none is paid for twice."""
 
-    async def record_remote_job(self, job: NewRemoteJob) -> RemoteJob:
+    async def record_remote_job(
+        self, job: NewRemoteJob, budget: BudgetCheck | None = None
+    ) -> RemoteJob:
         """Record a paid job as `submitting`, before its job-creating request."""
         op = functools.partial(
             journal.record,
@@ -22,8 +25,19 @@ class SQLiteJournal(SQLiteAccess):
             resume=journal.encode(job.resume),
             now=self._clock(),
             owner=self.owner,
+            budget=budget,
         )
         return await self._write(op)
+
+    async def known_requests(self, hashes: Sequence[str]) -> set[str]:
+        """Of `hashes`, those the journal would send no new job for (see the seam)."""
+        if not hashes:
+            return set()
+        return await self._read(functools.partial(journal.known_requests, hashes=hashes))
+
+    async def paid_usage(self, tenant: str, since: float) -> Usage:
+        """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
+        return await self._read(functools.partial(journal.paid_usage, tenant=tenant, since=since))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
@@ -53,6 +54,11 @@ SELECT_LIVE_ONE = Q["journal_select_live_one"]
 SELECT_REUSABLE = Q["journal_select_reusable"]
 SELECT_LIVE = Q["journal_select_live"]
 PRUNE = Q["journal_prune"]
+PAID_BY_TENANT = Q["journal_paid_by_tenant"]
+KNOWN_REQUESTS = Q["journal_known_requests"]
+#: Hashes bound per `IN (...)`: well under SQLite's variable limit.
+CHUNK = 500
+PAID_BY_PROMPT = Q["journal_paid_by_prompt"]
 PRUNE_WAITERS = Q["journal_prune_waiters"]
 
 
@@ -63,6 +69,15 @@ def migrate_owners(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE remote_jobs ADD COLUMN owner TEXT")
     conn.execute(END_DUPLICATES, (_dumps(DUPLICATE_ERROR),))
     schema.apply(conn, 10)  # one live job per request, and the waiters table
+
+
+def add_budget_columns(conn: sqlite3.Connection) -> None:
+    """Version 16: whose prompt asked for each job, its model and its cost (budgets);
+    unknown for older jobs (they count for no tenant)."""
+    for column, kind in (("tenant", "TEXT"), ("model", "TEXT"), ("cost", "REAL")):
+        if not schema.has_column(conn, "remote_jobs", column):
+            conn.execute(f"ALTER TABLE remote_jobs ADD COLUMN {column} {kind}")
+    schema.apply(conn, 16)
 
 
 def _row(row: Sequence[Any]) -> RemoteJob:
@@ -92,12 +107,25 @@ def _row(row: Sequence[Any]) -> RemoteJob:
 
 
 def record(
-    conn: sqlite3.Connection, job: NewRemoteJob, resume: str, now: float, owner: str
+    conn: sqlite3.Connection,
+    job: NewRemoteJob,
+    resume: str,
+    now: float,
+    owner: str,
+    budget: BudgetCheck | None = None,
 ) -> RemoteJob:
-    """Record `job`, or return the live job that already has its request hash."""
+    """Record `job`, or return the live job that already has its request hash. With
+    `budget`, a new job is first checked against it (BudgetExceeded: nothing written);
+    the writer thread makes the count and the insert one step for every process."""
+    if (
+        budget is not None
+        and conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone() is None
+    ):
+        check_budget(conn, job, budget)
     params = (job.id, job.request_hash, job.provider, job.kind, job.prompt_id, job.node_id)
+    extra = (job.tenant, job.model, job.cost)
     try:
-        inserted = conn.execute(INSERT, (*params, resume, now, now, owner)).fetchall()
+        inserted = conn.execute(INSERT, (*params, resume, now, now, owner, *extra)).fetchall()
     except sqlite3.IntegrityError:  # the id (the only other unique key) is taken
         raise StoreError(f"remote job {job.id!r} already exists") from None
     if inserted:
@@ -106,6 +134,25 @@ def record(
     if conn.execute(Q["journal_exists"], (job.id,)).fetchone():
         raise StoreError(f"remote job {job.id!r} already exists")
     return _row(conn.execute(SELECT_LIVE_FOR_HASH, (job.request_hash,)).fetchone())
+
+
+def check_budget(conn: sqlite3.Connection, job: NewRemoteJob, budget: BudgetCheck) -> None:
+    tenant_used = prompt_used = Usage()
+    if budget.tenant_budget.limited:
+        tenant_used = paid_usage(conn, budget.tenant, budget.since)
+    if budget.prompt_budget.limited and job.prompt_id is not None:
+        prompt_used = _usage(conn.execute(PAID_BY_PROMPT, (job.prompt_id,)).fetchone())
+    refusal = budget.refusal(tenant_used, prompt_used)
+    if refusal is not None:
+        raise BudgetExceeded(refusal)
+
+
+def paid_usage(conn: sqlite3.Connection, tenant: str, since: float) -> Usage:
+    return _usage(conn.execute(PAID_BY_TENANT, (tenant, since)).fetchone())
+
+
+def _usage(row: Sequence[Any]) -> Usage:
+    return Usage(int(row[0]), float(row[1]))
 
 
 def submitted(
@@ -180,6 +227,15 @@ def reusable(conn: sqlite3.Connection, request_hash: str) -> RemoteJob | None:
 
 def live(conn: sqlite3.Connection, owner: str, now: float) -> list[RemoteJob]:
     return [_row(found) for found in conn.execute(SELECT_LIVE, (owner, now))]
+
+
+def known_requests(conn: sqlite3.Connection, hashes: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(hashes), CHUNK):
+        chunk = list(hashes[start : start + CHUNK])
+        query = KNOWN_REQUESTS.format(marks=", ".join("?" * len(chunk)))
+        found.update(row[0] for row in conn.execute(query, chunk))
+    return found
 
 
 def encode_finish(

@@ -17,6 +17,7 @@ from comfyfleet.nodes.providers.common import (
     seed_input,
     skip_error_input,
 )
+from comfyfleet.spend.prices import PaidJobSpec
 
 REFERENCE_SLOTS = 10
 # "0.0625 MP" is 256x256 at 1:1, the smallest side the dimension models accept.
@@ -126,6 +127,8 @@ class BFLFluxImage:
             "optional": optional,
         }
 
+    # What its jobs are priced by (budgets, the cost dry run); matches remote_request.
+    PAID_JOB = PaidJobSpec("bfl")
     RETURN_TYPES = ("IMAGE",)
     FUNCTION = "generate"
     CATEGORY = "api/image"

@@ -16,6 +16,7 @@ from comfyfleet.nodes.providers.common import (
     seed_input,
     skip_error_input,
 )
+from comfyfleet.spend.prices import PaidJobSpec
 
 # 512x512 and 256x256 are the older models' (dall-e-2) sizes.
 SIZES = [
@@ -78,6 +79,8 @@ class OpenAIImage:
             },
         }
 
+    # What its jobs are priced by (budgets, the cost dry run); matches remote_request.
+    PAID_JOB = PaidJobSpec("openai")
     RETURN_TYPES = ("IMAGE",)
     FUNCTION = "generate"
     CATEGORY = "api/image"

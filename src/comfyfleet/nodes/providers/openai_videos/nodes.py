@@ -18,6 +18,7 @@ from comfyfleet.nodes.providers.common import (
     skip_error_input,
 )
 from comfyfleet.nodes.providers.openai_videos.client import PROVIDER
+from comfyfleet.spend.prices import PaidJobSpec
 
 SECONDS = ["4", "8", "12"]
 # 1920x1080 and 1080x1920 are sora-2-pro's only.
@@ -62,6 +63,8 @@ class OpenAIVideo:
             },
         }
 
+    # What its jobs are priced by (budgets, the cost dry run); matches remote_request.
+    PAID_JOB = PaidJobSpec(PROVIDER, seconds_input="seconds")
     RETURN_TYPES = ("VIDEO",)
     FUNCTION = "generate"
     CATEGORY = "api/video"

@@ -1,0 +1,1 @@
+"""Paid-job budgets: prices, per-tenant and per-prompt budgets, and what a prompt costs."""
