@@ -150,7 +150,11 @@ def test_the_charts_show_the_last_hour_live(browser: Any, tmp_path: Path) -> Non
         for hidden in ("#chart-throughput", "#chart-queue", "#chart-tenants"):
             assert alice_page.locator(hidden).is_hidden()
         assert alice_page.locator("#failures-tenant").is_hidden()
-        assert alice_page.locator("[data-tenant]").count() == 0
+        assert alice_page.locator("#chart-tenants [data-tenant]").count() == 0
+        # Of the tenants' table, her own row only.
+        shown = alice_page.locator("#tenants tr[data-tenant]")
+        tenants = [shown.nth(i).get_attribute("data-tenant") for i in range(shown.count())]
+        assert tenants == ["alice"]
 
         for each in (log, alice_log):
             assert each.errors == [] and each.failed == [] and each.elsewhere == []
