@@ -309,12 +309,11 @@ async def one_tenant() -> None:
     figure("one_tenant_throughput", on, "prompts/s", off)
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace, database: str | None) -> None:
     await noisy_neighbour(args.backlog)
     await shares(args.seconds, [8], None, "")
-    if args.store:
-        with throwaway_database(args.store) as url:
-            await shares(args.seconds, [3, 3, 2], url, "_3_gateways_postgresql")
+    if database is not None:
+        await shares(args.seconds, [3, 3, 2], database, "_3_gateways_postgresql")
     await aging()
     await caps()
     await one_tenant()
@@ -325,4 +324,9 @@ if __name__ == "__main__":
     parser.add_argument("--backlog", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--store", help="a PostgreSQL server URL: shares over 3 gateways too")
-    asyncio.run(main(parser.parse_args()))
+    options = parser.parse_args()
+    if options.store is None:
+        asyncio.run(main(options, None))
+    else:
+        with throwaway_database(options.store) as url:  # made and dropped outside the loop
+            asyncio.run(main(options, url))
