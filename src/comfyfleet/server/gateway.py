@@ -37,6 +37,7 @@ from comfyfleet.server.delivery.hub import Hub
 from comfyfleet.server.delivery.relay import ClientRelay
 from comfyfleet.server.identity import process_alive, this_gateway
 from comfyfleet.spend.guard import BudgetGuard
+from comfyfleet.spend.today import SpendToday
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
 from comfyfleet.store.postgres_parts.url import is_postgres_url
@@ -71,8 +72,12 @@ class Gateway:
     peers: PeerFiles  # files another gateway of the store holds, fetched when asked for
     peer_key: PeerKey  # the key signing requests between the gateways of the store
     serving: bool = False  # from the end of `start` to the beginning of `drain`
+    spend_today: SpendToday = field(init=False)  # tenants' paid jobs of the day, as shown
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _uploads: UploadInputs = field(default_factory=UploadInputs)
+
+    def __post_init__(self) -> None:
+        self.spend_today = SpendToday(self.store)
 
     @classmethod
     def create(cls, config: ServerConfig) -> Gateway:

@@ -24,7 +24,8 @@ from tests.integration.gateway.wire import Served, serve
 
 ALICE = "alice-budget-token-5d1c"
 BOB = "bob-budget-token-8e2f"
-TOKENS = (AuthToken(ALICE, "alice"), AuthToken(BOB, "bob"))
+ROOT = "root-budget-token-6d0e"
+TOKENS = (AuthToken(ALICE, "alice"), AuthToken(BOB, "bob"), AuthToken(ROOT, "default", admin=True))
 
 
 @pytest.fixture
@@ -118,6 +119,18 @@ async def test_a_tenant_at_its_cap_is_refused_at_submit_and_nothing_is_sent(
             other = await bob.submit(fanout(emulator.url, 30, seed=100))
             assert (await finished(bob, other))["status"]["status_str"] == "success"
             assert jobs_sent(emulator) == 35
+
+            # What each sent today, on the admin's list of tenants and in /metrics.
+            root = as_tenant(served, ROOT)
+            try:
+                rows = {r["tenant"]: r for r in (await root.get("/api/fleet/tenants"))["tenants"]}
+                assert (rows["alice"]["paid_jobs_today"], rows["bob"]["paid_jobs_today"]) == (5, 30)
+                assert rows["bob"]["spend_today"] > rows["alice"]["spend_today"] > 0
+                metrics = (await root.request("GET", "/metrics")).text
+                assert 'comfyfleet_tenant_paid_jobs_today{tenant="bob"} 30.0' in metrics
+                assert 'comfyfleet_tenant_spend_today_dollars{tenant="alice"}' in metrics
+            finally:
+                await root.session.close()
         finally:
             await alice.session.close()
             await bob.session.close()

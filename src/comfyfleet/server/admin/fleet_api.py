@@ -11,6 +11,7 @@ from aiohttp import web
 
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.lanes.fleet import FleetError, parse_spec, spec_json
+from comfyfleet.scheduler.fair_share import TenantShare
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.plumbing.client_json import read_json
 from comfyfleet.server.plumbing.routing import Route
@@ -179,8 +180,23 @@ async def list_gateways(request: web.Request) -> web.Response:
 async def list_tenants(request: web.Request) -> web.Response:
     """Each tenant's queued and running prompts (fleet-wide), its use of this gateway's
     slots and share of that use, and its settings (see scheduler/fair_share.py)."""
-    shares = await request.app[GATEWAY].scheduler.shares.current()
-    return web.json_response({"tenants": [share.as_json() for share in shares]})
+    gw = request.app[GATEWAY]
+    return web.json_response(
+        {"tenants": await tenants_json(gw, await gw.scheduler.shares.current())}
+    )
+
+
+async def tenants_json(gw: Gateway, shares: list[TenantShare]) -> list[dict[str, Any]]:
+    """The tenants' shares, each with its paid jobs and spend of the day (UTC)."""
+    spent = await gw.spend_today.of(share.tenant for share in shares)
+    rows = []
+    for share in shares:
+        usage = spent[share.tenant]
+        row = share.as_json()
+        row["paid_jobs_today"] = usage.paid_jobs
+        row["spend_today"] = round(usage.spend, 4)
+        rows.append(row)
+    return rows
 
 
 def fleet_routes() -> list[Route]:

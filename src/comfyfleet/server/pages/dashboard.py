@@ -37,7 +37,7 @@ from comfyfleet.fanout.status import slot_entry
 from comfyfleet.scheduler.observers import JobObserver
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.access.auth import request_tenant, scope, tenant_name
-from comfyfleet.server.admin.fleet_api import backend_state
+from comfyfleet.server.admin.fleet_api import backend_state, tenants_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs_api.jobs import API_STATUS
 from comfyfleet.server.pages.charts import STEP, Samples
@@ -302,11 +302,9 @@ async def snapshot(gw: Gateway, watch: FleetWatch, view: Viewer) -> dict[str, An
         "charts": watch.charts.seq,  # the charts' newest sample: read them when it moves
         "outputs": [o for o in watch.outputs if o["tenant"] == view.tenant][:24],
         "collectors": _collectors(gw, watch, view),
-        "tenants": [
-            share.as_json()
-            for share in await gw.scheduler.shares.current()
-            if _visible(view, share.tenant)
-        ],
+        "tenants": await tenants_json(
+            gw, [s for s in await gw.scheduler.shares.current() if _visible(view, s.tenant)]
+        ),
     }
 
 

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from comfyfleet import __version__
+from comfyfleet.domain.budgets import Usage
 from comfyfleet.domain.jobs import JobStatus
 from comfyfleet.scheduler.fair_share import TenantShare
 from comfyfleet.server.admin.fleet_api import backend_up
@@ -45,11 +46,13 @@ class LiveCollector(Collector):
         self._provider = BoundedLabel(MAX_SERIES)
         self._tenant = BoundedLabel(MAX_SERIES)
         self._tenants: list[TenantShare] = []
+        self._spent: dict[str, Usage] = {}
 
     async def refresh(self) -> None:
         """Read what needs a store read (before `collect`, which cannot wait)."""
         self._counts = await self.gateway.store.counts()
         self._tenants = await self.gateway.scheduler.shares.current()
+        self._spent = await self.gateway.spend_today.of(t.tenant for t in self._tenants)
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
@@ -95,18 +98,34 @@ class LiveCollector(Collector):
             "slot-seconds fading over the fair-share window.",
             labels=["tenant"],
         )
-        totals: dict[str, list[float]] = {}  # label -> pending, running, share
+        paid = GaugeMetricFamily(
+            "comfyfleet_tenant_paid_jobs_today",
+            "Paid API jobs each tenant's prompts sent since 00:00 UTC, fleet-wide (what its "
+            "paid_jobs_per_day counts).",
+            labels=["tenant"],
+        )
+        spend = GaugeMetricFamily(
+            "comfyfleet_tenant_spend_today_dollars",
+            "What those jobs cost by the price table, in US dollars (what spend_per_day "
+            "counts; jobs without a price are left out).",
+            labels=["tenant"],
+        )
+        # label -> pending, running, share, paid jobs, spend
+        totals: dict[str, list[float]] = {}
         for item in self._tenants:
-            sums = totals.setdefault(self._tenant(item.tenant), [0.0, 0.0, 0.0])
-            sums[0] += item.pending
-            sums[1] += item.running
-            sums[2] += item.share
-        for label, (pending, running, part) in totals.items():
+            sums = totals.setdefault(self._tenant(item.tenant), [0.0] * 5)
+            used = self._spent.get(item.tenant, Usage())
+            for n, value in enumerate(
+                (item.pending, item.running, item.share, used.paid_jobs, used.spend)
+            ):
+                sums[n] += value
+        for label, (pending, running, part, jobs_today, dollars) in totals.items():
             jobs.add_metric([label, "pending"], pending)
             jobs.add_metric([label, "running"], running)
             share.add_metric([label], part)
-        yield jobs
-        yield share
+            paid.add_metric([label], jobs_today)
+            spend.add_metric([label], dollars)
+        yield from (jobs, share, paid, spend)
 
     def _lanes(self) -> Iterator[Metric]:
         scheduler = self.gateway.scheduler

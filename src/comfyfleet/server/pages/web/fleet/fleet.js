@@ -98,7 +98,8 @@ function tenants(list) {
     return `<tr data-tenant="${esc(t.tenant)}"><td>${esc(t.tenant)}</td><td>${t.pending}</td>
       <td>${t.running}</td><td><span class="bar"><span style="width:${share}%"></span></span>
       ${share} %</td><td>${esc(t.weight)}</td><td>${esc(t.priority)}</td>
-      <td>${esc(caps.join(" · ") || "none")}</td></tr>`;
+      <td>${esc(caps.join(" · ") || "none")}</td><td>${t.paid_jobs_today}</td>
+      <td>$${Number(t.spend_today).toFixed(2)}</td></tr>`;
   }).join("");
 }
 
