@@ -15,6 +15,9 @@ from comfyfleet.scheduler.state import SchedulerState
 
 #: How deep into the queue a claim or reservation looks for a job its lane should take.
 CLAIM_DEPTH = 64
+#: How many tenants' first pages a claim looks at in fair-share order before it gives up
+#: (as CLAIM_DEPTH bounds the one queue's): a lane none of them has work for idles.
+FAIR_DEPTH = 16
 #: Candidates read at once. A page is kept and shared by the slots here until used up
 #: or until a job arrives ahead of its end, so most claims read nothing; it stays small
 #: so that with thousands pending few prompts are decoded for nothing.
@@ -73,7 +76,7 @@ class Candidates:
         """The first candidate `choose` takes of the first tenant, in `tenants`' order,
         that has one (a tenant's first page only: past it, the next tenant's turn)."""
         shares, left = self._state.shares, False
-        for tenant in tenants:
+        for tenant in tenants[:FAIR_DEPTH]:
             for job in await self._state.store.candidates(PAGE, tenant=tenant):
                 if self._held_here(job.prompt_id):
                     continue
