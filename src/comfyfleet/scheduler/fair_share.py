@@ -162,16 +162,19 @@ class FairShare:
         return counts
 
     async def _refresh(self) -> None:
-        """Read the counts again (slots that ask meanwhile share the read)."""
+        """Read the counts again (slots that ask meanwhile share the read, as the queue's
+        front is shared in candidates.py); the first to wake keeps what it read."""
         if self._reading is None:
             self._reading = asyncio.create_task(self._store.tenant_counts(), name="tenant-counts")
-        reading = self._reading
-        try:
-            counts = await asyncio.shield(reading)
-        finally:
-            if self._reading is reading and reading.done():
-                self._reading = None
-        if reading.done() and self._read_at < self._clock() - self._refresh_every:
+            self._reading.add_done_callback(self._read_done)
+        counts = await asyncio.shield(self._reading)
+        if self._read_at < self._clock() - self._refresh_every:
             self.counts = dict(counts)
             self._read_at = self._clock()
             self.usage.forget_below(FADED, self._clock())
+
+    def _read_done(self, task: asyncio.Task[dict[str, TenantCounts]]) -> None:
+        if self._reading is task:
+            self._reading = None
+        if not task.cancelled():
+            task.exception()  # seen here, whoever waited for it
