@@ -37,6 +37,12 @@ class Budget:
     def limited(self) -> bool:
         return self.paid_jobs is not None or self.spend is not None
 
+    def tighter(self, other: Budget) -> Budget:
+        """Both budgets at once: the lower of each limit."""
+        jobs = [n for n in (self.paid_jobs, other.paid_jobs) if n is not None]
+        spend = [x for x in (self.spend, other.spend) if x is not None]
+        return Budget(min(jobs) if jobs else None, min(spend) if spend else None)
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -95,11 +101,18 @@ def _names(owner: str) -> tuple[str, str]:
         return f"{PROMPT} extra_data.{PROMPT_BUDGET_KEY}.paid_jobs", (
             f"{PROMPT} extra_data.{PROMPT_BUDGET_KEY}.spend"
         )
+    if owner == ALLOWANCE:
+        where = f"extra_data.{ALLOWANCE_KEY}"
+        return f"{ALLOWANCE} ({where}.paid_jobs)", f"{ALLOWANCE} ({where}.spend)"
     return f"{owner} paid_jobs_per_day (today, UTC)", f"{owner} spend_per_day (today, UTC)"
 
 
 #: The owner name of a prompt's own budget in messages.
 PROMPT = "the prompt's"
+#: The key of the allowance a gateway grants a prompt it sends to a backend, and its
+#: owner name in messages (see comfyfleet.spend.allowance).
+ALLOWANCE_KEY = "comfyfleet_allowance"
+ALLOWANCE = "the prompt's allowance from its gateway"
 
 
 def tenant_owner(tenant: str) -> str:
@@ -116,14 +129,93 @@ class BudgetCheck:
     prompt_budget: Budget
     since: float  # 00:00 UTC today
     cost: float | None  # this job's
+    allowance: Budget = Budget()  # from the gateway that sent the prompt here
+
+    @property
+    def counts_prompt(self) -> bool:
+        """Whether the prompt's own jobs have to be counted."""
+        return self.prompt_budget.limited or self.allowance.limited
 
     def refusal(self, tenant_used: Usage, prompt_used: Usage) -> str | None:
         adding = one_job(self.cost)
-        return overrun(
-            self.tenant_budget, tenant_used, adding, tenant_owner(self.tenant)
-        ) or overrun(self.prompt_budget, prompt_used, adding, PROMPT)
+        return (
+            overrun(self.tenant_budget, tenant_used, adding, tenant_owner(self.tenant))
+            or overrun(self.prompt_budget, prompt_used, adding, PROMPT)
+            or overrun(self.allowance, prompt_used, adding, ALLOWANCE)
+        )
 
 
 def day_start(now: float) -> float:
     """00:00 UTC of the day `now` is in: where a tenant's daily budget starts counting."""
     return math.floor(now / DAY) * DAY
+
+
+@dataclass(frozen=True)
+class HoldRequest:
+    """A prompt about to run on a backend, whose own journal counts its paid jobs: the
+    gateway grants it an allowance out of its budgets and holds that for its tenant
+    until the backend says what the prompt spent (see comfyfleet.spend.holds).
+
+    `wanted` is the prompt's counted jobs and their cost (None: known only as it runs).
+    `earlier` in the methods is what this prompt's earlier hold on the same backend
+    stood at (what it spent there, once settled): the backend's count includes it."""
+
+    prompt_id: str
+    backend: str
+    tenant: str
+    tenant_budget: Budget
+    prompt_budget: Budget
+    since: float  # 00:00 UTC today
+    wanted: Usage | None
+
+    def grant(
+        self, tenant_used: Usage, prompt_used: Usage, earlier: Usage, earlier_today: bool
+    ) -> tuple[Budget, Usage]:
+        """The allowance, and what the hold counts from now on. `*_used` are the counts
+        with the earlier hold in them (the tenant's only if it is of today): a new grant
+        takes its place."""
+        if earlier_today:
+            tenant_used = _less(tenant_used, earlier)
+        allowance = self.allowance(tenant_used, _less(prompt_used, earlier), earlier)
+        return allowance, self.held(allowance, earlier)
+
+    def allowance(self, tenant_used: Usage, prompt_used: Usage, earlier: Usage) -> Budget:
+        """At most what the budgets leave (`*_used` leave this hold out) and, where a
+        budget limits, no more than the prompt is known to need."""
+        wanted = self.wanted
+        jobs = _least(
+            _left(self.tenant_budget.paid_jobs, tenant_used.paid_jobs),
+            _left(self.prompt_budget.paid_jobs, prompt_used.paid_jobs),
+        )
+        if jobs is not None and wanted is not None:
+            jobs = min(jobs, earlier.paid_jobs + wanted.paid_jobs)
+        spend = _least(
+            _left(self.tenant_budget.spend, tenant_used.spend),
+            _left(self.prompt_budget.spend, prompt_used.spend),
+        )
+        if spend is not None and wanted is not None and not wanted.unpriced:
+            spend = min(spend, earlier.spend + wanted.spend)
+        return Budget(None if jobs is None else int(jobs), spend)
+
+    def held(self, allowance: Budget, earlier: Usage) -> Usage:
+        """What the hold counts for the tenant until it is settled: the allowance, or
+        where it has no limit, what the prompt is known to need."""
+        expected = earlier if self.wanted is None else earlier + self.wanted
+        jobs = expected.paid_jobs if allowance.paid_jobs is None else allowance.paid_jobs
+        spend = expected.spend if allowance.spend is None else allowance.spend
+        return Usage(jobs, spend)
+
+
+def _less(used: Usage, hold: Usage) -> Usage:
+    return Usage(
+        max(0, used.paid_jobs - hold.paid_jobs), max(0.0, used.spend - hold.spend), used.unpriced
+    )
+
+
+def _left(limit: float | None, used: float) -> float | None:
+    return None if limit is None else max(0.0, limit - used)
+
+
+def _least(*limits: float | None) -> float | None:
+    present = [limit for limit in limits if limit is not None]
+    return min(present) if present else None

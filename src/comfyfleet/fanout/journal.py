@@ -13,7 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage, may_be_billed
+from comfyfleet.domain.budgets import (
+    Budget,
+    BudgetCheck,
+    BudgetExceeded,
+    HoldRequest,
+    Usage,
+    may_be_billed,
+)
 from comfyfleet.domain.remote_jobs import (
     REMOTE_FINAL,
     NewRemoteJob,
@@ -35,12 +42,22 @@ class Charge:
     cost: float | None
 
 
+@dataclass(frozen=True)
+class _Hold:
+    """What a prompt run on a backend holds or spent there (see `HoldRequest`)."""
+
+    tenant: str
+    held: Usage
+    created_at: float
+
+
 class MemoryJournal:
     owner = "local"
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._jobs: dict[str, RemoteJob] = {}  # insertion order is creation order
         self._charges: dict[str, Charge] = {}  # by job id: what budgets count
+        self._holds: dict[tuple[str, str], _Hold] = {}  # by prompt id and backend
         self._clock = clock
 
     async def record_remote_job(
@@ -52,10 +69,10 @@ class MemoryJournal:
             if existing.request_hash == job.request_hash and existing.state in _LIVE:
                 return dataclasses.replace(existing, result=None)
         if budget is not None:
-            tenant_used = self._usage(lambda j: j.tenant == budget.tenant, budget.since)
+            tenant_used = await self.paid_usage(budget.tenant, budget.since)
             prompt_used = Usage()
             if job.prompt_id is not None:
-                prompt_used = self._usage(lambda j: j.prompt_id == job.prompt_id, 0.0)
+                prompt_used = self._prompt_usage(job.prompt_id)
             refusal = budget.refusal(tenant_used, prompt_used)
             if refusal is not None:
                 raise BudgetExceeded(refusal)
@@ -120,7 +137,43 @@ class MemoryJournal:
         }
 
     async def paid_usage(self, tenant: str, since: float) -> Usage:
-        return self._usage(lambda j: j.tenant == tenant, since)
+        return self._usage(lambda j: j.tenant == tenant, since) + self._held(
+            lambda key, hold: hold.tenant == tenant and hold.created_at >= since
+        )
+
+    async def prompt_paid_usage(self, prompt_id: str) -> Usage:
+        return self._prompt_usage(prompt_id)
+
+    async def hold_paid_jobs(self, request: HoldRequest) -> Budget:
+        key = (request.prompt_id, request.backend)
+        earlier = self._holds.get(key)
+        allowance, held = request.grant(
+            await self.paid_usage(request.tenant, request.since),
+            self._prompt_usage(request.prompt_id),
+            Usage() if earlier is None else earlier.held,
+            earlier is not None and earlier.created_at >= request.since,
+        )
+        self._holds[key] = _Hold(request.tenant, held, self._clock())
+        return allowance
+
+    async def settle_paid_jobs(self, prompt_id: str, backend: str, spent: Usage) -> bool:
+        hold = self._holds.get((prompt_id, backend))
+        if hold is None:
+            return False
+        self._holds[prompt_id, backend] = dataclasses.replace(hold, held=spent)
+        return True
+
+    def _prompt_usage(self, prompt_id: str) -> Usage:
+        return self._usage(lambda j: j.prompt_id == prompt_id, 0.0) + self._held(
+            lambda key, _: key[0] == prompt_id
+        )
+
+    def _held(self, whose: Callable[[tuple[str, str], _Hold], bool]) -> Usage:
+        used = Usage()
+        for key, hold in self._holds.items():
+            if whose(key, hold):
+                used += hold.held
+        return used
 
     def _usage(self, whose: Callable[[Charge], bool], since: float) -> Usage:
         """Jobs that may have been billed (see comfyfleet.spend.budget), of `whose`."""
@@ -181,4 +234,6 @@ class MemoryJournal:
         for job_id in gone:
             del self._jobs[job_id]
             self._charges.pop(job_id, None)
+        for key in [k for k, hold in self._holds.items() if hold.created_at < finished_before]:
+            del self._holds[key]
         return len(gone)

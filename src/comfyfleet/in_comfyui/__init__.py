@@ -15,8 +15,10 @@ for a marker before ComfyUI queues (and stores) the prompt.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from comfyfleet.engine.registry import NodeRegistry
@@ -25,6 +27,7 @@ from comfyfleet.in_comfyui.comfyui import ComfyUI, from_running_comfyui
 from comfyfleet.in_comfyui.host import FanoutHost
 from comfyfleet.in_comfyui.wrap import Bridge, exposed, wrap
 from comfyfleet.nodes import build_registry
+from comfyfleet.spend.holds import PAID_ROUTE, paid_answer
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ def install(server: Any) -> Mappings:
     registry = build_registry()
     mappings, bridge = node_mappings(comfy, registry)
     server.add_on_prompt_handler(key_scrubber(bridge.service.vault, registry))
+    server.add_on_prompt_handler(bridge.host.allowances.note)
+    server.routes.get(PAID_ROUTE)(paid_route(bridge.host))
     log.info("comfyfleet fan-out nodes: %d, journal %s", len(mappings[0]), bridge.host.journal_file)
     return mappings
 
@@ -52,6 +57,20 @@ def node_mappings(comfy: ComfyUI, registry: NodeRegistry) -> tuple[Mappings, Bri
         classes[node.name] = wrap(node, bridge)
         names[node.name] = node.display_name or node.name
     return (classes, names), bridge
+
+
+def paid_route(host: FanoutHost) -> Callable[[Any], Awaitable[Any]]:
+    """`GET /comfyfleet/paid/{prompt_id}`: what the prompt's paid jobs here may have
+    cost, as the journal counts them; its gateway settles its budget hold by it."""
+    web = importlib.import_module("aiohttp.web")
+
+    async def paid(request: Any) -> Any:
+        prompt_id = request.match_info["prompt_id"]
+        work = asyncio.run_coroutine_threadsafe(host.paid_by(prompt_id), host.loop)
+        used = await asyncio.wrap_future(work)
+        return web.json_response(paid_answer(prompt_id, used))
+
+    return paid
 
 
 def key_scrubber(

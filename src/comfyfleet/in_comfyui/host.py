@@ -17,9 +17,14 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from comfyfleet.domain.budgets import Usage
 from comfyfleet.fanout import FanoutService, FanoutSettings, SecretVault
 from comfyfleet.folders import resolve_inside
+from comfyfleet.in_comfyui.allowances import PromptAllowances
 from comfyfleet.nodes.providers import DRIVERS
+from comfyfleet.shares.policy import SharePolicy
+from comfyfleet.spend.guard import BudgetGuard
+from comfyfleet.spend.prices import PriceTable
 from comfyfleet.store.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -71,9 +76,16 @@ class FanoutHost:
     """The process's fan-out service, on its own loop thread (a daemon: ComfyUI's exit
     leaves remote jobs running in the journal, and the next start re-attaches them)."""
 
-    def __init__(self, user_dir: Path, env: Mapping[str, str] = os.environ) -> None:
+    def __init__(
+        self,
+        user_dir: Path,
+        env: Mapping[str, str] = os.environ,
+        allowances: PromptAllowances | None = None,
+    ) -> None:
         self.journal_file = journal_path(user_dir)
         self._env = env
+        # The allowances of the gateways that send prompts here (see spend/allowance.py).
+        self.allowances = allowances or PromptAllowances()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="comfyfleet-fanout", daemon=True
@@ -94,11 +106,17 @@ class FanoutHost:
         secrets_file = self._env.get(SECRETS_FILE_VARIABLE) or None
         vault = SecretVault(Path(secrets_file) if secrets_file else None, env=self._env)
         settings = FanoutSettings.from_env(self._env)
-        service = FanoutService(store, vault, settings, DRIVERS)
+        budgets = BudgetGuard(SharePolicy(), PriceTable(), self.allowances)
+        service = FanoutService(store, vault, settings, DRIVERS, budgets=budgets)
         self.store, self.service = store, service
         await service.resume()
         log.info("comfyfleet fan-out: journal %s", self.journal_file)
         return service
+
+    async def paid_by(self, prompt_id: str) -> Usage:
+        """What the prompt's paid jobs here may have cost (the journal's count)."""
+        assert self.store is not None, "started"
+        return await self.store.prompt_paid_usage(prompt_id)
 
     def start_call(self, work: Coroutine[Any, Any, T]) -> Call:
         return Call(self.loop, work)

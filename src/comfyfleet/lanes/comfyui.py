@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 import aiohttp
 
+from comfyfleet.domain.budgets import ALLOWANCE_KEY
 from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EventSink
@@ -42,6 +44,7 @@ from comfyfleet.lanes.settings import LaneSettings
 from comfyfleet.lanes.submits import Submits
 from comfyfleet.lanes.uploads import FetchInputs, ForeignFile, InputPusher
 from comfyfleet.nodes.core.saving import SHARED_COUNTERS
+from comfyfleet.spend.holds import PAID_ROUTE, BackendBudgets
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
@@ -116,6 +119,10 @@ class ComfyUILane:
         self.on_change: Callable[[], Awaitable[None]] = _nothing
         # Called as the backend accepts each prompt (a managed backend counts them).
         self.on_sent: Callable[[], None] = _ignore
+        # Budgets of paid jobs for the prompts it runs (None: none apply), and the
+        # prompts sent with an allowance whose hold is settled at their end.
+        self.budgets: BackendBudgets | None = None
+        self._allowed: set[str] = set()
 
     @property
     def suspect(self) -> bool:
@@ -184,11 +191,15 @@ class ComfyUILane:
             handle.accept()
             handle.on_interrupt(lambda: self.follower.interrupt_soon(watch))
             handle.offer_back(lambda: self.follower.withdraw(watch), lambda: not watch.started)
-            return await self.follower.follow(job, watch, sink, handle)
+            result = await self.follower.follow(job, watch, sink, handle)
+            if job.prompt_id in self._allowed:
+                await self._settle(job)
+            return result
         except Withdrawn:
             handle.withdrawn = True
             return withdrawn_result(job)
         finally:
+            self._allowed.discard(job.prompt_id)
             self.client.unwatch(job.prompt_id)
 
     async def _send(
@@ -224,7 +235,10 @@ class ComfyUILane:
         await asyncio.wait_for(self.client.connected.wait(), timeout=30.0)
         watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
-            return await self.follower.rejoin(job, watch, sink, handle)
+            result = await self.follower.rejoin(job, watch, sink, handle)
+            if result is not None and self.budgets is not None and self.budgets.applies(job):
+                await self._settle(job)  # an earlier process may have granted it one
+            return result
         except Withdrawn:
             handle.withdrawn = True
             return withdrawn_result(job)
@@ -437,6 +451,11 @@ class ComfyUILane:
         extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
         if self.state.holds:
             extra[HOLD_KEY] = self.settings.hold
+        if self.budgets is not None:
+            allowance = await self.budgets.grant(job, self.client.spec.name)
+            if allowance is not None:
+                extra[ALLOWANCE_KEY] = allowance.as_json()
+                self._allowed.add(job.prompt_id)
         body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
         if job.outputs:
             body["partial_execution_targets"] = job.outputs
@@ -447,6 +466,19 @@ class ComfyUILane:
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
         self.on_sent()
+
+    async def _settle(self, job: Job) -> None:
+        """Count what the prompt spent here in place of its budget hold; when the backend
+        cannot say, the hold stands (see comfyfleet.spend.holds)."""
+        assert self.budgets is not None
+        path = PAID_ROUTE.format(prompt_id=urllib.parse.quote(job.prompt_id, safe=""))
+        try:
+            answer = await self.client.request("GET", path, timeout=10.0)
+            await self.budgets.settle(job.prompt_id, self.client.spec.name, answer)
+        except ComfyfleetError as exc:  # the backend, or the store: the hold stands
+            log.warning(
+                "prompt %s: its budget hold on %s stands: %s", job.prompt_id, self.name, exc
+            )
 
     def _folders(self, job: Job) -> Folders:
         return self.folders if self.tenants is None else self.tenants.of(job.tenant)

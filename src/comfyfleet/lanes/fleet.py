@@ -25,6 +25,7 @@ from comfyfleet.lanes.remote_nodes import union_registry
 from comfyfleet.lanes.settings import LaneSettings
 from comfyfleet.lanes.submits import Submits
 from comfyfleet.lanes.uploads import FetchInputs
+from comfyfleet.spend.holds import BackendBudgets
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class Fleet:
         fetch_inputs: FetchInputs | None = None,
         *,
         agent: str | None = None,
+        budgets: BackendBudgets | None = None,
     ):
         self.engine = engine
         self.tenants = tenants
@@ -145,6 +147,7 @@ class Fleet:
         self._session: aiohttp.ClientSession | None = None
         self._submits = Submits()
         self._agent = agent  # the User-Agent backends see (None: aiohttp's)
+        self._budgets = budgets  # paid-job budgets of the prompts sent to backends
         self._known = KnownCapabilities()  # shared by the backends' lanes
         self._rebuilding: asyncio.Task[None] | None = None
         self._again = False  # a lane changed while the union was being built
@@ -171,6 +174,7 @@ class Fleet:
         lane.on_change = self.rebuild
         lane.known = self._known
         lane.services = self.engine.services
+        lane.budgets = self._budgets
         self.backends[spec.name] = lane
         return lane
 

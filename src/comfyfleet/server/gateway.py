@@ -36,7 +36,8 @@ from comfyfleet.server.delivery.event_log import EventLog
 from comfyfleet.server.delivery.hub import Hub
 from comfyfleet.server.delivery.relay import ClientRelay
 from comfyfleet.server.identity import process_alive, this_gateway
-from comfyfleet.spend.guard import BudgetGuard
+from comfyfleet.spend.guard import BudgetGuard, StoredPromptTerms
+from comfyfleet.spend.holds import BackendBudgets
 from comfyfleet.spend.today import SpendToday
 from comfyfleet.store.base import GatewayIdInUse, JobStore, StoreError
 from comfyfleet.store.factory import open_store
@@ -101,7 +102,7 @@ class Gateway:
             SecretVault(config.secrets_file),
             fanout_settings(config),
             DRIVERS,
-            budgets=BudgetGuard(config.shares, config.prices, store),
+            budgets=BudgetGuard(config.shares, config.prices, StoredPromptTerms(store)),
         )
         engine = Engine(
             registry, folders, cache_entries=config.cache_entries, services=fanout.services()
@@ -117,7 +118,16 @@ class Gateway:
         peers = PeerFiles(store, identity.id, peer_key, config.max_upload_bytes)
         # A backend's access log names the gateway that sent each request.
         agent = f"comfyfleet (gateway {identity.id})"
-        fleet = Fleet(engine, tenants, config.local_slots, settings, peers.ensure, agent=agent)
+        budgets = BackendBudgets(store, config.shares, config.prices, registry)
+        fleet = Fleet(
+            engine,
+            tenants,
+            config.local_slots,
+            settings,
+            peers.ensure,
+            agent=agent,
+            budgets=budgets,
+        )
         configured = [fleet.backend_lane(parse_spec(raw)).spec.name for raw in config.backends]
         managed = ManagedBackends.create(config.comfyui, config.data_dir, fleet, {config.port})
         scheduler = Scheduler(

@@ -37,6 +37,11 @@ def prompt_budget(extra_data: Any) -> Budget:
         raise BadBudget(
             f'{where} must be an object with paid_jobs and/or spend, e.g. {{"paid_jobs": 4}}'
         )
+    return parse_budget(raw, where)
+
+
+def parse_budget(raw: dict[str, Any], where: str) -> Budget:
+    """The limits `paid_jobs` and `spend` of `raw` (either may be missing or null)."""
     jobs = raw.get("paid_jobs")
     if jobs is not None and (
         isinstance(jobs, bool) or not isinstance(jobs, int) or not 0 <= jobs <= MAX_JOBS

@@ -445,17 +445,47 @@ WHERE request_hash = ANY($1::text[])
 -- A tenant's paid jobs recorded since a time, and their cost: every job that may have
 -- been billed (see comfyfleet/spend/budget.py). Not counted: a job that failed with no
 -- remote id and no ambiguous submit (the provider refused it, or never got it).
-SELECT count(*), coalesce(sum(cost), 0) FROM remote_jobs
-WHERE tenant = $1 AND created_at >= $2
-  AND NOT (state = 'failed' AND remote_id IS NULL
-           AND coalesce(error::jsonb ->> 'class', '') <> 'AmbiguousSubmit')
+-- Prompts run on backends count by their holds (paid_job_holds).
+SELECT sum(n)::bigint, sum(c) FROM (
+    SELECT count(*) AS n, coalesce(sum(cost), 0) AS c FROM remote_jobs
+    WHERE tenant = $1 AND created_at >= $2
+      AND NOT (state = 'failed' AND remote_id IS NULL
+               AND coalesce(error::jsonb ->> 'class', '') <> 'AmbiguousSubmit')
+    UNION ALL
+    SELECT coalesce(sum(paid_jobs), 0), coalesce(sum(spend), 0) FROM paid_job_holds
+    WHERE tenant = $1 AND created_at >= $2) AS counted
 
 -- name: paid_by_prompt
 -- One prompt's paid jobs and their cost, counted as paid_by_tenant counts.
-SELECT count(*), coalesce(sum(cost), 0) FROM remote_jobs
-WHERE prompt_id = $1
-  AND NOT (state = 'failed' AND remote_id IS NULL
-           AND coalesce(error::jsonb ->> 'class', '') <> 'AmbiguousSubmit')
+SELECT sum(n)::bigint, sum(c) FROM (
+    SELECT count(*) AS n, coalesce(sum(cost), 0) AS c FROM remote_jobs
+    WHERE prompt_id = $1
+      AND NOT (state = 'failed' AND remote_id IS NULL
+               AND coalesce(error::jsonb ->> 'class', '') <> 'AmbiguousSubmit')
+    UNION ALL
+    SELECT coalesce(sum(paid_jobs), 0), coalesce(sum(spend), 0) FROM paid_job_holds
+    WHERE prompt_id = $1) AS counted
+
+-- name: hold_of
+-- A prompt's hold on one backend.
+SELECT paid_jobs, spend, settled, created_at FROM paid_job_holds
+WHERE prompt_id = $1 AND backend = $2
+
+-- name: hold
+-- A prompt's hold on one backend, set (a new grant replaces the last one's).
+INSERT INTO paid_job_holds (prompt_id, backend, tenant, paid_jobs, spend, settled, created_at)
+VALUES ($1, $2, $3, $4, $5, FALSE, $6)
+ON CONFLICT (prompt_id, backend) DO UPDATE SET
+    tenant = excluded.tenant, paid_jobs = excluded.paid_jobs, spend = excluded.spend,
+    settled = FALSE, created_at = excluded.created_at
+
+-- name: settle
+-- What the prompt spent on the backend, which the hold now counts.
+UPDATE paid_job_holds SET paid_jobs = $1, spend = $2, settled = TRUE
+WHERE prompt_id = $3 AND backend = $4
+
+-- name: prune_holds
+DELETE FROM paid_job_holds WHERE created_at < $1
 
 -- name: prune_remote_jobs
 WITH gone AS (

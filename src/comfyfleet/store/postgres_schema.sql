@@ -355,3 +355,20 @@ LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(1885430116, hashtext(current_schema() || '/' || who));
 END $$;
+
+-- name: migration_17
+-- What prompts run on backends may spend or spent, by backend (comfyfleet/spend/holds.py):
+-- a backend's journal counts their paid jobs; here they count for the tenant's budget of
+-- the day, held at the allowance granted until the backend says what it spent (settled).
+-- Granted under the tenant's budget lock (migration_16).
+CREATE TABLE IF NOT EXISTS paid_job_holds (
+    prompt_id  TEXT COLLATE "C" NOT NULL,
+    backend    TEXT COLLATE "C" NOT NULL,
+    tenant     TEXT COLLATE "C" NOT NULL,
+    paid_jobs  BIGINT NOT NULL,
+    spend      DOUBLE PRECISION NOT NULL,
+    settled    BOOLEAN NOT NULL DEFAULT FALSE,
+    created_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (prompt_id, backend)
+);
+CREATE INDEX IF NOT EXISTS paid_job_holds_tenant ON paid_job_holds (tenant, created_at);

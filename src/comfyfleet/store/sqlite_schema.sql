@@ -279,3 +279,19 @@ CREATE INDEX IF NOT EXISTS jobs_tenant_dispatch ON jobs (tenant, front DESC, ord
 CREATE INDEX IF NOT EXISTS remote_jobs_tenant ON remote_jobs (tenant, created_at)
     WHERE tenant IS NOT NULL;
 CREATE INDEX IF NOT EXISTS remote_jobs_prompt ON remote_jobs (prompt_id);
+
+-- name: migration_17
+-- What prompts run on backends may spend or spent, by backend (comfyfleet/spend/holds.py):
+-- a backend's journal counts their paid jobs; here they count for the tenant's budget of
+-- the day, held at the allowance granted until the backend says what it spent (settled).
+CREATE TABLE IF NOT EXISTS paid_job_holds (
+    prompt_id  TEXT NOT NULL,
+    backend    TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    paid_jobs  INTEGER NOT NULL,
+    spend      REAL NOT NULL,
+    settled    INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (prompt_id, backend)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS paid_job_holds_tenant ON paid_job_holds (tenant, created_at);

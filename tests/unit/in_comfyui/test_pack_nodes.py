@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
+from comfyfleet.domain.budgets import ALLOWANCE_KEY as ALLOWANCE
 from comfyfleet.fanout.mp4 import read_info
-from comfyfleet.in_comfyui import key_scrubber, node_mappings
+from comfyfleet.in_comfyui import key_scrubber, node_mappings, paid_route
 from comfyfleet.in_comfyui.wrap import Bridge, exposed
 from comfyfleet.nodes import build_registry
+from comfyfleet.spend.holds import PAID_ROUTE
 from tests.emulators import Emulator, start_emulator
 from tests.unit.in_comfyui.standin import (
     Blocker,
@@ -257,3 +261,46 @@ async def test_an_error_carrying_a_key_is_redacted(pack: Pack) -> None:
     pack.bridge.service.vault.resolve("env:PACK_TEST_KEY")  # a key the vault has seen
     redacted = pack.bridge._redacted(ValueError(f"the provider said: {KEY} is wrong"))
     assert KEY not in str(redacted) and "ValueError" in str(redacted)
+
+
+async def test_a_gateways_allowance_caps_the_prompts_paid_jobs_and_the_route_says_so(
+    pack: Pack, emulator: Emulator
+) -> None:
+    assert pack.bridge is not None
+    host = pack.bridge.host
+    allowed = {"paid_jobs": 2, "spend": None, "prices": {"bfl": {"flux-2-pro": 0.5}}}
+    host.allowances.note({"prompt": {}, "prompt_id": "p1", "extra_data": {ALLOWANCE: allowed}})
+
+    async def batch(call: Call) -> Any:
+        return await fan_out(pack, emulator.url, call, range(3), "placeholder")
+
+    collected = await pack.standin.run_prompt("p1", batch)
+    report = json.loads(collected["result"][30])
+    assert report["counts"]["success"] == 2
+    refused = [slot for slot in report["slots"] if slot.get("error_class") == "BudgetExceeded"]
+    assert len(refused) == 1 and ALLOWANCE in refused[0]["error"]
+    assert emulator.stats()["jobs"] == 2
+
+    # What the gateway reads at the prompt's end, priced by the allowance's table.
+    app = web.Application()
+    app.router.add_get(PAID_ROUTE, paid_route(host))
+    async with TestClient(TestServer(app)) as client:
+        answer = await (await client.get("/comfyfleet/paid/p1")).json()
+        assert answer == {"prompt_id": "p1", "paid_jobs": 2, "spend": 1.0}
+        nothing = await (await client.get("/comfyfleet/paid/unknown")).json()
+        assert nothing["paid_jobs"] == 0
+
+    # An allowance that cannot be read lets nothing be paid; a prompt without an id
+    # gets the one ComfyUI would make up, so its allowance can be found.
+    bad = {"prompt": {}, "prompt_id": "p2", "extra_data": {ALLOWANCE: {"paid_jobs": "lots"}}}
+    host.allowances.note(bad)
+
+    async def other(call: Call) -> Any:
+        return await fan_out(pack, emulator.url, call, range(10, 12), "placeholder")
+
+    collected = await pack.standin.run_prompt("p2", other)
+    assert "success" not in json.loads(collected["result"][30])["counts"]
+    assert emulator.stats()["jobs"] == 2
+    noted = host.allowances.note({"prompt": {}, "extra_data": {ALLOWANCE: {"paid_jobs": 1}}})
+    assert isinstance(noted["prompt_id"], str)
+    assert await host.allowances.terms_of(noted["prompt_id"]) is not None

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from comfyfleet.domain.budgets import Budget, BudgetCheck, BudgetExceeded
+from comfyfleet.domain.budgets import Budget, BudgetCheck, BudgetExceeded, HoldRequest, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJobState
 from comfyfleet.fanout.journal import MemoryJournal
 from comfyfleet.store.base import JobStore, RemoteJobJournal
@@ -182,3 +182,86 @@ async def test_known_requests_are_those_reused_or_waited_on(journal: RemoteJobJo
     assert await journal.known_requests([]) == set()
     many = [f"h-{n}" for n in range(1200)]  # past one statement's bound variables
     assert await journal.known_requests([*many, "h-kept"]) == {"h-kept"}
+
+
+def hold_request(
+    since: float,
+    prompt_id: str = "p1",
+    backend: str = "gpu-1",
+    tenant_budget: Budget = NO_LIMIT,
+    prompt_budget: Budget = NO_LIMIT,
+    wanted: Usage | None = None,
+) -> HoldRequest:
+    return HoldRequest(prompt_id, backend, "alice", tenant_budget, prompt_budget, since, wanted)
+
+
+async def test_a_hold_grants_what_the_budget_leaves_and_counts_until_settled(
+    journal: RemoteJobJournal, clock: Clock
+) -> None:
+    since = clock.now
+    day = Budget(paid_jobs=10, spend=1.0)
+    for n in range(3):
+        await journal.record_remote_job(paid(f"j{n}"))  # 3 jobs, $0.12, in this gateway
+    # A prompt of 4 counted jobs gets those 4: no more than it needs, held for alice.
+    four = await journal.hold_paid_jobs(
+        hold_request(since, "p1", "gpu-1", day, wanted=Usage(4, 0.16))
+    )
+    assert four.paid_jobs == 4 and four.spend == pytest.approx(0.16)
+    assert (await journal.paid_usage("alice", since)).paid_jobs == 7
+    # One whose count is known only as it runs gets all that is left, and holds it.
+    rest = await journal.hold_paid_jobs(hold_request(since, "p2", "gpu-2", day))
+    assert rest.paid_jobs == 3 and rest.spend == pytest.approx(1.0 - 0.12 - 0.16)
+    assert (await journal.paid_usage("alice", since)).paid_jobs == 10
+    nothing = await journal.hold_paid_jobs(hold_request(since, "p3", "gpu-1", day))
+    assert nothing.paid_jobs == 0
+    # Settled: what p2's backend says it spent counts, the rest of its hold is free again.
+    assert await journal.settle_paid_jobs("p2", "gpu-2", Usage(1, 0.04))
+    assert not await journal.settle_paid_jobs("p9", "gpu-2", Usage(1, 0.04))
+    used = await journal.paid_usage("alice", since)
+    assert used.paid_jobs == 8 and used.spend == pytest.approx(0.12 + 0.16 + 0.04)
+    with pytest.raises(BudgetExceeded):  # this gateway's own jobs see the holds too
+        for n in range(3):
+            await journal.record_remote_job(paid(f"k{n}"), check(since, day))
+    assert (await journal.paid_usage("bob", since)).paid_jobs == 0
+
+
+async def test_a_new_grant_on_the_same_backend_replaces_the_hold_and_counts_what_was_spent(
+    journal: RemoteJobJournal, clock: Clock
+) -> None:
+    since = clock.now
+    own = Budget(paid_jobs=5)
+    first = await journal.hold_paid_jobs(hold_request(since, prompt_budget=own, wanted=Usage(2)))
+    assert first.paid_jobs == 2
+    await journal.settle_paid_jobs("p1", "gpu-1", Usage(2, 0.0))
+    # Run again there (a retry): the backend's count for the prompt includes its 2 jobs.
+    again = await journal.hold_paid_jobs(hold_request(since, prompt_budget=own, wanted=Usage(2)))
+    assert again.paid_jobs == 4
+    # On another backend the prompt has 5 - 4 held there.
+    other = await journal.hold_paid_jobs(hold_request(since, backend="gpu-2", prompt_budget=own))
+    assert other.paid_jobs == 1
+    assert (await journal.paid_usage("alice", since)).paid_jobs == 5
+
+
+@pytest.mark.parametrize("factory", STORES, indirect=True)
+async def test_two_gateways_never_hold_more_than_a_tenants_budget(
+    factory: StoreFactory, tmp_path: Path, clock: Clock
+) -> None:
+    a, b = factory(tmp_path, clock, owner="a"), factory(tmp_path, clock, owner="b")
+    await a.open()
+    await b.open()
+    try:
+        day = Budget(paid_jobs=7)
+        grants = await asyncio.gather(
+            *(
+                store.hold_paid_jobs(
+                    hold_request(clock.now, f"{store.owner}{n}", "gpu", day, wanted=Usage(2))
+                )
+                for n in range(6)
+                for store in (a, b)
+            )
+        )
+        assert sum(grant.paid_jobs or 0 for grant in grants) == 7
+        assert (await b.paid_usage("alice", clock.now)).paid_jobs == 7
+    finally:
+        await a.close()
+        await b.close()

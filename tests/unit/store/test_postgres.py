@@ -350,7 +350,7 @@ async def test_a_version_14_database_keeps_its_jobs_and_gains_the_tenant_cap(
     finally:
         await again.close()
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
-    assert applied == postgres_module.SCHEMA_VERSION == 16
+    assert applied == postgres_module.SCHEMA_VERSION == 17
 
 
 async def test_a_version_15_database_gains_the_journals_budget_columns(
@@ -377,6 +377,29 @@ async def test_a_version_15_database_gains_the_journals_budget_columns(
         used = await again.paid_usage("alice", 0.0)
         assert (used.paid_jobs, used.spend) == (1, 0.03)
         assert await again.remote_job("old") is not None
+    finally:
+        await again.close()
+    applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
+    assert applied == postgres_module.SCHEMA_VERSION
+
+
+async def test_a_version_16_database_gains_budget_holds(
+    store: PostgresStore, postgres_url: str, schema: str
+) -> None:
+    """Migration 17: holds of prompts run on backends count for their tenants."""
+    from comfyfleet.domain.budgets import Budget, HoldRequest
+
+    await store.submit(new_job("old"))
+    await store.close()
+    await sql(postgres_url, schema, "DROP TABLE paid_job_holds")
+    await sql(postgres_url, schema, "DELETE FROM comfyfleet_migrations WHERE version > 16")
+    again = PostgresStore(postgres_url, schema=schema)
+    await again.open()
+    try:
+        request = HoldRequest("p1", "gpu", "alice", Budget(paid_jobs=5), Budget(), 0.0, None)
+        assert (await again.hold_paid_jobs(request)).paid_jobs == 5
+        assert (await again.paid_usage("alice", 0.0)).paid_jobs == 5
+        assert await again.get("old") is not None
     finally:
         await again.close()
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")

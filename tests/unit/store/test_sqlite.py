@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from comfyfleet.domain.budgets import Budget, HoldRequest
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
 from comfyfleet.domain.jobs import JobResult, JobStatus, NewJob, OutputFile
@@ -499,6 +500,27 @@ async def test_version_10_file_gains_fleet_keys(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
 
 
+async def test_version_16_file_gains_budget_holds(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 16, "DROP TABLE paid_job_holds")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        request = HoldRequest("p1", "gpu", "alice", Budget(paid_jobs=5), Budget(), 0.0, None)
+        assert (await store.hold_paid_jobs(request)).paid_jobs == 5
+        assert (await store.paid_usage("alice", 0.0)).paid_jobs == 5
+        assert await store.get("old") is not None
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
 async def test_version_11_file_keeps_its_events_and_gains_binary_frames(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     store = SQLiteStore(path)
@@ -552,4 +574,4 @@ async def test_a_journal_from_before_budgets_gets_their_columns(tmp_path: Path) 
     finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 16
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION

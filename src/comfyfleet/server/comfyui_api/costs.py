@@ -14,11 +14,20 @@ from typing import Any
 
 from aiohttp import web
 
-from comfyfleet.domain.budgets import PROMPT, Budget, Usage, day_start, overrun, tenant_owner
+from comfyfleet.domain.budgets import (
+    ALLOWANCE,
+    PROMPT,
+    Budget,
+    Usage,
+    day_start,
+    overrun,
+    tenant_owner,
+)
 from comfyfleet.engine.validation import ValidationResult
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.server.gateway import Gateway
+from comfyfleet.spend.allowance import allowance_of
 from comfyfleet.spend.budget import BadBudget, daily_budget, prompt_budget
 from comfyfleet.spend.estimate import Estimate, estimate, without_reused
 
@@ -44,11 +53,12 @@ async def budget_refusal(
 ) -> web.Response | None:
     """The 400 for a prompt whose counted paid jobs would pass a budget, or None."""
     try:
-        own = prompt_budget(extra_data)
+        own, granted = prompt_budget(extra_data), allowance_of(extra_data)
     except BadBudget as exc:
         return bad_budget(str(exc))
+    allowance = Budget() if granted is None else granted.budget
     daily = daily_budget(gw.config.shares, tenant)
-    if not own.limited and not daily.limited:
+    if not own.limited and not daily.limited and not allowance.limited:
         return None
     planned = await estimated(gw, checked)
     if not planned.known or not planned.jobs:
@@ -56,8 +66,10 @@ async def budget_refusal(
     used = Usage()
     if daily.limited:
         used = await gw.store.paid_usage(tenant, day_start(time.time()))
-    why = _overrun(daily, used, planned, tenant_owner(tenant)) or _overrun(
-        own, Usage(), planned, PROMPT
+    why = (
+        _overrun(daily, used, planned, tenant_owner(tenant))
+        or _overrun(own, Usage(), planned, PROMPT)
+        or _overrun(allowance, Usage(), planned, ALLOWANCE)
     )
     if why is None:
         return None

@@ -41,6 +41,7 @@ from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.plumbing.client_json import read_json
 from comfyfleet.server.plumbing.middleware import STORE_RETRY_AFTER
 from comfyfleet.server.plumbing.routing import Route, empty_ok, json_reply
+from comfyfleet.spend.holds import PAID_ROUTE, paid_answer
 from comfyfleet.store.base import DuplicateJob, StoreError
 from comfyfleet.webhooks.addresses import NotAllowed
 from comfyfleet.webhooks.submit import check_prompt_webhook
@@ -245,6 +246,21 @@ async def post_cost(request: web.Request) -> web.Response:
         return checked
     answer = await cost_answer(gw, checked, extra, tenant_name(request))
     return answer if isinstance(answer, web.Response) else web.json_response(answer)
+
+
+async def get_paid(request: web.Request) -> web.Response:
+    """`GET /comfyfleet/paid/{prompt_id}`: what the prompt's paid jobs here may have cost
+    (as the companion pack answers it); a gateway that sent the prompt settles its budget
+    hold by it. Another tenant's prompt is as unknown."""
+    gw = request.app[GATEWAY]
+    prompt_id = request.match_info["prompt_id"]
+    job = await gw.store.get(prompt_id)
+    if job is None or not visible(request, job.tenant):
+        return web.json_response(
+            {"error": {"type": "not_found", "message": "No such prompt"}}, status=404
+        )
+    used = await gw.store.prompt_paid_usage(prompt_id)
+    return web.json_response(paid_answer(prompt_id, used))
 
 
 async def pack_info(request: web.Request) -> web.Response:
@@ -476,4 +492,5 @@ def prompt_routes() -> list[Route]:
         Route("POST", "/comfyfleet/validate", validate_only, api_alias=False),
         Route("POST", "/comfyfleet/cost", post_cost, api_alias=False),
         Route("POST", HOLDS_ROUTE, keep_holds, api_alias=False),
+        Route("GET", PAID_ROUTE, get_paid, api_alias=False),
     ]

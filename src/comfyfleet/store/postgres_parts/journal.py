@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from comfyfleet.domain.budgets import BudgetCheck, Usage
+from comfyfleet.domain.budgets import Budget, BudgetCheck, HoldRequest, Usage
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
@@ -41,6 +41,18 @@ class PostgresJournal(PostgresAccess):
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
         return await self._run(lambda db: journal.paid_usage(db, tenant, since))
+
+    async def prompt_paid_usage(self, prompt_id: str) -> Usage:
+        return await self._run(lambda db: journal.prompt_usage(db, prompt_id))
+
+    async def hold_paid_jobs(self, request: HoldRequest) -> Budget:
+        """Grant and hold a prompt's allowance on a backend (see the seam)."""
+        now = self._clock()
+        return await self._write(lambda conn: journal.hold(conn, request, now))
+
+    async def settle_paid_jobs(self, prompt_id: str, backend: str, spent: Usage) -> bool:
+        """What a prompt spent on a backend, in place of its hold (see the seam)."""
+        return await self._commit(lambda db: journal.settle(db, prompt_id, backend, spent))
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage
+from comfyfleet.domain.budgets import Budget, BudgetCheck, BudgetExceeded, HoldRequest, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.store.base import StoreError
 from comfyfleet.store.postgres_text import from_db, from_db_or_none, to_db, to_db_or_none
@@ -97,8 +97,8 @@ async def _check_budget(db: Any, job: NewRemoteJob, budget: BudgetCheck) -> None
     tenant_used = prompt_used = Usage()
     if budget.tenant_budget.limited:
         tenant_used = await paid_usage(db, budget.tenant, budget.since)
-    if budget.prompt_budget.limited and job.prompt_id is not None:
-        prompt_used = _usage(await db.fetchrow(Q["paid_by_prompt"], to_db(job.prompt_id)))
+    if budget.counts_prompt and job.prompt_id is not None:
+        prompt_used = await prompt_usage(db, job.prompt_id)
     refusal = budget.refusal(tenant_used, prompt_used)
     if refusal is not None:
         raise BudgetExceeded(refusal)
@@ -113,8 +113,37 @@ async def paid_usage(db: Any, tenant: str, since: float) -> Usage:
     return _usage(await db.fetchrow(Q["paid_by_tenant"], to_db(tenant), since))
 
 
+async def prompt_usage(db: Any, prompt_id: str) -> Usage:
+    return _usage(await db.fetchrow(Q["paid_by_prompt"], to_db(prompt_id)))
+
+
 def _usage(row: Sequence[Any]) -> Usage:
     return Usage(int(row[0]), float(row[1]))
+
+
+async def hold(db: Any, request: HoldRequest, now: float) -> Budget:
+    """Grant the prompt its allowance on the backend and hold it for its tenant (`db` a
+    connection in a transaction): counted and written under the tenant's budget lock."""
+    await db.execute(Q["paid_lock"], to_db(request.tenant))
+    prompt_id, backend = to_db(request.prompt_id), to_db(request.backend)
+    row = await db.fetchrow(Q["hold_of"], prompt_id, backend)
+    earlier = Usage() if row is None else Usage(int(row[0]), float(row[1]))
+    allowance, held = request.grant(
+        await paid_usage(db, request.tenant, request.since),
+        await prompt_usage(db, request.prompt_id),
+        earlier,
+        row is not None and row[3] >= request.since,
+    )
+    values = (to_db(request.tenant), held.paid_jobs, held.spend, now)
+    await db.execute(Q["hold"], prompt_id, backend, *values)
+    return allowance
+
+
+async def settle(db: Any, prompt_id: str, backend: str, spent: Usage) -> bool:
+    status: str = await db.execute(
+        Q["settle"], spent.paid_jobs, spent.spend, to_db(prompt_id), to_db(backend)
+    )
+    return status.endswith(" 1")
 
 
 async def submitted(
@@ -197,4 +226,5 @@ async def live(db: Any, owner: str, now: float) -> list[RemoteJob]:
 
 async def prune(db: Any, before: float) -> int:
     gone: int = await db.fetchval(Q["prune_remote_jobs"], before)
+    await db.execute(Q["prune_holds"], before)
     return gone

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from comfyfleet.domain.budgets import BudgetCheck, Usage
+from comfyfleet.domain.budgets import Budget, BudgetCheck, HoldRequest, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 
 
@@ -39,7 +39,22 @@ class RemoteJobJournal(Protocol):
 
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         """The tenant's paid jobs recorded since `since` that may have been billed, and
-        their cost (see comfyfleet.spend.budget)."""
+        their cost (see comfyfleet.spend.budget), with its prompts' holds on backends."""
+
+    async def prompt_paid_usage(self, prompt_id: str) -> Usage:
+        """The prompt's paid jobs that may have been billed, and their cost, with its
+        holds on backends: what its budget and an allowance count."""
+
+    async def hold_paid_jobs(self, request: HoldRequest) -> Budget:
+        """Grant a prompt about to run on `request.backend` its allowance out of its
+        tenant's budget of the day and its own (see `HoldRequest.allowance`), and hold
+        it: until settled, the hold counts in `paid_usage` and in the prompt's own count
+        as what it holds. A new grant for the same prompt and backend replaces the last
+        one's hold. The counts and the write are one step for every gateway."""
+
+    async def settle_paid_jobs(self, prompt_id: str, backend: str, spent: Usage) -> bool:
+        """What the prompt spent on the backend (its journal's count), counted from now
+        on in place of its hold; False when no hold is known."""
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

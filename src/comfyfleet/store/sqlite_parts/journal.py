@@ -6,7 +6,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from comfyfleet.domain.budgets import BudgetCheck, Usage
+from comfyfleet.domain.budgets import Budget, BudgetCheck, HoldRequest, Usage
 from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.store.sqlite_parts import journal_sql as journal
 from comfyfleet.store.sqlite_parts.access import SQLiteAccess
@@ -38,6 +38,20 @@ class SQLiteJournal(SQLiteAccess):
     async def paid_usage(self, tenant: str, since: float) -> Usage:
         """The tenant's paid jobs recorded since `since`, and their cost (budgets)."""
         return await self._read(functools.partial(journal.paid_usage, tenant=tenant, since=since))
+
+    async def prompt_paid_usage(self, prompt_id: str) -> Usage:
+        return await self._read(functools.partial(journal.prompt_usage, prompt_id=prompt_id))
+
+    async def hold_paid_jobs(self, request: HoldRequest) -> Budget:
+        """Grant and hold a prompt's allowance on a backend (see the seam)."""
+        return await self._write(
+            functools.partial(journal.hold, request=request, now=self._clock())
+        )
+
+    async def settle_paid_jobs(self, prompt_id: str, backend: str, spent: Usage) -> bool:
+        """What a prompt spent on a backend, in place of its hold (see the seam)."""
+        op = functools.partial(journal.settle, prompt_id=prompt_id, backend=backend, spent=spent)
+        return await self._write(op)
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]

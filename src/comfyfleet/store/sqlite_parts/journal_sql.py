@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from comfyfleet.domain.budgets import BudgetCheck, BudgetExceeded, Usage
+from comfyfleet.domain.budgets import Budget, BudgetCheck, BudgetExceeded, HoldRequest, Usage
 from comfyfleet.domain.remote_jobs import (
     NewRemoteJob,
     RemoteJob,
@@ -60,6 +60,10 @@ KNOWN_REQUESTS = Q["journal_known_requests"]
 CHUNK = 500
 PAID_BY_PROMPT = Q["journal_paid_by_prompt"]
 PRUNE_WAITERS = Q["journal_prune_waiters"]
+HOLD_OF = Q["journal_hold_of"]
+HOLD = Q["journal_hold"]
+SETTLE = Q["journal_settle"]
+PRUNE_HOLDS = Q["journal_prune_holds"]
 
 
 def migrate_owners(conn: sqlite3.Connection) -> None:
@@ -140,8 +144,8 @@ def check_budget(conn: sqlite3.Connection, job: NewRemoteJob, budget: BudgetChec
     tenant_used = prompt_used = Usage()
     if budget.tenant_budget.limited:
         tenant_used = paid_usage(conn, budget.tenant, budget.since)
-    if budget.prompt_budget.limited and job.prompt_id is not None:
-        prompt_used = _usage(conn.execute(PAID_BY_PROMPT, (job.prompt_id,)).fetchone())
+    if budget.counts_prompt and job.prompt_id is not None:
+        prompt_used = prompt_usage(conn, job.prompt_id)
     refusal = budget.refusal(tenant_used, prompt_used)
     if refusal is not None:
         raise BudgetExceeded(refusal)
@@ -151,8 +155,32 @@ def paid_usage(conn: sqlite3.Connection, tenant: str, since: float) -> Usage:
     return _usage(conn.execute(PAID_BY_TENANT, (tenant, since)).fetchone())
 
 
+def prompt_usage(conn: sqlite3.Connection, prompt_id: str) -> Usage:
+    return _usage(conn.execute(PAID_BY_PROMPT, (prompt_id,)).fetchone())
+
+
 def _usage(row: Sequence[Any]) -> Usage:
     return Usage(int(row[0]), float(row[1]))
+
+
+def hold(conn: sqlite3.Connection, request: HoldRequest, now: float) -> Budget:
+    """Grant the prompt its allowance on the backend and hold it for its tenant: the
+    counts and the write one step, on the writer thread every process shares."""
+    row = conn.execute(HOLD_OF, (request.prompt_id, request.backend)).fetchone()
+    earlier = Usage() if row is None else Usage(int(row[0]), float(row[1]))
+    allowance, held = request.grant(
+        paid_usage(conn, request.tenant, request.since),
+        prompt_usage(conn, request.prompt_id),
+        earlier,
+        row is not None and row[3] >= request.since,
+    )
+    values = (request.prompt_id, request.backend, request.tenant, held.paid_jobs, held.spend, now)
+    conn.execute(HOLD, values)
+    return allowance
+
+
+def settle(conn: sqlite3.Connection, prompt_id: str, backend: str, spent: Usage) -> bool:
+    return conn.execute(SETTLE, (spent.paid_jobs, spent.spend, prompt_id, backend)).rowcount == 1
 
 
 def submitted(
@@ -209,6 +237,7 @@ def assign_slots(conn: sqlite3.Connection, slots: Sequence[tuple[str, int]]) -> 
 def prune(conn: sqlite3.Connection, before: float) -> int:
     gone = conn.execute(PRUNE, (before,)).rowcount
     conn.execute(PRUNE_WAITERS)
+    conn.execute(PRUNE_HOLDS, (before,))
     return gone
 
 
