@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from comfyfleet.shares.policy import SharePolicy, TenantPolicy
 from tests.integration.gateway.test_auth import tenants
 from tests.integration.gateway.wire import Served, poll, sleep_prompt
@@ -54,6 +56,33 @@ async def test_one_tenants_backlog_does_not_hold_up_another(tmp_path: Path) -> N
         assert ended - sent < 3.0, ended - sent
         still = [j for j in await jobs_of(clients.alice, alice) if j["status"] == "pending"]
         assert len(still) > 200  # her backlog was far from done
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["fair_share_on", "fair_share_off"])
+async def test_with_fair_share_off_a_later_tenant_waits_behind_the_backlog(
+    tmp_path: Path, enabled: bool
+) -> None:
+    """Alice queues 8 prompts of 0.25 s on 2 slots (about 1 s of work), then Bob 2.
+    Fair share on: Bob's start while hers still wait. Off: one queue order, ComfyUI's
+    (by number), so every one of hers starts before any of his."""
+    policy = SharePolicy(enabled=enabled)
+    async with tenants(tmp_path, local_slots=2, shares=policy) as clients:
+        alice = await submit_many(clients.alice, 8, 0.25)
+        await asyncio.sleep(0.3)  # her first two are running, the rest wait
+        bob = await submit_many(clients.bob, 2, 0.25)
+
+        async def all_done() -> bool:
+            jobs = await jobs_of(clients.alice, alice) + await jobs_of(clients.bob, bob)
+            return all(j["status"] == "completed" for j in jobs)
+
+        await poll(all_done, timeout=20, what="every prompt to end", every=0.05)
+        alice_starts = [j["execution_start_time"] for j in await jobs_of(clients.alice, alice)]
+        bob_first = min(j["execution_start_time"] for j in await jobs_of(clients.bob, bob))
+        started_after_bob = sum(start > bob_first for start in alice_starts)
+        if enabled:
+            assert started_after_bob >= 2, (alice_starts, bob_first)
+        else:
+            assert started_after_bob == 0, (alice_starts, bob_first)
 
 
 async def slot_time(client: Served, ids: list[str], since: float, until: float) -> float:

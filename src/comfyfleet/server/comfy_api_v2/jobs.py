@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.budgets import PROMPT_BUDGET_KEY
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import TERMINAL as JOB_TERMINAL
 from comfyfleet.domain.jobs import Job, JobStatus
@@ -37,6 +38,7 @@ from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, submit_prompt
 from comfyfleet.server.gateway import GATEWAY
 from comfyfleet.server.plumbing.client_json import OFF_LOOP_BYTES, RefusedJson, loads
 from comfyfleet.server.plumbing.routing import Route, json_reply
+from comfyfleet.spend.budget import BadBudget, prompt_budget
 
 HEADER = "Idempotency-Key"
 #: v2 keys: 1 to 255 printable ASCII characters (what the SDK sends).
@@ -51,8 +53,9 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 #: The longest job id looked up (as POST /prompt takes them).
 MAX_JOB_ID = 200
-#: The only extra_data field v2 takes (a partner API key: used while running, never stored).
-EXTRA_DATA_FIELDS = frozenset({"api_key_comfy_org"})
+#: The extra_data fields v2 takes: a partner API key (used while running, never stored)
+#: and the prompt's own paid-job budget (kept with the job: the run-time guard reads it).
+EXTRA_DATA_FIELDS = frozenset({"api_key_comfy_org", PROMPT_BUDGET_KEY})
 
 
 def base_url(request: web.Request) -> str:
@@ -144,9 +147,13 @@ def _extra_data(body: dict[str, Any]) -> dict[str, Any]:
     if extra is None:
         return {}
     if not isinstance(extra, dict) or set(extra) - EXTRA_DATA_FIELDS:
-        raise invalid_request("extra_data takes only api_key_comfy_org")
-    if not all(isinstance(v, str) for v in extra.values()):
+        raise invalid_request(f"extra_data takes only api_key_comfy_org and {PROMPT_BUDGET_KEY}")
+    if not isinstance(extra.get("api_key_comfy_org", ""), str):
         raise invalid_request("extra_data.api_key_comfy_org must be a string")
+    try:  # checked here: a bad budget is a bad request in v2, not a refused workflow
+        prompt_budget(extra)
+    except BadBudget as exc:
+        raise invalid_request(str(exc)) from None
     return dict(extra)
 
 
