@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -44,7 +43,7 @@ from comfyfleet.lanes.settings import LaneSettings
 from comfyfleet.lanes.submits import Submits
 from comfyfleet.lanes.uploads import FetchInputs, ForeignFile, InputPusher
 from comfyfleet.nodes.core.saving import SHARED_COUNTERS
-from comfyfleet.spend.holds import PAID_ROUTE, BackendBudgets
+from comfyfleet.spend.holds import BackendHolds
 from comfyfleet.tenants import TenantFolders
 
 log = logging.getLogger(__name__)
@@ -119,10 +118,8 @@ class ComfyUILane:
         self.on_change: Callable[[], Awaitable[None]] = _nothing
         # Called as the backend accepts each prompt (a managed backend counts them).
         self.on_sent: Callable[[], None] = _ignore
-        # Budgets of paid jobs for the prompts it runs (None: none apply), and the
-        # prompts sent with an allowance whose hold is settled at their end.
-        self.budgets: BackendBudgets | None = None
-        self._allowed: set[str] = set()
+        # Budget holds of the prompts it runs (the fleet's, when budgets apply).
+        self.holds = BackendHolds(None, client.spec.name, self.fetch_json)
 
     @property
     def suspect(self) -> bool:
@@ -192,14 +189,13 @@ class ComfyUILane:
             handle.on_interrupt(lambda: self.follower.interrupt_soon(watch))
             handle.offer_back(lambda: self.follower.withdraw(watch), lambda: not watch.started)
             result = await self.follower.follow(job, watch, sink, handle)
-            if job.prompt_id in self._allowed:
-                await self._settle(job)
+            await self.holds.ended(job)
             return result
         except Withdrawn:
             handle.withdrawn = True
             return withdrawn_result(job)
         finally:
-            self._allowed.discard(job.prompt_id)
+            self.holds.forget(job.prompt_id)
             self.client.unwatch(job.prompt_id)
 
     async def _send(
@@ -236,8 +232,8 @@ class ComfyUILane:
         watch = self.client.watch(job.prompt_id, on_end=handle.release)
         try:
             result = await self.follower.rejoin(job, watch, sink, handle)
-            if result is not None and self.budgets is not None and self.budgets.applies(job):
-                await self._settle(job)  # an earlier process may have granted it one
+            if result is not None:
+                await self.holds.ended(job, resumed=True)
             return result
         except Withdrawn:
             handle.withdrawn = True
@@ -447,38 +443,16 @@ class ComfyUILane:
                 watched[prompt_id].kept_at = now
 
     async def _submit(self, job: Job) -> None:
-        # The backend sends no webhook of its own: this gateway delivers the job's end.
-        extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
-        if self.state.holds:
-            extra[HOLD_KEY] = self.settings.hold
-        if self.budgets is not None:
-            allowance = await self.budgets.grant(job, self.client.spec.name)
-            if allowance is not None:
-                extra[ALLOWANCE_KEY] = allowance.as_json()
-                self._allowed.add(job.prompt_id)
-        body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra}
-        if job.outputs:
-            body["partial_execution_targets"] = job.outputs
+        entries: dict[str, Any] = {HOLD_KEY: self.settings.hold} if self.state.holds else {}
+        if allowance := await self.holds.allowance(job):
+            entries[ALLOWANCE_KEY] = allowance
         with self.submits.sending():
-            status, answer = await self.client.submit(body)
+            status, answer = await self.client.submit(backend_body(job, entries))
         if status == 400 and isinstance(answer, dict) and isinstance(answer.get("error"), dict):
             raise PromptRefused(answer)
         if status != 200:
             raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
         self.on_sent()
-
-    async def _settle(self, job: Job) -> None:
-        """Count what the prompt spent here in place of its budget hold; when the backend
-        cannot say, the hold stands (see comfyfleet.spend.holds)."""
-        assert self.budgets is not None
-        path = PAID_ROUTE.format(prompt_id=urllib.parse.quote(job.prompt_id, safe=""))
-        try:
-            answer = await self.client.request("GET", path, timeout=10.0)
-            await self.budgets.settle(job.prompt_id, self.client.spec.name, answer)
-        except ComfyfleetError as exc:  # the backend, or the store: the hold stands
-            log.warning(
-                "prompt %s: its budget hold on %s stands: %s", job.prompt_id, self.name, exc
-            )
 
     def _folders(self, job: Job) -> Folders:
         return self.folders if self.tenants is None else self.tenants.of(job.tenant)
@@ -492,6 +466,17 @@ class ComfyUILane:
     async def _fetch(self, filename: str, subfolder: str, kind: str) -> bytes:
         params = {"filename": filename, "subfolder": subfolder, "type": kind}
         return await self.client.read_bytes("/view", params)
+
+
+def backend_body(job: Job, entries: dict[str, Any]) -> dict[str, Any]:
+    """The `POST /prompt` body a backend is sent: the job's extra_data with `entries` (the
+    hold, the allowance), less what the gateway does itself (the backend sends no webhook
+    of its own: this gateway delivers the job's end)."""
+    extra = {k: v for k, v in job.extra_data.items() if k not in BACKEND_DROPS}
+    body = {"prompt": job.prompt, "prompt_id": job.prompt_id, "extra_data": extra | entries}
+    if job.outputs:
+        body["partial_execution_targets"] = job.outputs
+    return body
 
 
 async def _nothing() -> None:

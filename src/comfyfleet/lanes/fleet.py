@@ -174,7 +174,8 @@ class Fleet:
         lane.on_change = self.rebuild
         lane.known = self._known
         lane.services = self.engine.services
-        lane.budgets = self._budgets
+        if self._budgets is not None:
+            lane.holds = self._budgets.on(spec.name, lane.fetch_json)
         self.backends[spec.name] = lane
         return lane
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from comfyfleet.domain.budgets import Budget, HoldRequest, Usage, day_start
 from comfyfleet.domain.jobs import Job
 from comfyfleet.engine.registry import NodeRegistry
+from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.shares.policy import SharePolicy
 from comfyfleet.spend.allowance import Allowance
@@ -89,6 +91,9 @@ class BackendBudgets:
         request = HoldRequest(job.prompt_id, backend, job.tenant, daily, own, since, wanted)
         return Allowance(await self._store.hold_paid_jobs(request), self._prices)
 
+    def on(self, backend: str, read: Callable[[str], Awaitable[Any]]) -> BackendHolds:
+        return BackendHolds(self, backend, read)
+
     async def settle(self, prompt_id: str, backend: str, answer: Any) -> None:
         """Count what the backend says the prompt spent (`answer`, the paid route's JSON)
         in place of its hold; an answer that is not one leaves the hold counting."""
@@ -101,6 +106,49 @@ class BackendBudgets:
             )
             return
         await self._store.settle_paid_jobs(prompt_id, backend, spent)
+
+
+class BackendHolds:
+    """One backend's side: the prompts sent there with an allowance, whose holds are
+    settled at their end by what `read` (a GET of the backend's JSON) answers. Without
+    `budgets` it grants and settles nothing."""
+
+    def __init__(
+        self, budgets: BackendBudgets | None, backend: str, read: Callable[[str], Awaitable[Any]]
+    ) -> None:
+        self._budgets = budgets
+        self._backend = backend
+        self._read = read
+        self._allowed: set[str] = set()
+
+    async def allowance(self, job: Job) -> dict[str, Any] | None:
+        """The `extra_data` value to send `job` with (held for its tenant), or None."""
+        if self._budgets is None:
+            return None
+        granted = await self._budgets.grant(job, self._backend)
+        if granted is None:
+            return None
+        self._allowed.add(job.prompt_id)
+        return granted.as_json()
+
+    async def ended(self, job: Job, *, resumed: bool = False) -> None:
+        """The backend ended the prompt: settle its hold. A prompt followed again after a
+        restart may have been granted one by the process before."""
+        budgets = self._budgets
+        if budgets is None:
+            return
+        if job.prompt_id in self._allowed or (resumed and budgets.applies(job)):
+            path = PAID_ROUTE.format(prompt_id=urllib.parse.quote(job.prompt_id, safe=""))
+            try:
+                await budgets.settle(job.prompt_id, self._backend, await self._read(path))
+            except ComfyfleetError as exc:  # the backend, or the store: the hold stands
+                log.warning(
+                    "prompt %s: its budget hold on %s stands: %s", job.prompt_id, self._backend, exc
+                )
+        self.forget(job.prompt_id)
+
+    def forget(self, prompt_id: str) -> None:
+        self._allowed.discard(prompt_id)
 
 
 def paid_answer(prompt_id: str, used: Usage) -> dict[str, Any]:
