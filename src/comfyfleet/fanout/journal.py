@@ -160,7 +160,8 @@ class MemoryJournal:
         hold = self._holds.get((prompt_id, backend))
         if hold is None:
             return False
-        self._holds[prompt_id, backend] = dataclasses.replace(hold, held=spent)
+        held = Usage(min(spent.paid_jobs, hold.held.paid_jobs), min(spent.spend, hold.held.spend))
+        self._holds[prompt_id, backend] = dataclasses.replace(hold, held=held)
         return True
 
     def _prompt_usage(self, prompt_id: str) -> Usage:

@@ -480,8 +480,10 @@ ON CONFLICT (prompt_id, backend) DO UPDATE SET
     settled = FALSE, created_at = excluded.created_at
 
 -- name: settle
--- What the prompt spent on the backend, which the hold now counts.
-UPDATE paid_job_holds SET paid_jobs = $1, spend = $2, settled = TRUE
+-- What the prompt spent on the backend, which the hold now counts: never more than the
+-- hold (the backend refuses jobs past its allowance; one that says otherwise is wrong).
+UPDATE paid_job_holds SET paid_jobs = LEAST($1, paid_jobs), spend = LEAST($2, spend),
+    settled = TRUE
 WHERE prompt_id = $3 AND backend = $4
 
 -- name: prune_holds

@@ -379,8 +379,9 @@ ON CONFLICT (prompt_id, backend) DO UPDATE SET
     settled = 0, created_at = excluded.created_at
 
 -- name: journal_settle
--- What the prompt spent on the backend, which the hold now counts.
-UPDATE paid_job_holds SET paid_jobs = ?, spend = ?, settled = 1
+-- What the prompt spent on the backend, which the hold now counts: never more than the
+-- hold (the backend refuses jobs past its allowance; one that says otherwise is wrong).
+UPDATE paid_job_holds SET paid_jobs = min(?, paid_jobs), spend = min(?, spend), settled = 1
 WHERE prompt_id = ? AND backend = ?
 
 -- name: journal_prune_holds

@@ -217,6 +217,8 @@ async def test_a_hold_grants_what_the_budget_leaves_and_counts_until_settled(
     # Settled: what p2's backend says it spent counts, the rest of its hold is free again.
     assert await journal.settle_paid_jobs("p2", "gpu-2", Usage(1, 0.04))
     assert not await journal.settle_paid_jobs("p9", "gpu-2", Usage(1, 0.04))
+    # A backend that says p1 spent more than its hold is not believed past the hold.
+    assert await journal.settle_paid_jobs("p1", "gpu-1", Usage(10**6, 1e6))
     used = await journal.paid_usage("alice", since)
     assert used.paid_jobs == 8 and used.spend == pytest.approx(0.12 + 0.16 + 0.04)
     with pytest.raises(BudgetExceeded):  # this gateway's own jobs see the holds too

@@ -54,7 +54,8 @@ class RemoteJobJournal(Protocol):
 
     async def settle_paid_jobs(self, prompt_id: str, backend: str, spent: Usage) -> bool:
         """What the prompt spent on the backend (its journal's count), counted from now
-        on in place of its hold; False when no hold is known."""
+        on in place of its hold, and never more than it (the backend refuses jobs past its
+        allowance: a larger count is not believed); False when no hold is known."""
 
     async def remote_job_submitted(
         self, job_id: str, remote_id: str, resume: dict[str, Any]
