@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +18,10 @@ import pytest
 from PIL import Image
 
 from comfyfleet.fanout.mp4 import read_info
-from comfyfleet.managed.pack import pack_paths
 from tests.integration.fanout.conftest import KEY, start_emulator
+from tests.real_comfyui import comfyui_with_pack, needs_comfyui
 
-COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
-COMFY_VENV = os.environ.get("COMFY_VENV")
-pytestmark = pytest.mark.skipif(
-    not (COMFYUI_DIR and COMFY_VENV), reason="needs COMFYUI_DIR and COMFY_VENV"
-)
-SRC = Path(__file__).resolve().parents[3] / "src"
+pytestmark = needs_comfyui
 VIDEO = {"model": "sora-2", "seconds": "4", "size": "1280x720"}
 
 
@@ -69,13 +61,6 @@ def video_graph(url: str) -> dict[str, Any]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def finished(session: aiohttp.ClientSession, url: str, prompt_id: str) -> dict[str, Any]:
     async with asyncio.timeout(120):
         while True:
@@ -92,37 +77,13 @@ async def finished(session: aiohttp.ClientSession, url: str, prompt_id: str) -> 
 
 @pytest.mark.timeout(300)
 async def test_comfyuis_video_nodes_take_comfyfleets_videos(tmp_path: Path) -> None:
-    assert COMFYUI_DIR and COMFY_VENV
     emulator = await start_emulator(latency=0.2)
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(SRC),
-        "VIDEO_TEST_KEY": KEY,
-        "VIDEO_WRONG_KEY": "not-the-key",
-    }
-    command = [
-        *(str(Path(COMFY_VENV) / "bin" / "python"), str(Path(COMFYUI_DIR) / "main.py")),
-        *("--cpu", "--listen", "127.0.0.1", "--port", str(port)),
-        *("--base-directory", str(tmp_path / "base")),
-        *("--extra-model-paths-config", str(pack_paths(tmp_path / "pack"))),
-    ]
-    (tmp_path / "base" / "custom_nodes").mkdir(parents=True)
-    with (tmp_path / "comfyui.log").open("wb") as log:
-        comfyui = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    keys = {"VIDEO_TEST_KEY": KEY, "VIDEO_WRONG_KEY": "not-the-key"}
     try:
-        async with aiohttp.ClientSession() as session:
-            async with asyncio.timeout(120):
-                while True:
-                    assert comfyui.poll() is None, (tmp_path / "comfyui.log").read_text()
-                    try:
-                        async with session.get(f"{url}/object_info/OpenAIVideo") as response:
-                            if response.status == 200 and await response.json():
-                                break
-                    except aiohttp.ClientError:
-                        pass
-                    await asyncio.sleep(0.3)
+        async with (
+            comfyui_with_pack(tmp_path, keys, ready_node="OpenAIVideo") as url,
+            aiohttp.ClientSession() as session,
+        ):
             async with session.post(
                 f"{url}/prompt", json={"prompt": video_graph(emulator.url)}
             ) as r:
@@ -130,8 +91,6 @@ async def test_comfyuis_video_nodes_take_comfyfleets_videos(tmp_path: Path) -> N
                 assert r.status == 200, answer
             entry = await finished(session, url, answer["prompt_id"])
     finally:
-        comfyui.terminate()
-        await asyncio.to_thread(comfyui.wait, 30)
         await emulator.server.close()
     assert entry["status"]["status_str"] == "success", json.dumps(entry["status"])[:3000]
     outputs = entry["outputs"]
