@@ -71,7 +71,7 @@ Q = load_blocks("sqlite_queries.sql")
 T = TypeVar("T")
 
 #: The version sqlite_schema.sql's migrations reach; PRAGMA user_version holds a file's version.
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 
 def _add_tenants(conn: sqlite3.Connection) -> None:
@@ -103,6 +103,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     15: functools.partial(schema.apply, version=15),  # each tenant's queue, for fair share
     16: journal.add_budget_columns,  # remote jobs' tenant, model and cost (budgets)
     17: functools.partial(schema.apply, version=17),  # budgets held for backends' prompts
+    18: functools.partial(schema.apply, version=18),  # claims read past no reserved job
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})

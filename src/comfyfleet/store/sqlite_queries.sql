@@ -114,21 +114,21 @@ ORDER BY front DESC, order_key, seq LIMIT ?
 -- name: select_claimable
 -- What a claim may take: pending and not reserved; a later page starts past the last
 -- job of the one before, by dispatch key (front DESC, order_key, seq).
-SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_claimable WHERE status = 'pending' AND lane IS NULL
 ORDER BY front DESC, order_key, seq LIMIT ?
 
 -- name: select_claimable_after
-SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_dispatch WHERE status = 'pending' AND lane IS NULL
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_claimable WHERE status = 'pending' AND lane IS NULL
   AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
 ORDER BY front DESC, order_key, seq LIMIT ?
 
 -- name: select_claimable_of
 -- A tenant's claimable jobs (fair share: see shares/picking.py), in dispatch order.
-SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_tenant_dispatch WHERE tenant = ? AND status = 'pending' AND lane IS NULL
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_tenant_claimable WHERE tenant = ? AND status = 'pending' AND lane IS NULL
 ORDER BY front DESC, order_key, seq LIMIT ?
 
 -- name: select_claimable_of_after
-SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_tenant_dispatch WHERE tenant = ? AND status = 'pending' AND lane IS NULL
+SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_id, status, attempt, lane, created_at, started_at, finished_at, error, tenant, owner FROM jobs INDEXED BY jobs_tenant_claimable WHERE tenant = ? AND status = 'pending' AND lane IS NULL
   AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
 ORDER BY front DESC, order_key, seq LIMIT ?
 

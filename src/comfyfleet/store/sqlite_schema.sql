@@ -295,3 +295,12 @@ CREATE TABLE IF NOT EXISTS paid_job_holds (
     PRIMARY KEY (prompt_id, backend)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS paid_job_holds_tenant ON paid_job_holds (tenant, created_at);
+
+-- name: migration_18
+-- What a claim reads: pending jobs not set aside for a lane, in dispatch order (the
+-- queue's own index, jobs_dispatch, also holds those set aside: with a thousand busy
+-- backends each holding the next job, every claim stepped over all of them).
+CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (front DESC, order_key, seq)
+    WHERE status = 'pending' AND lane IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_tenant_claimable ON jobs (tenant, front DESC, order_key, seq)
+    WHERE status = 'pending' AND lane IS NULL;

@@ -288,7 +288,11 @@ async def test_version_3_file_gains_the_tenant_column(tmp_path: Path) -> None:
     await run_to_end(store, "old")
     await store.submit(new_job("waiting", 2))
     await store.close()
-    drops = ("DROP INDEX jobs_tenant_dispatch", "DROP INDEX jobs_tenant")
+    drops = (
+        "DROP INDEX jobs_tenant_dispatch",
+        "DROP INDEX jobs_tenant_claimable",
+        "DROP INDEX jobs_tenant",
+    )
     as_older_schema(path, 3, *drops, "ALTER TABLE jobs DROP COLUMN tenant")
 
     store = SQLiteStore(path)
@@ -521,6 +525,23 @@ async def test_version_16_file_gains_budget_holds(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
 
 
+async def test_version_17_file_gains_the_claimable_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    await store.submit(new_job("old"))
+    await store.close()
+    as_older_schema(path, 17, "DROP INDEX jobs_claimable", "DROP INDEX jobs_tenant_claimable")
+
+    store = SQLiteStore(path)
+    await store.open()
+    try:  # the claims' reads name the indexes: they fail without them
+        assert [job.prompt_id for job in await store.candidates(16)] == ["old"]
+        assert [j.prompt_id for j in await store.candidates(16, tenant="default")] == ["old"]
+    finally:
+        await store.close()
+
+
 async def test_version_11_file_keeps_its_events_and_gains_binary_frames(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     store = SQLiteStore(path)
@@ -575,3 +596,42 @@ async def test_a_journal_from_before_budgets_gets_their_columns(tmp_path: Path) 
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+
+
+def _steps(path: Path, query: str, params: tuple[object, ...]) -> int:
+    """SQLite VM instructions one run of `query` takes: work done, counted
+    deterministically, where a time would swing with the machine's load."""
+    counted = [0]
+
+    def tick() -> int:
+        counted[0] += 1
+        return 0
+
+    with closing(sqlite3.connect(path)) as conn:
+        conn.set_progress_handler(tick, 1)
+        conn.execute(query, params).fetchall()
+    return counted[0]
+
+
+async def test_a_claims_read_steps_over_no_job_set_aside_for_a_lane(tmp_path: Path) -> None:
+    """A thousand busy backends each hold their next job (reserved): a claim's read of
+    the queue's front must not walk past them all each time."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    await store.open()
+    front = (sqlite_module.SELECT_CLAIMABLE, (16,))
+    of_tenant = (sqlite_module.Q["select_claimable_of"], ("default", 16))
+    try:
+        for n in range(600):
+            await store.submit(new_job(f"p{n:04d}", n))
+        before = [_steps(path, *front), _steps(path, *of_tenant)]
+        for job in await store.candidates(256):  # the queue's front, set aside
+            assert await store.reserve_job(job, "backend:gpu")
+        after = [_steps(path, *front), _steps(path, *of_tenant)]
+    finally:
+        await store.close()
+    # 16 rows read either way, whether 256 reserved jobs are ahead of them or none.
+    assert all(steps < 1.2 * first for steps, first in zip(after, before, strict=True)), (
+        before,
+        after,
+    )
