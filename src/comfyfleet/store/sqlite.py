@@ -41,6 +41,7 @@ from comfyfleet.domain.webhooks import (
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store.base import (
+    MAX_QUEUE_POSITION,
     DuplicateJob,
     PendingLimitReached,
     QueuedLimitReached,
@@ -171,6 +172,9 @@ SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
 SELECT_CLAIMABLE_OF = Q["select_claimable_of"]
 SELECT_CLAIMABLE_OF_AFTER = Q["select_claimable_of_after"]
 TENANT_COUNTS = Q["tenant_counts"]
+PENDING_KEY = Q["pending_key"]
+COUNT_AHEAD = Q["count_ahead"]
+COUNT_AHEAD_OF = Q["count_ahead_of"]
 SELECT_RUNNING = Q["select_running"]
 COUNT_STATUSES = Q["count_statuses"]
 HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
@@ -346,6 +350,12 @@ class SQLiteStore(
         op = functools.partial(
             _candidates, limit=limit, after=after, tenant=tenant, pending=self._pending
         )
+        return await self._read(op)
+
+    async def queue_position(self, prompt_id: str, *, own_tenant: bool = False) -> int | None:
+        """1 + the pending jobs ahead of a pending job (its tenant's only with
+        `own_tenant`), at most MAX_QUEUE_POSITION; None when it is not pending."""
+        op = functools.partial(_queue_position, prompt_id=prompt_id, own_tenant=own_tenant)
         return await self._read(op)
 
     async def tenant_counts(self) -> dict[str, TenantCounts]:
@@ -747,6 +757,19 @@ def _candidates(
         query = SELECT_CLAIMABLE_AFTER if tenant is None else SELECT_CLAIMABLE_OF_AFTER
         rows = conn.execute(query, (*of, front, front, key, key, seq, limit))
     return [_job(row, pending) for row in rows]
+
+
+def _queue_position(conn: sqlite3.Connection, prompt_id: str, own_tenant: bool) -> int | None:
+    key = conn.execute(PENDING_KEY, (prompt_id,)).fetchone()
+    if key is None:
+        return None
+    front, order, seq, tenant = key
+    cap = MAX_QUEUE_POSITION - 1
+    if own_tenant:
+        (ahead,) = conn.execute(COUNT_AHEAD_OF, (front, order, seq, cap, tenant)).fetchone()
+    else:
+        (ahead,) = conn.execute(COUNT_AHEAD, (front, order, seq, cap)).fetchone()
+    return 1 + min(int(ahead), cap)
 
 
 def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float, owner: str) -> bool:
