@@ -33,7 +33,6 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
-from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
     WebhookEvent,
@@ -41,7 +40,6 @@ from comfyfleet.domain.webhooks import (
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.store.base import (
-    MAX_QUEUE_POSITION,
     DuplicateJob,
     PendingLimitReached,
     QueuedLimitReached,
@@ -65,6 +63,7 @@ from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
 from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
 from comfyfleet.store.sqlite_parts.io import GroupWriter, ReaderPool, WriterStats
 from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
+from comfyfleet.store.sqlite_parts.queue_reads import SQLiteQueueReads
 from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
 
 Q = load_blocks("sqlite_queries.sql")
@@ -171,10 +170,6 @@ SELECT_CLAIMABLE = Q["select_claimable"]
 SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
 SELECT_CLAIMABLE_OF = Q["select_claimable_of"]
 SELECT_CLAIMABLE_OF_AFTER = Q["select_claimable_of_after"]
-TENANT_COUNTS = Q["tenant_counts"]
-PENDING_KEY = Q["pending_key"]
-COUNT_AHEAD = Q["count_ahead"]
-COUNT_AHEAD_OF = Q["count_ahead_of"]
 SELECT_RUNNING = Q["select_running"]
 COUNT_STATUSES = Q["count_statuses"]
 HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
@@ -193,7 +188,13 @@ _loads = json.loads
 
 
 class SQLiteStore(
-    SQLiteAssets, SQLiteBackends, SQLiteJournal, SQLiteWebhookOutbox, SQLiteEventLog, SQLiteGateways
+    SQLiteAssets,
+    SQLiteBackends,
+    SQLiteJournal,
+    SQLiteWebhookOutbox,
+    SQLiteEventLog,
+    SQLiteGateways,
+    SQLiteQueueReads,
 ):
     """A `JobStore` in one SQLite file.
 
@@ -351,20 +352,6 @@ class SQLiteStore(
             _candidates, limit=limit, after=after, tenant=tenant, pending=self._pending
         )
         return await self._read(op)
-
-    async def queue_position(self, prompt_id: str, *, own_tenant: bool = False) -> int | None:
-        """1 + the pending jobs ahead of a pending job (its tenant's only with
-        `own_tenant`), at most MAX_QUEUE_POSITION; None when it is not pending."""
-        op = functools.partial(_queue_position, prompt_id=prompt_id, own_tenant=own_tenant)
-        return await self._read(op)
-
-    async def tenant_counts(self) -> dict[str, TenantCounts]:
-        """Each tenant's pending (claimable) and running jobs, and its oldest claimable."""
-        rows = await self._read(lambda conn: conn.execute(TENANT_COUNTS).fetchall())
-        return {
-            tenant: TenantCounts(int(pending), int(running), math.inf if oldest is None else oldest)
-            for tenant, pending, running, oldest in rows
-        }
 
     async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
         """Start a candidate on `lane`; None when it is no longer claimable so (or its
@@ -757,19 +744,6 @@ def _candidates(
         query = SELECT_CLAIMABLE_AFTER if tenant is None else SELECT_CLAIMABLE_OF_AFTER
         rows = conn.execute(query, (*of, front, front, key, key, seq, limit))
     return [_job(row, pending) for row in rows]
-
-
-def _queue_position(conn: sqlite3.Connection, prompt_id: str, own_tenant: bool) -> int | None:
-    key = conn.execute(PENDING_KEY, (prompt_id,)).fetchone()
-    if key is None:
-        return None
-    front, order, seq, tenant = key
-    cap = MAX_QUEUE_POSITION - 1
-    if own_tenant:
-        (ahead,) = conn.execute(COUNT_AHEAD_OF, (front, order, seq, cap, tenant)).fetchone()
-    else:
-        (ahead,) = conn.execute(COUNT_AHEAD, (front, order, seq, cap)).fetchone()
-    return 1 + min(int(ahead), cap)
 
 
 def _start_reserved(conn: sqlite3.Connection, job: Job, lane: str, now: float, owner: str) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from comfyfleet.store import sqlite
 from comfyfleet.store.base import JobStore
 from comfyfleet.store.postgres_parts import claims
+from comfyfleet.store.sqlite_parts import queue_reads
 from tests.unit.store.job_helpers import new_job, result
 
 
@@ -53,7 +53,7 @@ async def test_a_place_deep_in_the_queue_reads_as_the_cap(
 ) -> None:
     """The count stops at the cap (a bound on one read's walk); patched down to 3 here
     rather than queueing 10,000 jobs."""
-    for module in (sqlite, claims):
+    for module in (queue_reads, claims):
         monkeypatch.setattr(module, "MAX_QUEUE_POSITION", 3)
     for n in range(6):
         await store.submit(new_job(f"j{n}", n))
