@@ -19,6 +19,7 @@ from comfyfleet.server.admin.metrics import GatewayMetrics
 from comfyfleet.server.admin.webhooks_api import webhook_routes
 from comfyfleet.server.comfy_api_v2.events import v2_event_routes
 from comfyfleet.server.comfy_api_v2.jobs import v2_job_routes
+from comfyfleet.server.comfy_api_v2.live import PROGRESS_READS, ProgressReads
 from comfyfleet.server.comfy_api_v2.outputs import v2_asset_routes
 from comfyfleet.server.comfyui_api.follow import follow_routes
 from comfyfleet.server.comfyui_api.prompts import prompt_routes
@@ -121,6 +122,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app = web.Application(client_max_size=config.max_upload_bytes, middlewares=middlewares)
     app[GATEWAY] = gateway
     app[WAITS] = waits
+    app[PROGRESS_READS] = ProgressReads()
     app[ORIGIN_GUARD] = guard
     install(app, routes)
 

@@ -13,6 +13,7 @@ from comfyfleet.store.seams.backends import RunTimeBackends as RunTimeBackends
 from comfyfleet.store.seams.event_log import PromptEventLog as PromptEventLog
 from comfyfleet.store.seams.history import JobHistory as JobHistory
 from comfyfleet.store.seams.jobs import MAX_CANDIDATES as MAX_CANDIDATES
+from comfyfleet.store.seams.jobs import MAX_QUEUE_POSITION as MAX_QUEUE_POSITION
 from comfyfleet.store.seams.jobs import JobQueue as JobQueue
 from comfyfleet.store.seams.journal import RemoteJobJournal as RemoteJobJournal
 from comfyfleet.store.seams.leases import GatewayLeases as GatewayLeases

@@ -73,6 +73,29 @@ FROM jobs WHERE tenant = $5 AND status = 'pending' AND lane IS NULL
   AND (front < $2 OR (front = $2 AND (order_key, seq) > ($3, $4)))
 ORDER BY front DESC, order_key, seq LIMIT $1
 
+-- name: queue_position
+-- Pending jobs ahead of pending job $1 in dispatch order, counted up to $2 (None when it
+-- is not pending): the front jobs before a plain one, then those of its own front-ness
+-- before it, each a range of jobs_dispatch (an OR of both would walk the whole queue).
+WITH me AS (SELECT front, order_key, seq FROM jobs WHERE prompt_id = $1 AND status = 'pending')
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs j, me
+         WHERE j.status = 'pending' AND j.front > me.front LIMIT $2) a)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs j, me
+         WHERE j.status = 'pending' AND j.front = me.front
+           AND (j.order_key, j.seq) < (me.order_key, me.seq) LIMIT $2) b)
+FROM me
+
+-- name: queue_position_of
+-- As queue_position, among the job's own tenant's pending jobs (jobs_tenant_dispatch).
+WITH me AS (SELECT front, order_key, seq, tenant FROM jobs
+            WHERE prompt_id = $1 AND status = 'pending')
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs j, me
+         WHERE j.tenant = me.tenant AND j.status = 'pending' AND j.front > me.front LIMIT $2) a)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs j, me
+         WHERE j.tenant = me.tenant AND j.status = 'pending' AND j.front = me.front
+           AND (j.order_key, j.seq) < (me.order_key, me.seq) LIMIT $2) b)
+FROM me
+
 -- name: tenant_counts
 -- Per tenant: claimable jobs, running ones, and when its oldest claimable one came.
 SELECT tenant,

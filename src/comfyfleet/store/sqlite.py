@@ -33,7 +33,6 @@ from comfyfleet.domain.jobs import (
     OutputFile,
     order_key,
 )
-from comfyfleet.domain.shares import TenantCounts
 from comfyfleet.domain.webhooks import (
     EVENT_OF,
     WebhookEvent,
@@ -64,6 +63,7 @@ from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
 from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
 from comfyfleet.store.sqlite_parts.io import GroupWriter, ReaderPool, WriterStats
 from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
+from comfyfleet.store.sqlite_parts.queue_reads import SQLiteQueueReads
 from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
 
 Q = load_blocks("sqlite_queries.sql")
@@ -171,7 +171,6 @@ SELECT_CLAIMABLE = Q["select_claimable"]
 SELECT_CLAIMABLE_AFTER = Q["select_claimable_after"]
 SELECT_CLAIMABLE_OF = Q["select_claimable_of"]
 SELECT_CLAIMABLE_OF_AFTER = Q["select_claimable_of_after"]
-TENANT_COUNTS = Q["tenant_counts"]
 SELECT_RUNNING = Q["select_running"]
 COUNT_STATUSES = Q["count_statuses"]
 HISTORY_OLDEST_FIRST = Q["history_oldest_first"]
@@ -190,7 +189,13 @@ _loads = json.loads
 
 
 class SQLiteStore(
-    SQLiteAssets, SQLiteBackends, SQLiteJournal, SQLiteWebhookOutbox, SQLiteEventLog, SQLiteGateways
+    SQLiteAssets,
+    SQLiteBackends,
+    SQLiteJournal,
+    SQLiteWebhookOutbox,
+    SQLiteEventLog,
+    SQLiteGateways,
+    SQLiteQueueReads,
 ):
     """A `JobStore` in one SQLite file.
 
@@ -348,14 +353,6 @@ class SQLiteStore(
             _candidates, limit=limit, after=after, tenant=tenant, pending=self._pending
         )
         return await self._read(op)
-
-    async def tenant_counts(self) -> dict[str, TenantCounts]:
-        """Each tenant's pending (claimable) and running jobs, and its oldest claimable."""
-        rows = await self._read(lambda conn: conn.execute(TENANT_COUNTS).fetchall())
-        return {
-            tenant: TenantCounts(int(pending), int(running), math.inf if oldest is None else oldest)
-            for tenant, pending, running, oldest in rows
-        }
 
     async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
         """Start a candidate on `lane`; None when it is no longer claimable so (or its

@@ -132,6 +132,27 @@ SELECT prompt_id, number_json, front, seq, prompt, extra_data, outputs, client_i
   AND (front < ? OR (front = ? AND (order_key > ? OR (order_key = ? AND seq > ?))))
 ORDER BY front DESC, order_key, seq LIMIT ?
 
+-- name: pending_key
+-- A pending job's dispatch key and tenant, for its queue position.
+SELECT front, order_key, seq, tenant FROM jobs WHERE prompt_id = ? AND status = 'pending'
+
+-- name: count_ahead
+-- Pending jobs ahead of the key (front, order_key, seq), counted up to a limit: the front
+-- jobs before a plain one, then those of its own front-ness before it, each a range of
+-- the index (an OR of both would walk the whole queue).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_dispatch
+         WHERE status = 'pending' AND front > ?1 LIMIT ?4))
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_dispatch
+         WHERE status = 'pending' AND front = ?1 AND (order_key, seq) < (?2, ?3) LIMIT ?4))
+
+-- name: count_ahead_of
+-- As count_ahead, among one tenant's (?5) pending jobs.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_tenant_dispatch
+         WHERE tenant = ?5 AND status = 'pending' AND front > ?1 LIMIT ?4))
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_tenant_dispatch
+         WHERE tenant = ?5 AND status = 'pending' AND front = ?1
+           AND (order_key, seq) < (?2, ?3) LIMIT ?4))
+
 -- name: tenant_counts
 -- Per tenant: claimable jobs, running ones, and when its oldest claimable one came.
 SELECT tenant, sum(status = 'pending' AND lane IS NULL), sum(status = 'running'),

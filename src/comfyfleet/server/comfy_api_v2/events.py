@@ -1,7 +1,8 @@
 """`GET /api/v2/jobs/{id}/events`: a job's live events as v2's Server-Sent Events.
 
 v2's stream is live, with no replay cursor (no `id:` lines; a client that reconnects
-gets a fresh snapshot): first a `status` event (the job's state now), then `progress`
+gets a fresh snapshot): first a `status` event (the job's state now, and a queued job's
+`queue_position`: see live.py; another `status` each time it moves up), then `progress`
 (a whole snapshot each: nodes done of the graph's, the running node's steps),
 `preview` (a node's preview image, base64) and `output` (each file a node saves, as
 the job's Output objects name it), and last the terminal `status`, after which the
@@ -9,9 +10,9 @@ stream ends. Every output comes before the terminal status: the SDK stops readin
 
 Built on the event log (delivery/event_log.py), so a job running on another gateway of
 the store streams too. The store's job record is the authority on the state: it is read
-once a second besides, so a job cancelled while queued (which logs no events) or a log
-that is off (`events_retention = 0`) still ends its stream promptly. Previews and
-progress are sent at most a few times a second.
+once a second besides (with a queued job's place), so a job cancelled while queued
+(which logs no events) or a log that is off (`events_retention = 0`) still ends its
+stream promptly. Previews and progress are sent at most a few times a second.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from comfyfleet.domain.jobs import TERMINAL, Job
 from comfyfleet.domain.prompt_events import PromptEvent
 from comfyfleet.engine.events import PreviewImage
 from comfyfleet.errors import ComfyfleetError
-from comfyfleet.server.comfy_api_v2 import shapes
+from comfyfleet.server.comfy_api_v2 import live, shapes
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error
 from comfyfleet.server.comfy_api_v2.jobs import base_url, folders_of, own_job
 from comfyfleet.server.delivery import log_frames
@@ -52,60 +53,10 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def status_event(job: Job) -> dict[str, Any]:
-    return {"status": shapes.V2_STATUS[job.status], "queue_position": None}
-
-
-class _Progress:
-    """The whole-snapshot progress of one job, from its ComfyUI events."""
-
-    def __init__(self, job: Job) -> None:
-        self.total = max(1, len(job.prompt))
-        self.done: set[str] = set()
-        self.node: str | None = None
-        self.kinds = {k: v.get("class_type") for k, v in job.prompt.items() if isinstance(v, dict)}
-        self.step: int | None = None
-        self.steps: int | None = None
-
-    def apply(self, kind: str, data: dict[str, Any]) -> bool:
-        """Take one event; whether the snapshot changed."""
-        if kind == "executing":
-            if self.node is not None:
-                self.done.add(self.node)
-            node = data.get("node")
-            self.node = None if node is None else str(node)
-            self.step = self.steps = None
-        elif kind == "execution_cached":
-            self.done.update(str(n) for n in data.get("nodes") or [] if isinstance(n, str | int))
-        elif kind == "executed":
-            self.done.add(str(data.get("node")))
-        elif kind == "progress":
-            value, most = data.get("value"), data.get("max")
-            if not isinstance(value, int | float) or not isinstance(most, int | float):
-                return False
-            self.step, self.steps = int(value), int(most)
-        else:
-            return False
-        return True
-
-    def snapshot(self) -> dict[str, Any]:
-        done = len(self.done)
-        part = self.step / self.steps if self.step is not None and self.steps else 0.0
-        value = min(1.0, max(0.0, (done + (part if self.node else 0.0)) / self.total))
-        kind = self.kinds.get(self.node) if self.node else None
-        message = None
-        if kind and self.steps:
-            message = f"{kind} {self.step}/{self.steps}"
-        return {
-            "value": value,
-            "nodes_done": done,
-            "nodes_total": self.total,
-            "current_node": self.node,
-            "current_node_class": kind if isinstance(kind, str) else None,
-            "step": self.step,
-            "steps": self.steps,
-            "message": message,
-        }
+async def status_event(request: web.Request, job: Job) -> dict[str, Any]:
+    """A `status` event: the job's state and, while it waits, its place in the queue."""
+    position = await live.queue_position(request.app[GATEWAY], job)
+    return {"status": shapes.V2_STATUS[job.status], "queue_position": position}
 
 
 class _Gone(ComfyfleetError):
@@ -119,9 +70,10 @@ class _Stream:
         self.request = request
         self.response = response
         self.job = job
-        self.progress = _Progress(job)
+        self.progress = live.Progress(job)
         self.sent_outputs: set[str] = set()
         self.status = shapes.V2_STATUS[job.status]
+        self.position: int | None = None  # the queue_position last sent
         self.last_progress = 0.0
         self.last_preview = 0.0
         self.last_write = time.monotonic()
@@ -158,8 +110,7 @@ class _Stream:
         if binary is not None or event.frame is not None:
             return
         if event.type == "execution_start" and self.status == "queued":
-            self.status = "running"
-            await self.send("status", {"status": "running", "queue_position": None})
+            await self.send_status("running", None)
         if event.type == "executed" and isinstance(event.data.get("output"), dict):
             node = str(event.data.get("node"))
             await self.outputs({node: event.data["output"]}, self.job)
@@ -181,17 +132,21 @@ class _Stream:
         status = shapes.V2_STATUS[job.status]
         if status == "running" and gw.scheduler.cancelling(job.prompt_id):
             status = "canceling"
-        if status != self.status:
-            self.status = status
-            await self.send("status", {"status": status, "queue_position": None})
+        position = await live.queue_position(gw, job)
+        if (status, position) != (self.status, self.position):  # moved up the queue too
+            await self.send_status(status, position)
         return None
+
+    async def send_status(self, status: str, position: int | None) -> None:
+        self.status, self.position = status, position
+        await self.send("status", {"status": status, "queue_position": position})
 
     async def finish(self, job: Job) -> None:
         """The outputs not sent yet, then the terminal status."""
         entry = await self.request.app[GATEWAY].store.history_entry(job.prompt_id)
         if entry is not None:
             await self.outputs(entry.result.outputs, job)
-        await self.send("status", status_event(job))
+        await self.send("status", await status_event(self.request, job))
 
 
 async def _next(stream: AsyncGenerator[PromptEvent, None]) -> PromptEvent | None:
@@ -227,7 +182,8 @@ async def job_events(request: web.Request, streams: set[web.StreamResponse]) -> 
         if job.status in TERMINAL:
             await stream.finish(job)
             return response
-        await stream.send("status", status_event(job))
+        first = await status_event(request, job)
+        await stream.send_status(first["status"], first["queue_position"])
         log_open = log is not None
         next_check = time.monotonic() + CHECK_EVERY
         while True:

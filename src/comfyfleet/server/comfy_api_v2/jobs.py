@@ -30,7 +30,7 @@ from comfyfleet.domain.jobs import Job, JobStatus
 from comfyfleet.folders import Folders
 from comfyfleet.protocol.prompt import is_large
 from comfyfleet.server.access.auth import scope, tenant_name, visible
-from comfyfleet.server.comfy_api_v2 import shapes
+from comfyfleet.server.comfy_api_v2 import live, shapes
 from comfyfleet.server.comfy_api_v2.assets import resolve_references
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, invalid_request, not_found
 from comfyfleet.server.comfyui_api.idempotency import body_digest
@@ -85,7 +85,14 @@ async def job_reply(request: web.Request, job: Job, *, canceling: bool = False) 
     max_age = gw.config.history_max_age
     entry = await gw.store.history_entry(job.prompt_id) if job.status in JOB_TERMINAL else None
     outputs = await shapes.job_outputs(folders_of(request), base_url(request), entry, max_age)
-    return shapes.job_body(job, outputs, max_age=max_age, canceling=canceling)
+    return shapes.job_body(
+        job,
+        outputs,
+        max_age=max_age,
+        canceling=canceling,
+        queue_position=await live.queue_position(gw, job),
+        progress=await request.app[live.PROGRESS_READS].snapshot(gw, job),
+    )
 
 
 # -- submit ---------------------------------------------------------------------------------

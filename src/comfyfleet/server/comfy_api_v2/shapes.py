@@ -117,8 +117,10 @@ def job_body(
     *,
     max_age: float | None,
     canceling: bool = False,
+    queue_position: int | None = None,
+    progress: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The v2 Job object."""
+    """The v2 Job object; `queue_position` and `progress` as live.py reads them."""
     status = V2_STATUS[job.status]
     if canceling and status == "running":
         status = "canceling"
@@ -129,8 +131,8 @@ def job_body(
         "started_at": iso(job.started_at),
         "completed_at": iso(job.finished_at),
         "expires_at": expires_at(job, max_age).isoformat(),
-        "queue_position": None,
-        "progress": None,
+        "queue_position": queue_position,
+        "progress": progress,
         "outputs": outputs,
         "error": job_error(job),
         "metrics": {

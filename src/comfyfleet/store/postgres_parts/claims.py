@@ -9,6 +9,7 @@ from typing import Any
 
 from comfyfleet.domain.jobs import Job
 from comfyfleet.domain.shares import TenantCounts
+from comfyfleet.store.base import MAX_QUEUE_POSITION
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q
 from comfyfleet.store.postgres_text import from_db, to_db
 
@@ -45,3 +46,11 @@ class PostgresClaims(PostgresAccess):
             )
             for tenant, pending, running, oldest in rows
         }
+
+    async def queue_position(self, prompt_id: str, *, own_tenant: bool = False) -> int | None:
+        """1 + the pending jobs ahead of a pending job (its tenant's only with
+        `own_tenant`), at most MAX_QUEUE_POSITION; None when it is not pending."""
+        query = Q["queue_position_of"] if own_tenant else Q["queue_position"]
+        cap = MAX_QUEUE_POSITION - 1
+        ahead = await self._run(lambda db: db.fetchval(query, to_db(prompt_id), cap))
+        return None if ahead is None else 1 + min(int(ahead), cap)

@@ -12,6 +12,9 @@ from comfyfleet.store.commit_times import CommitTimes
 
 #: The most candidates one read returns.
 MAX_CANDIDATES = 256
+#: The deepest place `queue_position` counts to: a job further back reads as this, so
+#: one read walks at most this many index entries however long the queue is.
+MAX_QUEUE_POSITION = 10_000
 
 
 class JobQueue(Protocol):
@@ -74,6 +77,13 @@ class JobQueue(Protocol):
     async def tenant_counts(self) -> dict[str, TenantCounts]:
         """Each tenant with jobs pending or running: how many of each, fleet-wide (the
         pending ones claimable), and when its oldest claimable one was submitted."""
+
+    async def queue_position(self, prompt_id: str, *, own_tenant: bool = False) -> int | None:
+        """Where a pending job stands in dispatch order (front first, then number, then
+        submission): 1 for the next to go, counting every pending job ahead of it,
+        reserved ones too (only its own tenant's with `own_tenant`), capped at
+        MAX_QUEUE_POSITION. None when the job is unknown or not pending. A read over the
+        dispatch index: the queue itself is not loaded."""
 
     async def claim_job(self, job: Job, lane: str, running_cap: int | None = None) -> Job | None:
         """Start a candidate on `lane`: running, attempt + 1, this gateway's (`owner`).
