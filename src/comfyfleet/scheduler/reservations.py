@@ -81,18 +81,26 @@ class Reservations:
         """A backend queued the slot's prompt: the slot may set its next job aside."""
         if not handle.released.is_set():
             self._state.accept(entry, slot)
-            self.reserve_ahead()
+            self._reserve_for(entry)  # only this lane's slots changed
 
     def reserve_ahead(self) -> None:
-        """A backend queued a slot's prompt, work arrived, or a reservation went
-        elsewhere: busy slots whose backend has their prompt set their next job aside."""
+        """Work arrived, or a reservation went elsewhere: busy slots whose backend has
+        their prompt set their next job aside."""
+        for entry in list(self._state.accepting):  # the lanes whose backends hold a prompt
+            if not self._reserve_for(entry):
+                return
+
+    def _reserve_for(self, entry: LaneSlots) -> bool:
+        """Let the lane's accepted slots set their next job aside; False when no job is
+        left to set aside (nor for any other lane)."""
         state = self._state
         if state.pending - len(state.reserved) <= 0:
-            return
-        for entry in list(state.accepting):  # the lanes whose backends hold a prompt
-            held = state.reserved.held_by(entry)
+            return False
+        held = state.reserved.held_by(entry)
+        if held < entry.lane.slots:  # a lane holding all it may is passed at once
             for slot in entry.accepted:
                 self._reserve_soon(entry, slot, held)
+        return True
 
     def make_way_for(self, job: Job) -> None:
         """A new job ahead of reserved ones in queue order: those whose lane could run it

@@ -29,6 +29,7 @@ class ReservedJobs:
         self._by_id: dict[str, Reservation] = {}
         self._in_order: SortedKeyList[Reservation, _Order] = SortedKeyList(key=_order)
         self._by_lane: dict[str, SortedKeyList[Reservation, _Order]] = {}
+        self._held: dict[LaneSlots, int] = {}  # how many each lane holds: asked per job
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -42,6 +43,7 @@ class ReservedJobs:
         self._in_order.add(reservation)
         lane = reservation.owner.lane.name
         self._by_lane.setdefault(lane, SortedKeyList(key=_order)).add(reservation)
+        self._held[reservation.owner] = self._held.get(reservation.owner, 0) + 1
 
     def pop(self, prompt_id: str) -> Reservation | None:
         reservation = self._by_id.pop(prompt_id, None)
@@ -52,12 +54,16 @@ class ReservedJobs:
             mine.remove(reservation)
             if not mine:
                 del self._by_lane[lane]
+            left = self._held.pop(reservation.owner) - 1
+            if left:
+                self._held[reservation.owner] = left
         return reservation
 
     def clear(self) -> None:
         self._by_id.clear()
         self._in_order.clear()
         self._by_lane.clear()
+        self._held.clear()
 
     def in_order(self) -> Iterator[Reservation]:
         """Every reservation, earliest in the queue first."""
@@ -69,7 +75,7 @@ class ReservedJobs:
         return [] if mine is None else [r for r in mine if r.owner is entry]
 
     def held_by(self, entry: LaneSlots) -> int:
-        return len(self.of_lane(entry))
+        return self._held.get(entry, 0)
 
     def behind(self, key: DispatchKey) -> list[Reservation]:
         """The reservations after `key` in queue order."""
