@@ -18,9 +18,10 @@ CLAIM_DEPTH = 64
 #: How many tenants' first pages a claim looks at in fair-share order before it gives up
 #: (as CLAIM_DEPTH bounds the one queue's): a lane none of them has work for idles.
 FAIR_DEPTH = 16
-#: Candidates read at once. A page is kept and shared by the slots here until used up
-#: or until a job arrives ahead of its end, so most claims read nothing; it stays small
-#: so that with thousands pending few prompts are decoded for nothing.
+#: Candidates read at once. Pages read from the queue's front on are kept and shared by
+#: the slots here (the window) until used up or until a job arrives ahead of their end,
+#: so most claims read nothing; a page stays small so that with thousands pending few
+#: prompts are decoded for nothing.
 PAGE = 16
 
 
@@ -28,12 +29,16 @@ class Candidates:
     def __init__(self, state: SchedulerState) -> None:
         self._state = state
         self._taking: set[str] = set()  # being claimed or reserved by a slot here
-        # The queue's front as last read, less the jobs taken or lost since.
+        # The queue's front as last read (a page, or pages read one after the other),
+        # less the jobs taken or lost since; `_end` is where the last page read ended.
         self._page: list[Job] = []
-        # For each read of the front under way, the places of the jobs that became
-        # claimable meanwhile (None: unknown): the page read is kept only if all go after it.
+        self._end: Job | None = None
+        # For each read under way, the places of the jobs that became claimable meanwhile
+        # (None: unknown): the page read joins the window only if all go after it.
         self._reads: list[list[DispatchKey | None]] = []
-        self._front: asyncio.Task[list[Job]] | None = None  # a read of the front under way
+        # The reads under way, by the prompt id they read after ("": the front): the
+        # slots that ask for one page at once share one read.
+        self._reading: dict[str, asyncio.Task[list[Job]]] = {}
         state.on_arrival = self._arrived
 
     async def take_first(
@@ -50,7 +55,9 @@ class Candidates:
             return await self._take_fair(tenants, choose, take)
         left = False
         kept = bool(self._page)
-        page = list(self._page) if kept else await self._read_front()
+        page = list(self._page) if kept else await self._read(None)
+        # Where the next page starts: past the window (its last jobs may be taken).
+        end = self._end if kept else None
         looked = 0
         while page:
             for job in page:
@@ -64,7 +71,8 @@ class Candidates:
             if looked >= CLAIM_DEPTH or (not kept and len(page) < PAGE):
                 break  # deep enough, or a read came up short: that was the whole queue
             kept = False
-            page = await self._state.store.candidates(PAGE, page[-1])
+            page = await self._read(end or page[-1])
+            end = None
         return None, left
 
     async def _take_fair(
@@ -93,31 +101,42 @@ class Candidates:
                 shares.not_taken(tenant)
         return None, left
 
-    async def _read_front(self) -> list[Job]:
-        """The queue's first page (slots that ask while it is read share the read: a
-        burst of wake-ups costs the store one read, not one per slot)."""
-        if self._front is None:
-            self._front = asyncio.create_task(self._read_front_now(), name="queue-front")
-            self._front.add_done_callback(self._front_read)
-        return list(await asyncio.shield(self._front))
+    async def _read(self, after: Job | None) -> list[Job]:
+        """The page of candidates after `after` (None: the queue's first page). Slots that
+        ask for the same page while it is read share the read: a burst of wake-ups, or a
+        thousand busy backends setting their next jobs aside, costs the store one read
+        per page, not one per slot."""
+        key = "" if after is None else after.prompt_id
+        task = self._reading.get(key)
+        if task is None:
+            task = asyncio.create_task(self._read_now(after), name="queue-page")
+            self._reading[key] = task
+            task.add_done_callback(lambda done: self._page_read(key, done))
+        return list(await asyncio.shield(task))
 
-    def _front_read(self, task: asyncio.Task[list[Job]]) -> None:
-        if self._front is task:
-            self._front = None
+    def _page_read(self, key: str, task: asyncio.Task[list[Job]]) -> None:
+        if self._reading.get(key) is task:
+            del self._reading[key]
         if not task.cancelled():
             task.exception()  # seen here, whoever waited for it
 
-    async def _read_front_now(self) -> list[Job]:
-        """The queue's first page, kept for the next claims unless a job that may go
-        before its end arrived while it was read (it may or may not be in it)."""
+    async def _read_now(self, after: Job | None) -> list[Job]:
+        """A page, kept in the window for the next claims when it starts the queue or
+        follows where the window ends, unless a job that may go before its end arrived
+        while it was read (it may or may not be in it)."""
         arrived: list[DispatchKey | None] = []
         self._reads.append(arrived)
         try:
-            page = await self._state.store.candidates(PAGE)
+            page = await self._state.store.candidates(PAGE, after)
         finally:  # by identity: another read's list may be equal to this one
             self._reads = [read for read in self._reads if read is not arrived]
-        if all(_behind(key, page) for key in arrived):
-            self._page = list(page)
+        if not page or not all(_behind(key, page[-1].dispatch_key()) for key in arrived):
+            return page
+        if after is None:
+            self._page, self._end = list(page), page[-1]
+        elif self._end is not None and after.prompt_id == self._end.prompt_id:
+            self._page.extend(job for job in page if not self._held_here(job.prompt_id))
+            self._end = page[-1]
         return page
 
     async def _take(self, job: Job, take: Callable[[Job], Awaitable[Job | None]]) -> Job | None:
@@ -136,8 +155,8 @@ class Candidates:
         job goes before its end (unknown place: assume it does)."""
         for arrived in self._reads:
             arrived.append(key)
-        if self._page and not _behind(key, self._page):
-            self._page = []
+        if self._end is not None and not _behind(key, self._end.dispatch_key()):
+            self._page, self._end = [], None
 
     def _held_here(self, prompt_id: str) -> bool:
         """Being taken by a slot here, or taken a moment ago (a read may predate it)."""
@@ -145,7 +164,7 @@ class Candidates:
         return any(prompt_id in held for held in (self._taking, state.running, state.reserved))
 
 
-def _behind(key: DispatchKey | None, page: list[Job]) -> bool:
-    """A job at `key` goes after the page's last job (a page read past it misses it
-    rightly: kept pages are never taken for the whole queue)."""
-    return key is not None and bool(page) and key > page[-1].dispatch_key()
+def _behind(key: DispatchKey | None, end: DispatchKey) -> bool:
+    """A job at `key` goes after `end`, where the pages read end (a page read past it
+    misses it rightly: kept pages are never taken for the whole queue)."""
+    return key is not None and key > end

@@ -81,11 +81,13 @@ class Reservations:
         """A backend queued the slot's prompt: the slot may set its next job aside."""
         if not handle.released.is_set():
             self._state.accept(entry, slot)
-            self._reserve_for(entry)  # only this lane's slots changed
+            # Every lane's, not only this one's: a lane whose last try found every
+            # candidate being taken by others tries again now.
+            self.reserve_ahead()
 
     def reserve_ahead(self) -> None:
-        """Work arrived, or a reservation went elsewhere: busy slots whose backend has
-        their prompt set their next job aside."""
+        """A backend queued a slot's prompt, work arrived, or a reservation went
+        elsewhere: busy slots whose backend has their prompt set their next job aside."""
         for entry in list(self._state.accepting):  # the lanes whose backends hold a prompt
             if not self._reserve_for(entry):
                 return

@@ -82,3 +82,36 @@ async def test_another_gateways_job_behind_the_kept_page_keeps_it(
         finally:
             await there.close()
             await here.close()
+
+
+async def test_slots_claiming_at_once_share_the_pages_they_read(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A thousand busy backends set their next jobs aside at once: the slots past the
+    first page share each next page's read (and keep it), not one read per slot."""
+    schema = schema_for(tmp_path)
+    proxy = RoundTrips(postgres_url)
+    async with proxy as url:
+        store = PostgresStore(url, schema=schema, owner="here")
+        await store.open()
+        try:
+            state = SchedulerState(store, Observers(), [])
+            candidates = Candidates(state)
+            for number in range(4 * PAGE):
+                await store.submit(new_job(f"p{number:03}", number))
+            state.pending = 4 * PAGE
+            before = proxy.count
+            taken = await asyncio.gather(
+                *(
+                    candidates.take_first(
+                        lambda _job: Verdict.TAKE, lambda job: store.claim_job(job, "lane")
+                    )
+                    for _ in range(3 * PAGE)
+                )
+            )
+            claimed = [job.prompt_id for job, _ in taken if job is not None]
+            assert sorted(claimed) == [f"p{n:03}" for n in range(3 * PAGE)]
+            reads = proxy.count - before - len(claimed)
+            assert reads <= 6, reads  # three pages (and a few re-reads), not one per slot
+        finally:
+            await store.close()
