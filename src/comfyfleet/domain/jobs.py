@@ -44,7 +44,8 @@ def hold_seconds(extra_data: Any) -> float | None:
     return float(value) if 0 < value <= MAX_HOLD else None
 
 
-#: Terminal states that produce a ComfyUI history entry (a cancelled pending job does not).
+#: Terminal states that always produce a ComfyUI history entry; a cancelled job makes one
+#: only if it began running (JobResult.historic).
 HISTORIC = frozenset({JobStatus.SUCCESS, JobStatus.ERROR, JobStatus.INTERRUPTED})
 
 
@@ -163,6 +164,18 @@ class JobResult:
     def failed(cls, error: dict[str, Any]) -> JobResult:
         """An attempt that ended with `error` (an `execution_error` payload), nothing else."""
         return cls(JobStatus.ERROR, {}, {}, [["execution_error", error]], error)
+
+    @property
+    def historic(self) -> bool:
+        """Whether this end makes a ComfyUI history entry. A job cancelled after it began
+        does: ComfyUI records a prompt stopped mid-run as interrupted (`status_str`
+        error, `execution_interrupted` last), and clients polling `/history/{id}` (the
+        v2 proxy among them) wait for that entry. One cancelled before it began does
+        not, as a prompt deleted from ComfyUI's queue leaves none."""
+        if self.status in HISTORIC:
+            return True
+        began = any(message[0] == "execution_start" for message in self.messages)
+        return self.status is JobStatus.CANCELLED and began
 
     def status_record(self) -> dict[str, Any]:
         completed = self.status == JobStatus.SUCCESS

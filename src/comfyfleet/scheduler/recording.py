@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus
@@ -114,9 +115,10 @@ class Recorder:
             await self.give_back(job, {"kind": "taken_back", "lane": entry.lane.name})
             return None
         if entry.state is AttemptState.CANCELLING:
-            messages = result.messages if result else []
-            error = result.error if result else None
-            result = JobResult(JobStatus.CANCELLED, {}, {}, messages, error, [])
+            # Cancelled, whatever the lane says; what it ran (outputs, files, events) is
+            # kept, as ComfyUI keeps it for a prompt interrupted mid-run.
+            ended = result or JobResult(JobStatus.CANCELLED, {}, {}, [])
+            result = replace(ended, status=JobStatus.CANCELLED)
         else:
             decision = await self._retry.decide(job, entry.lane, result, failure)
             if decision.requeue:

@@ -32,7 +32,6 @@ import asyncpg
 
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
-    HISTORIC,
     TERMINAL,
     Job,
     JobResult,
@@ -593,7 +592,7 @@ class _ResultParams:
 
     def __init__(self, result: JobResult) -> None:
         self.status = result.status.value
-        self.historic = result.status in HISTORIC
+        self.historic = result.historic
         self.error = None if result.error is None else _dumps(result.error)
         self.outputs = _dumps(result.outputs)
         self.meta = _dumps(result.meta)

@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
-    HISTORIC,
     TERMINAL,
     HistoryEntry,
     Job,
@@ -614,7 +613,7 @@ class _ResultParams:
     def __init__(self, result: JobResult) -> None:
         self.status = result.status.value
         self.event = EVENT_OF[result.status]
-        self.historic = result.status in HISTORIC
+        self.historic = result.historic
         self.error = None if result.error is None else _dumps(result.error)
         self.outputs = _dumps(result.outputs)
         self.meta = _dumps(result.meta)

@@ -53,7 +53,7 @@ async def test_queue_clear_cancels_every_pending_prompt(tmp_path: Path) -> None:
         ]
 
 
-async def test_cancel_ends_pending_and_running_jobs_without_history(tmp_path: Path) -> None:
+async def test_cancel_ends_pending_and_running_jobs(tmp_path: Path) -> None:
     async with serve(tmp_path, local_slots=1) as served:
         sock = await served.connect()
         running, pending = await running_and_pending(served, sock)
@@ -65,10 +65,16 @@ async def test_cancel_ends_pending_and_running_jobs_without_history(tmp_path: Pa
         await sock.done(running)  # the 30 s prompt ends now, with its done signal
 
         for prompt_id in (running, pending):
-            job = await served.job(prompt_id)
-            assert job["status"] == "cancelled", prompt_id
-            assert job["outputs"] == {} and job["messages"] == []
-            assert await served.history_entry(prompt_id) == {}
+            assert (await served.job(prompt_id))["status"] == "cancelled", prompt_id
+        # The pending one never ran: no history, as a prompt deleted from ComfyUI's queue.
+        assert (await served.job(pending))["messages"] == []
+        assert await served.history_entry(pending) == {}
+        # The running one was stopped mid-run: the entry ComfyUI makes for an
+        # interrupted prompt (checked against a recorded one in
+        # tests/conformance/test_proxy_paths.py).
+        entry = await served.history_entry(running)
+        assert entry["status"]["status_str"] == "error" and not entry["status"]["completed"]
+        assert entry["status"]["messages"][-1][0] == "execution_interrupted"
         assert sock.of_prompt(pending) == []
         assert (await served.get("/prompt"))["exec_info"]["queue_remaining"] == 0
 

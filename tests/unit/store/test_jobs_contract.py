@@ -405,14 +405,28 @@ async def test_failed_attempts_are_history_with_error(store: JobStore, status: J
     assert entry.comfy()["status"]["status_str"] == "error"
 
 
-async def test_finish_cancelled_leaves_no_history(store: JobStore) -> None:
+async def test_finish_cancelled_before_it_began_leaves_no_history(store: JobStore) -> None:
     await store.submit(new_job("p1"))
     job = await claim_next(store, "lane")
     assert job is not None
-    assert await store.finish("p1", job.attempt, result(JobStatus.CANCELLED))
+    assert await store.finish("p1", job.attempt, result(JobStatus.CANCELLED, messages=[]))
     assert await store.history_entry("p1") is None
     got = await store.get("p1")
     assert got is not None and got.status is JobStatus.CANCELLED
+
+
+async def test_finish_cancelled_mid_run_leaves_an_interrupted_entry(store: JobStore) -> None:
+    # As ComfyUI records a prompt stopped mid-run: status_str error, its messages.
+    await store.submit(new_job("p1"))
+    job = await claim_next(store, "lane")
+    assert job is not None
+    stopped = [["execution_start", {"prompt_id": "p1"}], ["execution_interrupted", {}]]
+    assert await store.finish("p1", job.attempt, result(JobStatus.CANCELLED, messages=stopped))
+    entry = await store.history_entry("p1")
+    assert entry is not None and entry.job.status is JobStatus.CANCELLED
+    status = entry.comfy()["status"]
+    assert (status["status_str"], status["completed"]) == ("error", False)
+    assert [kind for kind, _ in status["messages"]] == ["execution_start", "execution_interrupted"]
 
 
 # -- cancel ---------------------------------------------------------------------------

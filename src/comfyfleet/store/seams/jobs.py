@@ -109,8 +109,8 @@ class JobQueue(Protocol):
     async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
         """Record how an attempt ended (job status, history, events, output files)
         in one transaction. False, and nothing written, when `attempt` is stale
-        or the job is not running. `result.status` must be terminal; only HISTORIC
-        statuses make a history entry (CANCELLED records the rest, no entry)."""
+        or the job is not running. `result.status` must be terminal; a history entry is
+        made when `result.historic` (not for a job cancelled before it began)."""
 
     async def requeue(
         self, prompt_id: str, attempt: int, reason: dict[str, Any] | None = None
