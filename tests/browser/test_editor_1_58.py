@@ -5,7 +5,8 @@ A new user opens it: every route it calls answers (its subgraph blueprints, its 
 indexes with the providers' logos), as recorded in
 tests/data/comfyui-editor/routes-1.58.1.json. A workflow dropped on the canvas runs on
 the fleet; the editor's job queue and its assets panel list the fleet's jobs and their
-images, a job sent by a script as well as the editor's own.
+images, a job sent by a script as well as the editor's own, and the assets panel's
+"Imported" tab the fleet's input files.
 
 The editor is not installed with comfyfleet (1.27.10 is): `make editor-1.58` unpacks it
 into .cache/, or COMFYFLEET_NEW_EDITOR names its `static` folder. Without it the tests
@@ -14,13 +15,16 @@ are skipped. COMFYFLEET_RECORD_ROUTES=1 writes the recording again.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from tests.browser.conftest import PageLog, screenshot
 from tests.browser.test_editor import DROP, EXAMPLE, SHOWS_IMAGE
@@ -82,6 +86,28 @@ def open_new_editor(context: Any, server: ServerProcess) -> tuple[Any, PageLog, 
     page.goto(server.url + "/")
     page.wait_for_function(READY, timeout=60_000)
     return page, log, seen
+
+
+def upload(server: ServerProcess, name: str) -> None:
+    """An image uploaded to the fleet's input folder, as a script would (not the editor)."""
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 40, 40)).save(png, "PNG")
+    boundary = "fleet-boundary-7f3a"
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{name}"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + png.getvalue()
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    request = urllib.request.Request(
+        server.url + "/upload/image",
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
 
 
 def serve(data: Path) -> ServerProcess:
@@ -193,6 +219,10 @@ def test_the_new_editors_queue_and_assets_panels_show_the_fleets_jobs(
             arg=name,
         )
         screenshot(page, "editor-1.58-assets.png")
+        # Its "Imported" tab: the files uploaded to the fleet's input folder.
+        upload(server, "imported-here.png")
+        page.get_by_text("Imported", exact=True).click()
+        page.get_by_text("imported-here", exact=False).first.wait_for()
         check_routes(seen)
         assert log.elsewhere == []
         context.close()
