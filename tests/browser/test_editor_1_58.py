@@ -5,7 +5,8 @@ A new user opens it: every route it calls answers (its subgraph blueprints, its 
 indexes with the providers' logos), as recorded in
 tests/data/comfyui-editor/routes-1.58.1.json. A workflow dropped on the canvas runs on
 the fleet; the editor's job queue and its assets panel list the fleet's jobs and their
-images, a job sent by a script as well as the editor's own, and the assets panel's
+images, a job sent by a script as well as the editor's own (beside one cancelled while
+it ran), and the assets panel's
 "Imported" tab the fleet's input files.
 
 The editor is not installed with comfyfleet (1.27.10 is): `make editor-1.58` unpacks it
@@ -28,6 +29,7 @@ from PIL import Image
 
 from tests.browser.conftest import PageLog, screenshot
 from tests.browser.test_editor import DROP, EXAMPLE, SHOWS_IMAGE
+from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
 VERSION = "1.58.1"
@@ -108,6 +110,19 @@ def upload(server: ServerProcess, name: str) -> None:
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.status == 200
+
+
+def cancel_while_running(server: ServerProcess) -> None:
+    """A job interrupted while it runs: among the finished ones as cancelled."""
+    job_id = server.post("/api/prompt", {"prompt": sleep_prompt(30)})["prompt_id"]
+    deadline = time.monotonic() + 20
+    while server.get(f"/api/jobs/{job_id}")["status"] != "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    server.post(f"/api/jobs/{job_id}/cancel", None)
+    while server.get(f"/api/jobs/{job_id}")["status"] != "cancelled":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 def serve(data: Path) -> ServerProcess:
@@ -201,6 +216,7 @@ def test_the_new_editors_queue_and_assets_panels_show_the_fleets_jobs(
             time.sleep(0.1)
         image = server.get(f"/history/{prompt_id}")[prompt_id]["outputs"]["3"]["images"][0]
         name = image["filename"]
+        cancel_while_running(server)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         page, log, seen = open_new_editor(context, server)
         # The job queue (the "0 active" button): the finished job, by its image.

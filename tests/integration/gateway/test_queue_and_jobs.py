@@ -192,3 +192,10 @@ async def test_jobs_carry_the_output_counts_and_preview_the_editor_shows(tmp_pat
         assert listed[waiting]["outputs_count"] == 0 and listed[waiting]["preview_output"] is None
         assert listed[waiting]["workflow_id"] == "wf-1"
         assert (await served.get(f"/api/jobs/{done}"))["outputs_count"] == 1
+
+        # Interrupted while running: cancelled, with no error (its interrupted payload
+        # is none, and the editor would drop the whole list over it).
+        await served.post(f"/api/jobs/{waiting}/cancel", None)
+        await sock.done(waiting)
+        cancelled = (await jobs(served, "?status=cancelled"))["jobs"]
+        assert [(j["id"], j["execution_error"]) for j in cancelled] == [(waiting, None)]

@@ -58,7 +58,9 @@ def job_summary(job: Job, outputs: OutputsSummary = NONE) -> dict[str, Any]:
         "execution_start_time": _ms(job.started_at),
         "execution_end_time": _ms(job.finished_at),
         "outputs_to_execute": job.outputs,
-        "execution_error": job.error,
+        # Only a failure's: an interrupted job's payload is no error, and the editor drops
+        # the whole list when one is given here (ComfyUI gives none either).
+        "execution_error": job.error if job.status == JobStatus.ERROR else None,
         # ComfyUI's fields, which the editor's queue and assets panels require.
         "priority": job.number,
         "workflow_id": _workflow_id(extra),

@@ -33,7 +33,7 @@ class OutputsSummary:
 NONE = OutputsSummary(0, 0, None)
 
 
-def _file(media: str, item: Any) -> dict[str, Any] | None:
+def _file(item: Any) -> dict[str, Any] | None:
     """An output item as a file entry; a bare 3D file name becomes one, other text none."""
     if isinstance(item, dict):
         return item
@@ -64,7 +64,7 @@ def summarize(outputs: dict[str, Any]) -> OutputsSummary:
             if media == "animated" or not isinstance(items, list):
                 continue  # a flag per image, not files
             for raw in items:
-                item = _file(media, raw)
+                item = _file(raw)
                 if item is None:
                     continue
                 count += 1
