@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint docs bench conformance chaos run-example emulate run-fanout-example clean
+.PHONY: install serve test lint docs bench conformance chaos run-example emulate run-fanout-example editor-1.58 clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,17 @@ emulate: $(STAMP)
 # Another emulator: make run-fanout-example ARGS='--set "API Settings.base_url=http://host:port"'
 run-fanout-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/flux-concurrent-30.json --output-dir output $(ARGS)
+
+# The newer graph editor (comfyui-frontend-package 1.58.1) unpacked into .cache/, for
+# `comfyfleet serve --front-end-root $(NEW_EDITOR)` and tests/browser/test_editor_1_58.py.
+NEW_EDITOR_VERSION := 1.58.1
+NEW_EDITOR := .cache/comfyui-frontend-$(NEW_EDITOR_VERSION)/comfyui_frontend_package/static
+editor-1.58: $(NEW_EDITOR)/index.html
+
+$(NEW_EDITOR)/index.html: | $(BIN)/python
+	rm -rf .cache/comfyui-frontend-$(NEW_EDITOR_VERSION)
+	$(BIN)/python -m pip download --quiet --no-deps -d .cache/wheels comfyui-frontend-package==$(NEW_EDITOR_VERSION)
+	$(BIN)/python -m zipfile -e .cache/wheels/comfyui_frontend_package-$(NEW_EDITOR_VERSION)-py3-none-any.whl .cache/comfyui-frontend-$(NEW_EDITOR_VERSION)
 
 clean:
 	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

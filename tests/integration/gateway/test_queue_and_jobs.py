@@ -176,3 +176,32 @@ async def test_job_details_and_unknown_jobs(tmp_path: Path) -> None:
         reply = await served.request("GET", "/api/jobs/no-such-job")
         assert (reply.status, reply.content_type) == (404, "application/json; charset=utf-8")
         assert reply.json["error"]["type"] == "not_found"
+
+
+async def test_jobs_carry_the_output_counts_and_preview_the_editor_shows(tmp_path: Path) -> None:
+    """Frontend 1.58's queue and assets panels read ComfyUI's job fields: without
+    `outputs_count` it drops the whole list."""
+    async with serve(tmp_path, local_slots=1) as served:
+        sock = await served.connect()
+        [done] = await served.run_in_turn(sock, [save_prompt(7, "counted")])
+        workflow = {"workflow": {"id": "wf-1", "nodes": []}}
+        extra = {"extra_pnginfo": workflow}
+        waiting = await served.submit(sleep_prompt(30), sock.client_id, extra_data=extra)
+        listed = {j["id"]: j for j in (await jobs(served, ""))["jobs"]}
+        finished = listed[done]
+        assert finished["outputs_count"] == 1
+        assert finished["previewable_outputs_count"] == 1
+        preview = finished["preview_output"]
+        assert preview["nodeId"] == "2" and preview["mediaType"] == "images"
+        assert preview["filename"].startswith("counted") and preview["type"] == "output"
+        assert finished["priority"] == finished["number"]
+        assert listed[waiting]["outputs_count"] == 0 and listed[waiting]["preview_output"] is None
+        assert listed[waiting]["workflow_id"] == "wf-1"
+        assert (await served.get(f"/api/jobs/{done}"))["outputs_count"] == 1
+
+        # Interrupted while running: cancelled, with no error (its interrupted payload
+        # is none, and the editor would drop the whole list over it).
+        await served.post(f"/api/jobs/{waiting}/cancel", None)
+        await sock.done(waiting)
+        cancelled = (await jobs(served, "?status=cancelled"))["jobs"]
+        assert [(j["id"], j["execution_error"]) for j in cancelled] == [(waiting, None)]

@@ -132,3 +132,25 @@ async def test_extensions_of_local_packs_are_listed_and_served(tmp_path: Path) -
             assert outside.status == 404
         async with session.get("/extensions/comfyfleet/fleet.js") as own:
             assert "registerExtension" in await own.text()
+
+
+async def test_routes_of_the_newer_editor_subgraph_blueprints_and_template_logos(
+    tmp_path: Path,
+) -> None:
+    """Frontend 1.58 asks for the node packs' subgraph blueprints (none here: `{}`, one
+    by id `null`, as ComfyUI answers) and the templates' provider logos, which the pinned
+    templates package lacks: an empty index, not a 404 the editor logs."""
+    async with served(tmp_path) as (_base, session):
+        for prefix in ("", "/api"):
+            async with session.get(f"{prefix}/global_subgraphs") as blueprints:
+                assert blueprints.status == 200
+                assert await blueprints.json() == {}
+            async with session.get(f"{prefix}/global_subgraphs/abc123") as one:
+                assert one.status == 200
+                assert await one.json() is None
+        async with session.get("/templates/index_logo.json") as logos:
+            assert logos.status == 200
+            assert logos.content_type == "application/json"
+            assert await logos.json() == {}
+        async with session.get("/templates/index_other.json") as other:
+            assert other.status == 404

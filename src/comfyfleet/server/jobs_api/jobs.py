@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sized
 from typing import Any
@@ -12,6 +13,7 @@ from comfyfleet.domain.jobs import HistoryEntry, Job, JobStatus
 from comfyfleet.server.access.auth import scope, visible
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, own_ids
 from comfyfleet.server.gateway import GATEWAY
+from comfyfleet.server.jobs_api.previews import NONE, OutputsSummary, summarize
 from comfyfleet.server.plumbing.client_json import read_json
 from comfyfleet.server.plumbing.routing import Route
 
@@ -33,7 +35,15 @@ def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1000)
 
 
-def job_summary(job: Job) -> dict[str, Any]:
+def _workflow_id(extra_data: dict[str, Any]) -> str | None:
+    """The editor's id of the workflow the prompt came from, as ComfyUI reports it."""
+    workflow = (extra_data.get("extra_pnginfo") or {}).get("workflow")
+    found = workflow.get("id") if isinstance(workflow, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def job_summary(job: Job, outputs: OutputsSummary = NONE) -> dict[str, Any]:
+    extra = job.extra_data if isinstance(job.extra_data, dict) else {}
     return {
         "id": job.prompt_id,
         "status": API_STATUS[job.status],
@@ -48,12 +58,18 @@ def job_summary(job: Job) -> dict[str, Any]:
         "execution_start_time": _ms(job.started_at),
         "execution_end_time": _ms(job.finished_at),
         "outputs_to_execute": job.outputs,
-        "execution_error": job.error,
+        # Only a failure's: an interrupted job's payload is no error, and the editor drops
+        # the whole list when one is given here (ComfyUI gives none either).
+        "execution_error": job.error if job.status == JobStatus.ERROR else None,
+        # ComfyUI's fields, which the editor's queue and assets panels require.
+        "priority": job.number,
+        "workflow_id": _workflow_id(extra),
+        **outputs.fields(),
     }
 
 
 def job_detail(job: Job, entry: HistoryEntry | None) -> dict[str, Any]:
-    detail = job_summary(job)
+    detail = job_summary(job, summarize(entry.result.outputs) if entry else NONE)
     detail["prompt"] = job.prompt
     detail["extra_data"] = job.extra_data
     detail["outputs"] = entry.result.outputs if entry else {}
@@ -111,9 +127,20 @@ async def list_jobs(request: web.Request) -> web.Response:
         offset=offset,
         tenant=scope(request),
     )
+    summaries = await asyncio.gather(*(_outputs_of(request, job) for job in jobs))
     return web.json_response(
-        {"jobs": [job_summary(job) for job in jobs], "pagination": page(offset, limit, jobs, total)}
+        {
+            "jobs": [job_summary(job, out) for job, out in zip(jobs, summaries, strict=True)],
+            "pagination": page(offset, limit, jobs, total),
+        }
     )
+
+
+async def _outputs_of(request: web.Request, job: Job) -> OutputsSummary:
+    if job.status in (JobStatus.PENDING, JobStatus.RUNNING):
+        return NONE  # no history entry yet
+    entry = await request.app[GATEWAY].store.history_entry(job.prompt_id)
+    return summarize(entry.result.outputs) if entry else NONE
 
 
 def _no_such_job() -> web.HTTPNotFound:

@@ -174,6 +174,14 @@ def editor_routes(
     async def workflow_templates(request: web.Request) -> web.StreamResponse:
         return web.json_response({})  # no node pack here ships example workflows
 
+    async def global_subgraphs(request: web.Request) -> web.StreamResponse:
+        # ComfyUI lists the subgraph blueprints its custom node packs ship (their
+        # `subgraphs/*.json`), keyed by id; no pack here ships any.
+        return web.json_response({})
+
+    async def global_subgraph(request: web.Request) -> web.StreamResponse:
+        return web.json_response(None)  # an unknown id: ComfyUI answers null, not a 404
+
     async def folder_paths(request: web.Request) -> web.StreamResponse:
         return web.json_response(
             {name: [str(d) for d in model_dirs(models_root, name)] for name in MODEL_FOLDERS}
@@ -209,6 +217,8 @@ def editor_routes(
         Route("GET", "/view_metadata/{folder_name}", view_metadata),
         Route("GET", "/i18n", i18n),
         Route("GET", "/workflow_templates", workflow_templates),
+        Route("GET", "/global_subgraphs", global_subgraphs),
+        Route("GET", "/global_subgraphs/{id}", global_subgraph),
         Route("GET", "/internal/folder_paths", folder_paths, api_alias=False),
         Route("GET", "/internal/files/{directory_type}", files, api_alias=False),
         Route("GET", "/internal/logs", get_logs, api_alias=False, admin=True),

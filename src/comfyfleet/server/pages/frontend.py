@@ -7,8 +7,8 @@ ComfyUI 0.3.64 pins it, installed with comfyfleet), served at `/templates/` as C
 serves that package's folder: `index.json`, the per-language `index.<lang>.json`, each
 template's workflow JSON and its thumbnails. The node docs (`comfyui-embedded-docs`)
 are served at `/docs/` when installed. Without a package its paths are 404, except the
-templates' index, which is then an empty list: the editor shows no templates instead
-of an error.
+templates' indexes (`index.json`, `index_logo.json`), which are then empty: the editor
+shows no templates (or no logos) instead of an error.
 
 Every file is found with `resolve_inside`, so no link in a web root leads out of it.
 """
@@ -37,6 +37,13 @@ _INDEX_HEADERS = {
     "Expires": "0",
 }
 _IMAGES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+#: The template indexes the editor reads, and what a missing one answers: `index.json`
+#: (the categories, any editor) and `index_logo.json` (the providers' logos, asked by
+#: frontend 1.58 and later, shipped by newer comfyui-workflow-templates).
+_EMPTY_INDEXES: dict[str, list[object] | dict[str, object]] = {
+    "index.json": [],
+    "index_logo.json": {},
+}
 _TYPES = {".js": "application/javascript", ".mjs": "application/javascript", ".webp": "image/webp"}
 
 
@@ -123,9 +130,13 @@ def frontend_routes(configured_root: Path | None) -> tuple[list[Route], Route]:
         return web.FileResponse(index_file, headers=_INDEX_HEADERS)
 
     async def template_file(request: web.Request) -> web.StreamResponse:
-        if templates is None and request.match_info["path"] == "index.json":
-            return web.json_response([])
-        return await serve_file(templates, request.match_info["path"])
+        name = request.match_info["path"]
+        response = await serve_file(templates, name)
+        if response.status == 404 and name in _EMPTY_INDEXES:
+            # No package, or one older than the editor: an empty index, so the editor
+            # shows fewer templates (or no provider logos) instead of an error.
+            return web.json_response(_EMPTY_INDEXES[name])
+        return response
 
     async def docs_file(request: web.Request) -> web.StreamResponse:
         return await serve_file(docs, request.match_info["path"])
