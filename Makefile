@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing: no tests is a defect, not a pass.
-test: lint
+test: lint editor-1.58
 	$(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
