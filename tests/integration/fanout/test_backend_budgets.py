@@ -44,14 +44,18 @@ async def gateway_with_backend(tmp_path: Path, day_jobs: int) -> AsyncIterator[S
             auth_tokens=TOKENS,
             shares=policy,
         ) as served:
-            root = as_tenant(served, ROOT)
+            root, alice = as_tenant(served, ROOT), as_tenant(served, ALICE)
+            try:
 
-            async def backend_up() -> bool:
-                listed = await root.get("/api/fleet/backends")
-                return [b["state"] for b in listed["backends"]] == ["up"]
+                async def backend_up() -> bool:
+                    listed = await root.get("/api/fleet/backends")
+                    return [b["state"] for b in listed["backends"]] == ["up"]
 
-            await poll(backend_up, what="the backend up")
-            yield as_tenant(served, ALICE)
+                await poll(backend_up, what="the backend up")
+                yield alice
+            finally:
+                for client in (root, alice):  # their own sessions: serve closes its own
+                    await client.session.close()
     finally:
         await backend.close()
 

@@ -181,7 +181,7 @@ def test_a_wide_prompt_does_not_rescan_its_waiting_nodes_for_each_node_it_starts
         prompt.finished.add(f"s{k}")
     elapsed = time.perf_counter() - started
     assert list(graph.ready()) == ["collect"]
-    assert elapsed < 1.0, f"{width} nodes took {elapsed:.2f} s"
+    assert elapsed < 3.0, f"{width} nodes took {elapsed:.2f} s"  # quadratic: tens of s
 
 
 def test_a_wide_prompt_of_plain_nodes_picks_without_scanning_what_is_ready() -> None:
