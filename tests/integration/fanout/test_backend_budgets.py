@@ -60,27 +60,33 @@ async def gateway_with_backend(tmp_path: Path, day_jobs: int) -> AsyncIterator[S
         await backend.close()
 
 
+async def side_by_side_within_three(client: Served, emulator: Emulator) -> None:
+    """A tenant with 3 paid jobs a day sends 2 prompts at once through a backend: the
+    first holds its 2 counted jobs as it is sent; the second's count is known only as it
+    runs (a list), so submit lets it in, and its allowance is what is left (or, sent
+    first, it takes all that is left and the first gets none). At most 3 of the 4 jobs
+    are sent, and both holds settle at what the backend sent."""
+    first = await client.submit(fanout(emulator.url, 2, mode="placeholder"))
+    second = await client.submit(listed(emulator.url, 2, seed=50))
+    entries = await asyncio.gather(finished(client, first), finished(client, second))
+    slots = [slot for entry in entries for slot in statuses(entry)]
+    refused = [slot for slot in slots if slot.get("error_class") == "BudgetExceeded"]
+    assert jobs_sent(emulator) <= 3
+    assert jobs_sent(emulator) + len(refused) == 4
+    assert "comfyfleet_allowance" in refused[0]["error"]
+
+    async def counted() -> bool:
+        dry = await client.post("/comfyfleet/cost", {"prompt": fanout(emulator.url, 1, seed=9)})
+        return bool(dry.json["budget"]["today"]["paid_jobs"] == jobs_sent(emulator))
+
+    await poll(counted, what="the holds settled", timeout=30)
+
+
 async def test_prompts_side_by_side_on_a_backend_never_pass_the_tenants_budget(
     tmp_path: Path, emulator: Emulator
 ) -> None:
     async with gateway_with_backend(tmp_path, day_jobs=3) as alice:
-        # The first holds its 2 counted jobs as it is sent; the second's count is known
-        # only as it runs (a list), so submit lets it in, and its allowance is what is
-        # left (or, sent first, it takes all that is left and the first gets none).
-        first = await alice.submit(fanout(emulator.url, 2, mode="placeholder"))
-        second = await alice.submit(listed(emulator.url, 2, seed=50))
-        entries = await asyncio.gather(finished(alice, first), finished(alice, second))
-        slots = [slot for entry in entries for slot in statuses(entry)]
-        refused = [slot for slot in slots if slot.get("error_class") == "BudgetExceeded"]
-        assert jobs_sent(emulator) <= 3
-        assert jobs_sent(emulator) + len(refused) == 4
-        assert "comfyfleet_allowance" in refused[0]["error"]
-
-        async def counted() -> bool:  # both holds settled at what the backend sent
-            dry = await alice.post("/comfyfleet/cost", {"prompt": fanout(emulator.url, 1, seed=9)})
-            return bool(dry.json["budget"]["today"]["paid_jobs"] == jobs_sent(emulator))
-
-        await poll(counted, what="the holds settled")
+        await side_by_side_within_three(alice, emulator)
 
 
 async def test_what_a_prompt_did_not_spend_on_the_backend_is_free_again(
