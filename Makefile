@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint docs bench conformance chaos run-example emulate run-fanout-example editor-1.58 clean
+.PHONY: install serve test lint docs bench conformance chaos run-example emulate run-fanout-example editor-1.27 clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing: no tests is a defect, not a pass.
-test: lint editor-1.58
+test: lint editor-1.27
 	$(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
@@ -66,16 +66,17 @@ emulate: $(STAMP)
 run-fanout-example: $(STAMP)
 	$(BIN)/comfyfleet run examples/flux-concurrent-30.json --output-dir output $(ARGS)
 
-# The newer graph editor (comfyui-frontend-package 1.58.1) unpacked into .cache/, for
-# `comfyfleet serve --front-end-root $(NEW_EDITOR)` and tests/browser/test_editor_1_58.py.
-NEW_EDITOR_VERSION := 1.58.1
-NEW_EDITOR := .cache/comfyui-frontend-$(NEW_EDITOR_VERSION)/comfyui_frontend_package/static
-editor-1.58: $(NEW_EDITOR)/index.html
+# The editor ComfyUI 0.3.64 pins (comfyui-frontend-package 1.27.10) unpacked into .cache/,
+# for `comfyfleet serve --front-end-root $(PINNED_EDITOR)` and the tests that check it still
+# works (the default, installed with comfyfleet, is the newer 1.58.1).
+PINNED_EDITOR_VERSION := 1.27.10
+PINNED_EDITOR := .cache/comfyui-frontend-$(PINNED_EDITOR_VERSION)/comfyui_frontend_package/static
+editor-1.27: $(PINNED_EDITOR)/index.html
 
-$(NEW_EDITOR)/index.html: | $(BIN)/python
-	rm -rf .cache/comfyui-frontend-$(NEW_EDITOR_VERSION)
-	$(BIN)/python -m pip download --quiet --no-deps -d .cache/wheels comfyui-frontend-package==$(NEW_EDITOR_VERSION)
-	$(BIN)/python -m zipfile -e .cache/wheels/comfyui_frontend_package-$(NEW_EDITOR_VERSION)-py3-none-any.whl .cache/comfyui-frontend-$(NEW_EDITOR_VERSION)
+$(PINNED_EDITOR)/index.html: | $(BIN)/python
+	rm -rf .cache/comfyui-frontend-$(PINNED_EDITOR_VERSION)
+	$(BIN)/python -m pip download --quiet --no-deps -d .cache/wheels comfyui-frontend-package==$(PINNED_EDITOR_VERSION)
+	$(BIN)/python -m zipfile -e .cache/wheels/comfyui_frontend_package-$(PINNED_EDITOR_VERSION)-py3-none-any.whl .cache/comfyui-frontend-$(PINNED_EDITOR_VERSION)
 
 clean:
 	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,9 @@
 A user opens the editor, finds the fan-out nodes in the node library, drops an API-format
 workflow (examples/flux-concurrent.json, its paid API played by the provider emulator),
 runs it with the Run button and sees its output images on the Save Image nodes. Another
-user saves a workflow in the editor and finds it again after the server restarted.
+user saves a workflow in the editor and finds it again after the server restarted. Each
+holds for the editor served by default (1.58.1) and for the one ComfyUI 0.3.64 pins
+(1.27.10, with --front-end-root; tests/browser/editors.py).
 """
 
 from __future__ import annotations
@@ -12,21 +14,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.browser.conftest import PageLog, screenshot
+from tests.browser.editors import BOTH, PINNED, Editor
 from tests.servers import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flux-concurrent.json"
-#: What ComfyUI 0.3.64 itself answers 404 to while a new user's editor starts: the
-#: optional user.css (two places), no saved workflows or subgraphs yet, no saved templates,
-#: no bookmarked workflows.
-EXPECTED_404 = {
-    "/api/userdata/workflows%2F.index.json",
-    "/user.css",
-    "/api/userdata/user.css",
-    "/api/userdata?dir=workflows&recurse=true&split=false&full_info=true",
-    "/api/userdata?dir=subgraphs%2F&recurse=true&split=false&full_info=true",
-    "/api/userdata/comfy.templates.json",
-}
 #: An error frontend 1.27.10 throws from its settings store on every load, with ComfyUI
 #: 0.3.64 itself too: `onChange` reads the id of a setting it has not registered yet.
 FRONTEND_ERROR = "uncaught: Cannot read properties of undefined (reading 'id')"
@@ -65,8 +59,8 @@ def open_editor(context: Any, server: ServerProcess, path: str = "/") -> tuple[A
     return page, log
 
 
-def assert_clean(log: PageLog) -> None:
-    unexpected = [(status, path) for status, path in log.failed if path not in EXPECTED_404]
+def assert_clean(log: PageLog, editor: Editor) -> None:
+    unexpected = [(status, path) for status, path in log.failed if path not in editor.expected_404]
     assert unexpected == []
     # Each expected 404 is also a console line "Failed to load resource: ... 404".
     errors = [
@@ -79,13 +73,15 @@ def assert_clean(log: PageLog) -> None:
     assert log.elsewhere == []
 
 
+@pytest.mark.parametrize("editor", BOTH)
 def test_the_editor_runs_a_dropped_workflow_on_the_fleet(
-    browser: Any, emulator: str, tmp_path: Path
+    browser: Any, emulator: str, tmp_path: Path, editor: Editor
 ) -> None:
-    with ServerProcess(tmp_path / "data") as server:
+    with ServerProcess(tmp_path / "data", *editor.serve_args()) as server:
         offline_user(server)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         page, log = open_editor(context, server)
+        assert page.evaluate("() => window.__COMFYUI_FRONTEND_VERSION__") == editor.version
         # A new user's editor opens its template browser (tests/browser/test_templates.py).
         page.get_by_text("Get Started with a Template").wait_for()
         page.keyboard.press("Escape")
@@ -106,22 +102,26 @@ def test_the_editor_runs_a_dropped_workflow_on_the_fleet(
         prompt_id = queued.value.json()["prompt_id"]
         for node in (5, 6):
             page.wait_for_function(SHOWS_IMAGE, arg=node, timeout=30_000)
-        page.mouse.click(800, 110)  # the empty canvas above the graph, then "fit view"
+        # Nothing selected, then "fit view" (the whole graph, not the node last run).
+        page.evaluate("() => app.canvas.deselectAll()")
+        page.locator("#graph-canvas").focus()
         page.keyboard.press(".")
         page.wait_for_timeout(300)
-        screenshot(page, "editor.png")
+        if editor is not PINNED:
+            screenshot(page, "editor.png")
         entry = server.get(f"/history/{prompt_id}")[prompt_id]
         assert entry["status"]["status_str"] == "success"
         shown = page.evaluate("() => app.graph.getNodeById(5).imgs[0].src")
         assert entry["outputs"]["5"]["images"][0]["filename"] in shown
-        assert_clean(log)
+        assert_clean(log, editor)
         context.close()
 
 
+@pytest.mark.parametrize("editor", BOTH)
 def test_a_workflow_saved_in_the_editor_is_there_after_a_restart(
-    browser: Any, tmp_path: Path
+    browser: Any, tmp_path: Path, editor: Editor
 ) -> None:
-    server = ServerProcess(tmp_path / "data").start()
+    server = ServerProcess(tmp_path / "data", *editor.serve_args()).start()
     try:
         offline_user(server)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
@@ -152,7 +152,7 @@ def test_a_workflow_saved_in_the_editor_is_there_after_a_restart(
             (tmp_path / "data" / "user" / "workflows" / "fleet-invert.json").read_text()
         )
         assert any(node["type"] == "ImageInvert" for node in stored["nodes"])
-        assert_clean(log)
+        assert_clean(log, editor)
         context.close()
     finally:
         server.kill()
@@ -169,13 +169,16 @@ tenant = "bob"
 """
 
 
+@pytest.mark.parametrize("editor", BOTH)
 def test_with_authentication_the_editor_works_with_a_token_and_sees_only_its_tenant(
-    browser: Any, tmp_path: Path
+    browser: Any, tmp_path: Path, editor: Editor
 ) -> None:
     config = tmp_path / "auth.toml"
     config.write_text(AUTH_CONFIG)
     alice_token = "alice-browser-token-1a2b3c"
-    server = ServerProcess(tmp_path / "data", "--config", str(config), token=alice_token)
+    server = ServerProcess(
+        tmp_path / "data", "--config", str(config), *editor.serve_args(), token=alice_token
+    )
     server.start()
     try:
         for token in ("alice-browser-token-1a2b3c", "bob-browser-token-4d5e6f"):
@@ -198,7 +201,7 @@ def test_with_authentication_the_editor_works_with_a_token_and_sees_only_its_ten
         with page.expect_response(lambda r: "workflows%2Falice-only.json" in r.url) as saved:
             name_box.press("Enter")
         assert saved.value.status == 200
-        assert_clean(log)
+        assert_clean(log, editor)
         # Bob logs in on the login page: his editor has no workflow of Alice's.
         bob = browser.new_context(viewport={"width": 1600, "height": 1000})
         login = bob.new_page()

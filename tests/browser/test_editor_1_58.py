@@ -1,5 +1,5 @@
-"""The newer graph editor (comfyui-frontend-package 1.58.1) served with `--front-end-root`,
-in a real headless browser.
+"""The graph editor served by default (comfyui-frontend-package 1.58.1), in a real headless
+browser.
 
 A new user opens it: every route it calls answers (its subgraph blueprints, its template
 indexes with the providers' logos), as recorded in
@@ -9,9 +9,7 @@ images, a job sent by a script as well as the editor's own (beside one cancelled
 it ran), and the assets panel's
 "Imported" tab the fleet's input files.
 
-The editor is not installed with comfyfleet (1.27.10 is): `make editor-1.58` unpacks it
-into .cache/, or COMFYFLEET_NEW_EDITOR names its `static` folder. Without it the tests
-are skipped. COMFYFLEET_RECORD_ROUTES=1 writes the recording again.
+COMFYFLEET_RECORD_ROUTES=1 writes the recording again.
 """
 
 from __future__ import annotations
@@ -24,20 +22,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
 from PIL import Image
 
 from tests.browser.conftest import PageLog, screenshot
+from tests.browser.editors import DEFAULT
 from tests.browser.test_editor import DROP, EXAMPLE, SHOWS_IMAGE
 from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
-VERSION = "1.58.1"
+VERSION = DEFAULT.version
 REPO = Path(__file__).resolve().parents[2]
-NEW_EDITOR = Path(
-    os.environ.get("COMFYFLEET_NEW_EDITOR")
-    or REPO / f".cache/comfyui-frontend-{VERSION}/comfyui_frontend_package/static"
-)
 ROUTES = REPO / "tests" / "data" / "comfyui-editor" / f"routes-{VERSION}.json"
 #: What this editor asks and a new user has not got (as with 1.27.10, tests/browser/
 #: test_editor.py): user.css, saved workflows, saved subgraphs, saved templates.
@@ -52,11 +46,6 @@ EXPECTED_404 = {
 #: templates' thumbnails: files, not routes. The templates' indexes are recorded.
 FILES = ("/assets/", "/fonts/", "/cursor/", "/materialdesignicons")
 READY = "() => window.app && window.app.graph && window.LiteGraph && app.graph.nodes"
-
-pytestmark = pytest.mark.skipif(
-    not (NEW_EDITOR / "index.html").is_file(),
-    reason=f"comfyui-frontend-package {VERSION} not unpacked: run `make editor-1.58`",
-)
 
 
 def route_of(method: str, path: str) -> str:
@@ -126,7 +115,7 @@ def cancel_while_running(server: ServerProcess) -> None:
 
 
 def serve(data: Path) -> ServerProcess:
-    server = ServerProcess(data, "--front-end-root", str(NEW_EDITOR)).start()
+    server = ServerProcess(data).start()
     # No outside network here: the check for new ComfyUI releases is off.
     server.post("/api/settings", {"Comfy.Notification.ShowVersionUpdates": False})
     return server

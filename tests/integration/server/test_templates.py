@@ -172,3 +172,50 @@ async def test_without_the_templates_package_the_index_is_empty(
             assert await index.json() == []
         async with session.get("/templates/default.json") as template:
             assert template.status == 404
+
+
+def _split_package(site: Path, name: str, files: dict[str, str]) -> Path:
+    folder = site / name / "templates"
+    folder.mkdir(parents=True)
+    (folder.parent / "__init__.py").write_text("")
+    for file, text in files.items():
+        (folder / file).write_text(text)
+    return folder
+
+
+async def test_newer_templates_split_over_packages_are_served_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Newer comfyui-workflow-templates releases (0.2 and later) split the folder: the
+    indexes and workflows in `comfyui_workflow_templates_json`, thumbnails in media
+    bundles. Installed beside the pinned package, theirs are served first, each name from
+    the first folder that has it; nothing out of any of them."""
+    site = tmp_path / "site"
+    new_index = '[{"moduleName": "default", "templates": [{"name": "brand_new"}]}]'
+    _split_package(
+        site,
+        "comfyui_workflow_templates_json",
+        {"index.json": new_index, "brand_new.json": '{"nodes": []}', "index_logo.json": "{}"},
+    )
+    media = _split_package(
+        site, "comfyui_workflow_templates_media_image", {"brand_new-1.webp": "W"}
+    )
+    _split_package(site, "comfyui_workflow_templates_media_api", {"index.json": "[]"})
+    (tmp_path / "secret.json").write_text('{"secret": true}')
+    (media / "leak.json").symlink_to(tmp_path / "secret.json")
+    monkeypatch.syspath_prepend(str(site))
+    async with served(tmp_path) as (port, session):
+        async with session.get("/templates/index.json") as index:
+            assert await index.json() == json.loads(new_index)  # the json package's
+        async with session.get("/templates/brand_new-1.webp") as thumbnail:
+            assert thumbnail.status == 200
+            assert thumbnail.content_type == "image/webp"
+        async with session.get("/templates/index_logo.json") as logos:
+            assert await logos.json() == {}
+        # A name only the pinned package has is still served from it.
+        async with session.get("/templates/default.json") as pinned:
+            assert pinned.status == 200
+            assert (await pinned.json()) == json.loads((TEMPLATES / "default.json").read_text())
+        async with session.get("/templates/leak.json") as leak:
+            assert leak.status == 404
+        assert await _raw_status(port, "/templates/../comfyui_workflow_templates_json") == 404

@@ -1,11 +1,14 @@
 """The graph editor's files: ComfyUI's frontend, its workflow templates and node docs.
 
-The editor comes from the `comfyui-frontend-package` wheel (the version ComfyUI 0.3.64
-pins) or from `--front-end-root DIR`; its files are never part of this repository.
-Its template browser's templates come from `comfyui-workflow-templates` (also pinned as
+The editor comes from the `comfyui-frontend-package` wheel (1.58.1, installed with
+comfyfleet) or from `--front-end-root DIR`; its files are never part of this repository.
+Its template browser's templates come from `comfyui-workflow-templates` (0.1.95, as
 ComfyUI 0.3.64 pins it, installed with comfyfleet), served at `/templates/` as ComfyUI
 serves that package's folder: `index.json`, the per-language `index.<lang>.json`, each
-template's workflow JSON and its thumbnails. The node docs (`comfyui-embedded-docs`)
+template's workflow JSON and its thumbnails. Newer releases split that folder over
+several packages (`comfyui-workflow-templates-json` for the indexes and workflows, media
+bundles for the thumbnails); those that are installed are served first, one folder after
+the other. The node docs (`comfyui-embedded-docs`)
 are served at `/docs/` when installed. Without a package its paths are 404, except the
 templates' indexes (`index.json`, `index_logo.json`), which are then empty: the editor
 shows no templates (or no logos) instead of an error.
@@ -21,6 +24,7 @@ import importlib.resources
 import logging
 import mimetypes
 import os
+import pkgutil
 from pathlib import Path
 
 from aiohttp import web
@@ -55,6 +59,24 @@ def package_dir(module: str, folder: str) -> Path | None:
         return None
     path = Path(str(importlib.resources.files(package) / folder))
     return path if path.is_dir() else None
+
+
+#: The newer templates' packages: `comfyui_workflow_templates_json` first (indexes and
+#: workflows), then every media bundle (`comfyui_workflow_templates_media_*`).
+_SPLIT_TEMPLATES = "comfyui_workflow_templates_"
+_SPLIT_INDEXES = "comfyui_workflow_templates_json"
+
+
+def template_roots() -> list[Path]:
+    """The `templates` folders to serve `/templates/` from, in the order they are asked:
+    the split packages installed, then the single package's."""
+    split = sorted(
+        (m.name for m in pkgutil.iter_modules() if m.name.startswith(_SPLIT_TEMPLATES)),
+        key=lambda name: (name != _SPLIT_INDEXES, name),
+    )
+    roots = [package_dir(name, "templates") for name in split]
+    roots.append(package_dir("comfyui_workflow_templates", "templates"))
+    return [root for root in roots if root is not None]
 
 
 def web_root(configured: Path | None) -> Path | None:
@@ -92,9 +114,18 @@ def _find(root: Path, relative: str) -> Path | None:
     return path if os.path.isfile(path) else None
 
 
+def _find_first(roots: list[Path], relative: str) -> Path | None:
+    return next((p for root in roots if (p := _find(root, relative)) is not None), None)
+
+
 async def serve_file(root: Path | None, relative: str) -> web.StreamResponse:
     """A file under `root`, or an empty 404."""
-    path = None if root is None else await asyncio.to_thread(_find, root, relative)
+    return await serve_first([] if root is None else [root], relative)
+
+
+async def serve_first(roots: list[Path], relative: str) -> web.StreamResponse:
+    """The file under the first of `roots` that has it, or an empty 404."""
+    path = await asyncio.to_thread(_find_first, roots, relative)
     if path is None:
         return web.Response(status=404)
     return web.FileResponse(path, headers=_headers(path.name))
@@ -121,7 +152,7 @@ def frontend_routes(configured_root: Path | None) -> tuple[list[Route], Route]:
             "no graph editor to serve at /: install comfyui-frontend-package, or give "
             "--front-end-root a directory holding index.html"
         )
-    templates = package_dir("comfyui_workflow_templates", "templates")
+    templates = template_roots()
     docs = package_dir("comfyui_embedded_docs", "docs")
 
     async def index(request: web.Request) -> web.StreamResponse:
@@ -131,7 +162,7 @@ def frontend_routes(configured_root: Path | None) -> tuple[list[Route], Route]:
 
     async def template_file(request: web.Request) -> web.StreamResponse:
         name = request.match_info["path"]
-        response = await serve_file(templates, name)
+        response = await serve_first(templates, name)
         if response.status == 404 and name in _EMPTY_INDEXES:
             # No package, or one older than the editor: an empty index, so the editor
             # shows fewer templates (or no provider logos) instead of an error.
