@@ -30,10 +30,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 @asynccontextmanager
 async def comfyui_with_pack(
-    folder: Path, env: Mapping[str, str], ready_node: str = "APISettings"
+    folder: Path,
+    env: Mapping[str, str],
+    ready_node: str = "APISettings",
+    *,
+    testing_nodes: bool = False,
 ) -> AsyncIterator[str]:
     """ComfyUI on a free port with its base directory in `folder`, comfyfleet importable
-    and `env` added to its environment; yields its URL once `ready_node` is known."""
+    and `env` added to its environment; yields its URL once `ready_node` is known.
+    `testing_nodes` also loads the testing nodes of ComfyUI's own execution suite
+    (`TestSleep`, ...), as its tests do."""
     assert COMFYUI_DIR and COMFY_VENV
     port = free_port()
     command = [
@@ -42,6 +48,9 @@ async def comfyui_with_pack(
         *("--base-directory", str(folder / "base")),
         *("--extra-model-paths-config", str(pack_paths(folder / "pack"))),
     ]
+    if testing_nodes:
+        suite_paths = Path(COMFYUI_DIR) / "tests" / "execution" / "extra_model_paths.yaml"
+        command += ["--extra-model-paths-config", str(suite_paths)]
     (folder / "base" / "custom_nodes").mkdir(parents=True)
     log_path = folder / "comfyui.log"
     with log_path.open("wb") as log:
