@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from comfy_sdk import AsyncJob, OutputReady, Progress, StatusChange, Workflow
+from comfy_sdk import AsyncJob, AsyncOutput, OutputReady, Progress, StatusChange, Workflow
 from PIL import Image
 
 from tests.integration.api_v2.conftest import Served, image_workflow, serve
@@ -113,7 +113,9 @@ async def test_an_asset_into_load_image_on_a_comfyui_backend(
         saved = Image.open(io.BytesIO(await output.to_bytes())).convert("RGB")
         assert saved.size == (6, 4)
         inverted = (255 - 200, 255 - 30, 255 - 90)  # ComfyUI's float maths may round down
-        assert all(abs(a - b) <= 1 for a, b in zip(saved.getpixel((0, 0)), inverted, strict=True))
+        pixel = saved.getpixel((0, 0))
+        assert isinstance(pixel, tuple)
+        assert all(abs(a - b) <= 1 for a, b in zip(pixel, inverted, strict=True))
     await ran_on_the_backend(on_comfyui, job.id)
 
 
@@ -132,6 +134,7 @@ async def test_events_from_a_comfyui_backend(
         assert any(p.current_node == "9" for p in progress)
         assert all(0.0 <= p.value <= 1.0 for p in progress)
         [ready] = [e for e in seen if isinstance(e, OutputReady)]
+        assert isinstance(ready.output, AsyncOutput)
         assert (await ready.output.to_bytes()).startswith(PNG)
     await ran_on_the_backend(on_comfyui, job.id)
 
