@@ -5,19 +5,25 @@ workflow (examples/flux-concurrent.json, its paid API played by the provider emu
 runs it with the Run button and sees its output images on the Save Image nodes. Another
 user saves a workflow in the editor and finds it again after the server restarted. Each
 holds for the editor served by default (1.58.1) and for the one ComfyUI 0.3.64 pins
-(1.27.10, with --front-end-root; tests/browser/editors.py).
+(1.27.10, with --front-end-root; tests/browser/editors.py). In 1.27.10 a job that failed
+outside any node (its only backend died) shows its message, and the queue lists it
+(1.58.1: tests/browser/test_editor_1_58.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.browser.conftest import PageLog, screenshot
-from tests.browser.editors import BOTH, PINNED, Editor
+from tests.browser.editors import BOTH, PINNED, Editor, needs_pinned
+from tests.integration.fleet.harness import backend_process, poll
+from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flux-concurrent.json"
@@ -221,3 +227,69 @@ def test_with_authentication_the_editor_works_with_a_token_and_sees_only_its_ten
         bob.close()
     finally:
         server.kill()
+
+
+def fail_outside_any_node(server: ServerProcess, backend: ServerProcess, client_id: str) -> str:
+    """A job whose only backend dies while it runs: with one attempt allowed, it ends
+    failed with no node at fault (its lane lost, not a node's error)."""
+    body = {"prompt": sleep_prompt(30), "client_id": client_id}
+    job_id: str = server.post("/api/prompt", body)["prompt_id"]
+    poll(lambda: server.get(f"/api/jobs/{job_id}")["status"] == "in_progress", what="a run")
+    backend.kill()
+    poll(lambda: server.get(f"/api/jobs/{job_id}")["status"] == "failed", what="the failure")
+    return job_id
+
+
+@contextmanager
+def fleet_of_one_backend(
+    tmp_path: Path, *extra: str
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """(gateway, backend): a gateway whose only lane is one backend, one attempt a job,
+    with one job run there (examples/invert.json); both killed at the end."""
+    backend = backend_process(tmp_path / "backend")
+    args = ("--local-slots", "0", "--backend", backend.url, "--max-attempts", "1", *extra)
+    server = ServerProcess(tmp_path / "data", *args)
+    try:
+        backend.start()
+        server.start()
+        offline_user(server)
+        up = "/api/fleet/backends"
+        poll(lambda: server.get(up)["backends"][0]["state"] == "up", what="the backend")
+        prompt = json.loads((EXAMPLE.parent / "invert.json").read_text())
+        done = server.post("/api/prompt", {"prompt": prompt})["prompt_id"]
+        poll(lambda: server.get(f"/api/jobs/{done}")["status"] == "completed", what="a job")
+        yield server, backend
+    finally:
+        server.kill()
+        backend.kill()
+
+
+@needs_pinned
+def test_a_job_failed_outside_any_node_shows_its_message_and_is_listed(
+    browser: Any, tmp_path: Path
+) -> None:
+    """Its `execution_error` frame and history entry name no node (node_id null): the
+    pinned editor shows its message, and its queue lists it beside the job that
+    succeeded."""
+    with fleet_of_one_backend(tmp_path, *PINNED.serve_args()) as (server, backend):
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page, log = open_editor(context, server)
+        page.keyboard.press("Escape")  # the template browser
+        failed = fail_outside_any_node(server, backend, page.evaluate("() => app.api.clientId"))
+        sent = server.get(f"/history/{failed}")[failed]["status"]["messages"][-1]
+        assert (sent[0], sent[1]["node_id"]) == ("execution_error", None)
+        page.get_by_text("comfyfleet.LaneFailure", exact=True).wait_for()
+        page.get_by_text("the job failed on its lane 1 times", exact=False).first.wait_for()
+        for _ in range(10):  # its dialog, and the template browser if it opened late
+            if not page.locator(".p-dialog-mask").count():
+                break
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(300)
+        page.locator(".queue-tab-button").first.click()
+        page.get_by_text("Failed", exact=True).first.wait_for()
+        page.wait_for_function(
+            """() => [...document.images].some(img => img.src.includes("example_invert")
+                && img.complete && img.naturalWidth > 0)"""
+        )
+        assert_clean(log, PINNED)
+        context.close()

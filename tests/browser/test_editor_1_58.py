@@ -7,7 +7,8 @@ tests/data/comfyui-editor/routes-1.58.1.json. A workflow dropped on the canvas r
 the fleet; the editor's job queue and its assets panel list the fleet's jobs and their
 images, a job sent by a script as well as the editor's own (beside one cancelled while
 it ran), and the assets panel's
-"Imported" tab the fleet's input files.
+"Imported" tab the fleet's input files. A job that failed outside any node is listed too,
+and the others still are.
 
 COMFYFLEET_RECORD_ROUTES=1 writes the recording again.
 """
@@ -26,7 +27,13 @@ from PIL import Image
 
 from tests.browser.conftest import PageLog, screenshot
 from tests.browser.editors import DEFAULT
-from tests.browser.test_editor import DROP, EXAMPLE, SHOWS_IMAGE
+from tests.browser.test_editor import (
+    DROP,
+    EXAMPLE,
+    SHOWS_IMAGE,
+    fail_outside_any_node,
+    fleet_of_one_backend,
+)
 from tests.integration.gateway.wire import sleep_prompt
 from tests.servers import ServerProcess
 
@@ -69,10 +76,15 @@ def watch_routes(page: Any, origin: str) -> dict[str, int]:
     return seen
 
 
-def open_new_editor(context: Any, server: ServerProcess) -> tuple[Any, PageLog, dict[str, int]]:
+def open_new_editor(
+    context: Any, server: ServerProcess, frames: list[str] | None = None
+) -> tuple[Any, PageLog, dict[str, int]]:
+    """The editor, loaded; `frames` gets the text frames its WebSocket receives."""
     page = context.new_page()
     log = PageLog(server.url)
     log.watch(page)
+    if frames is not None:
+        page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(str(f))))
     seen = watch_routes(page, server.url)
     page.goto(server.url + "/")
     page.wait_for_function(READY, timeout=60_000)
@@ -233,3 +245,44 @@ def test_the_new_editors_queue_and_assets_panels_show_the_fleets_jobs(
         context.close()
     finally:
         server.kill()
+
+
+def test_a_job_failed_outside_any_node_is_listed_with_the_others(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The editor drops its whole list of jobs when one does not parse: the queue and the
+    assets panels would show none. The failed job is listed, with its message."""
+    fleet = fleet_of_one_backend(tmp_path)
+    with fleet as (server, backend):
+        server.post("/api/settings", {"Comfy.TutorialCompleted": True})
+        done = server.get("/api/jobs?status=completed")["jobs"][0]["id"]
+        name = server.get(f"/history/{done}")[done]["outputs"]["3"]["images"][0]["filename"]
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        frames: list[str] = []
+        page, log, _ = open_new_editor(context, server, frames)
+        # It fails while the editor is open: its `execution_error` frame (node_id null,
+        # as /history keeps it) reaches the editor too.
+        failed = fail_outside_any_node(server, backend, page.evaluate("() => app.api.clientId"))
+        sent = server.get(f"/history/{failed}")[failed]["status"]["messages"][-1]
+        assert (sent[0], sent[1]["node_id"]) == ("execution_error", None)
+        sent_to_editor = False
+        for _ in range(100):  # Playwright hands over events only while it is called
+            sent_to_editor = any('"execution_error"' in frame for frame in frames)
+            if sent_to_editor:
+                break
+            page.wait_for_timeout(100)
+        assert sent_to_editor
+        # The job queue: the finished job by its image, the failed one with its message.
+        page.get_by_role("button", name="active").first.click()
+        page.get_by_text("Job Queue", exact=True).wait_for()
+        page.get_by_text(name, exact=True).wait_for()
+        page.get_by_role("button", name="Failed", exact=True).first.click()
+        page.get_by_text("Failed", exact=True).last.hover()  # its details
+        page.get_by_text("the job failed on its lane 1 times", exact=False).wait_for()
+        page.keyboard.press("Escape")
+        # The assets panel: the finished job's image (a failed job has none to show).
+        page.get_by_role("button", name="Assets").first.click()
+        page.get_by_text("Media Assets", exact=True).wait_for()
+        page.get_by_text(name.rsplit(".", 1)[0], exact=True).wait_for()
+        assert [e for e in log.errors if "Jobs API" in e or e.startswith("uncaught")] == []
+        context.close()

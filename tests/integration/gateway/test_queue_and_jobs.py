@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.integration.gateway.wire import Served, Socket, save_prompt, serve, sleep_prompt
+from tests.integration.gateway.wire import (
+    Served,
+    Socket,
+    poll,
+    save_prompt,
+    serve,
+    sleep_prompt,
+)
+from tests.servers import start_in_process
 
 
 async def running_and_pending(served: Served, sock: Socket) -> tuple[str, str]:
@@ -205,3 +213,47 @@ async def test_jobs_carry_the_output_counts_and_preview_the_editor_shows(tmp_pat
         await sock.done(waiting)
         cancelled = (await jobs(served, "?status=cancelled"))["jobs"]
         assert [(j["id"], j["execution_error"]) for j in cancelled] == [(waiting, None)]
+
+
+async def test_a_job_failed_outside_any_node_lists_its_node_fields_as_strings(
+    tmp_path: Path,
+) -> None:
+    """A job whose only backend is lost past its attempts fails with no node at fault.
+    The jobs API gives its node fields as strings, empty ones, as the newer editor parses
+    them (a null drops its whole list); history keeps ComfyUI's event as it was sent."""
+    backend, _ = await start_in_process(tmp_path / "backend", local_slots=1, shutdown_grace=0.2)
+    url = f"http://127.0.0.1:{backend.port}"
+    try:
+        async with serve(
+            tmp_path / "gateway", local_slots=0, max_attempts=1, backends=({"url": url},)
+        ) as served:
+
+            async def backend_up() -> bool:
+                listed = await served.get("/api/fleet/backends")
+                return [b["state"] for b in listed["backends"]] == ["up"]
+
+            await poll(backend_up, what="the backend up")
+            job_id = await served.submit(sleep_prompt(30))
+
+            async def status_is(wanted: str) -> bool:
+                return str((await served.job(job_id))["status"]) == wanted
+
+            await poll(lambda: status_is("in_progress"), what="the run on the backend")
+            await backend.close()
+            await poll(lambda: status_is("failed"), what="the failure")
+
+            listed = await served.get("/api/jobs?status=completed,failed,cancelled")
+            error = listed["jobs"][0]["execution_error"]
+            assert (error["node_id"], error["node_type"]) == ("", "")
+            assert error["exception_type"] == "comfyfleet.LaneFailure"
+            assert error["exception_message"].startswith("the job failed on its lane 1 times")
+            # Every field the editor's schema requires of it, of the type it requires.
+            for field in ("node_id", "node_type", "exception_message", "exception_type"):
+                assert isinstance(error[field], str), field
+            assert error["traceback"] == []
+            assert (await served.job(job_id))["execution_error"] == error
+            sent = (await served.history_entry(job_id))["status"]["messages"][-1]
+            assert sent[0] == "execution_error"
+            assert sent[1] == {**error, "node_id": None, "node_type": None}
+    finally:
+        await backend.close()

@@ -42,6 +42,27 @@ def _workflow_id(extra_data: dict[str, Any]) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def listed_error(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A failure's `execution_error` as the jobs API lists it: its node fields strings.
+
+    ComfyUI fails a prompt only inside a node, so its jobs API always names one, and the
+    newer editor (1.58) parses `node_id` and `node_type` as strings: one null drops the
+    whole page of jobs from its queue and assets panels. A job failed outside any node
+    (its lanes lost, say) has none: "" here, which that editor reads as no node at fault
+    (as it reads a null `node_id` in the `execution_error` frame). Done here, not where
+    the error is made: the frame and `/history` keep null, which both editors accept,
+    and jobs stored before are listed too.
+    """
+    if error is None:
+        return None
+    node_id, node_type = error.get("node_id"), error.get("node_type")
+    return {
+        **error,
+        "node_id": "" if node_id is None else str(node_id),
+        "node_type": "" if node_type is None else str(node_type),
+    }
+
+
 def job_summary(job: Job, outputs: OutputsSummary = NONE) -> dict[str, Any]:
     extra = job.extra_data if isinstance(job.extra_data, dict) else {}
     return {
@@ -60,7 +81,7 @@ def job_summary(job: Job, outputs: OutputsSummary = NONE) -> dict[str, Any]:
         "outputs_to_execute": job.outputs,
         # Only a failure's: an interrupted job's payload is no error, and the editor drops
         # the whole list when one is given here (ComfyUI gives none either).
-        "execution_error": job.error if job.status == JobStatus.ERROR else None,
+        "execution_error": listed_error(job.error) if job.status == JobStatus.ERROR else None,
         # ComfyUI's fields, which the editor's queue and assets panels require.
         "priority": job.number,
         "workflow_id": _workflow_id(extra),
