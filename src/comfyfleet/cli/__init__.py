@@ -115,9 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     from comfyfleet.cli.emulate import add_emulate_parser
     from comfyfleet.cli.pack import add_pack_parser
     from comfyfleet.cli.serve import add_serve_parser
+    from comfyfleet.cli.worker import add_worker_parser
 
     add_serve_parser(commands)
     add_emulate_parser(commands)
+    add_worker_parser(commands)
     add_pack_parser(commands)
 
     nodes = commands.add_parser(
@@ -141,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         from comfyfleet.cli.emulate import emulate_main
 
         return emulate_main(args)
+    if args.command == "worker":
+        from comfyfleet.cli.worker import worker_main
+
+        return worker_main(args)
     if args.command == "install-comfyui-pack":
         from comfyfleet.cli.pack import install_pack
 

@@ -47,6 +47,7 @@ from comfyfleet.server.plumbing.middleware import (
     origin_check,
 )
 from comfyfleet.server.plumbing.routing import Route, install
+from comfyfleet.server.workers.hub import WorkerHub, worker_routes
 from comfyfleet.store.postgres_parts.url import redact_urls_in
 
 
@@ -100,6 +101,8 @@ def build_app(gateway: Gateway) -> web.Application:
     metrics = GatewayMetrics(gateway)
     metrics.jobs.idle_gap_listeners.append(watch.charts.idle_gap)  # measured once, there
     routes += metrics.routes()
+    workers = WorkerHub(gateway, config.worker_tokens, grace=config.lease * 2)
+    routes += worker_routes(workers)
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares: list[Middleware] = [json_errors]
@@ -137,6 +140,7 @@ def build_app(gateway: Gateway) -> web.Application:
         logs.detach()
 
     async def close(_app: web.Application) -> None:
+        await workers.close()  # after the drain: their jobs ended or were re-queued
         await gateway.close()
 
     app.on_startup.append(start)

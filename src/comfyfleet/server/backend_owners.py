@@ -58,6 +58,13 @@ class BackendOwnership:
         self._lock = asyncio.Lock()  # one tick at a time (the loop's, an admin request's)
         self._loop: asyncio.Task[None] | None = None
 
+    def pin(self, name: str) -> None:
+        """A lane only this gateway can reach (a worker connected here): always its own."""
+        self.pinned = self.pinned | {name}
+
+    def unpin(self, name: str) -> None:
+        self.pinned = self.pinned - {name}
+
     def shared(self) -> list[str]:
         return [name for name in self.fleet.backends if name not in self.pinned]
 

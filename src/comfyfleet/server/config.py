@@ -18,6 +18,7 @@ from comfyfleet.shares.policy import SharePolicy, parse_policy
 from comfyfleet.spend.prices import PriceTable, parse_prices
 from comfyfleet.store.factory import check_store_location
 from comfyfleet.tenants import DEFAULT_TENANT, check_tenant_name
+from comfyfleet.workers.tokens import WorkerToken, WorkerTokenError, checked
 
 if TYPE_CHECKING:
     from comfyfleet.managed.spec import ManagedGroup
@@ -121,6 +122,8 @@ class ServerConfig:
     # What paid jobs cost ([prices.PROVIDER] "MODEL" = dollars), over the estimates in
     # comfyfleet/spend/prices.py: for spend budgets and the cost dry run.
     prices: PriceTable = field(default_factory=PriceTable)
+    # `[[worker_tokens]]`: what lets a `comfyfleet worker` connect (and nothing else).
+    worker_tokens: tuple[WorkerToken, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept for later issues
 
     @property
@@ -231,10 +234,17 @@ def load_config(
 ) -> ServerConfig:
     """`overrides` are the flags: ServerConfig's fields, plus `auth_token` (a list of
     tokens) and `auth_token_file` (a path)."""
-    known = {f.name for f in fields(ServerConfig)} - {"extra", "auth_tokens", "shares", "prices"}
+    known = {f.name for f in fields(ServerConfig)} - {
+        "extra",
+        "auth_tokens",
+        "shares",
+        "prices",
+        "worker_tokens",
+    }
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     tokens: list[AuthToken] = []
+    workers: list[WorkerToken] = []
     tables: dict[str, Any] = {}
     if config_file is not None:
         try:
@@ -245,6 +255,9 @@ def load_config(
             name = key.replace("-", "_")
             if name == "auth":
                 tokens += _auth_table(value, config_file.parent)
+                continue
+            if name == "worker_tokens":
+                workers += _worker_tokens(value, config_file.parent)
                 continue
             if name in ("tenants", "fair_share", "prices"):
                 tables[name] = value
@@ -270,6 +283,7 @@ def load_config(
         ServerConfig(),
         **{k: _coerce(k, v) for k, v in values.items()},
         auth_tokens=_checked_tokens(tokens),
+        worker_tokens=_checked_worker_tokens(workers, tokens),
         shares=_share_policy(tables),
         prices=_prices(tables.get("prices")),
         extra=extra,
@@ -447,6 +461,41 @@ def _auth_table(table: Any, base: Path) -> list[AuthToken]:
             raise ConfigError(f"{where}: token must be a string")
         tokens.append(AuthToken(token, tenant, admin))
     return tokens
+
+
+def _worker_tokens(entries: Any, base: Path) -> list[WorkerToken]:
+    """`[[worker_tokens]]` entries `{name, token | token_file}`."""
+    if not isinstance(entries, list):
+        raise ConfigError("worker_tokens must be a list of tables ([[worker_tokens]])")
+    tokens = []
+    for number, entry in enumerate(entries, 1):
+        where = f"worker_tokens entry {number}"
+        if not isinstance(entry, dict) or set(entry) - {"name", "token", "token_file"}:
+            raise ConfigError(f"{where}: only name, and token or token_file, are known")
+        if ("token" in entry) == ("token_file" in entry):
+            raise ConfigError(f"{where}: give token or token_file (one of them)")
+        token = (
+            _read_token_file(base / str(entry["token_file"]))
+            if "token_file" in entry
+            else entry["token"]
+        )
+        name = entry.get("name")
+        if not isinstance(token, str) or not isinstance(name, str):
+            raise ConfigError(f"{where}: name and token must be strings")
+        tokens.append(WorkerToken(name, token))
+    return tokens
+
+
+def _checked_worker_tokens(
+    workers: list[WorkerToken], clients: list[AuthToken]
+) -> tuple[WorkerToken, ...]:
+    """Valid names and tokens, and never a client's token too (each kind admits one)."""
+    if {w.token for w in workers} & {c.token for c in clients}:
+        raise ConfigError("a worker token is also a client token: give each its own")
+    try:
+        return checked(workers)
+    except WorkerTokenError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _checked_tokens(tokens: list[AuthToken]) -> tuple[AuthToken, ...]:

@@ -1,0 +1,1 @@
+"""The gateway's side of workers: their connections, tunnels and lanes."""

@@ -1,0 +1,231 @@
+"""The gateway's side of its workers: `GET /api/workers/connect`, one WebSocket per
+worker, which carries the tunnel to its backend (comfyfleet.tunnel) and a few control
+messages (JSON text):
+
+    worker -> gateway   {"type": "hello", "name": "gpu-7", "slots": 1}   first, within 10 s
+                        {"type": "drain"}      SIGTERM: take no new work
+    gateway -> worker   {"type": "welcome", "lane": "worker-pool.gpu-7"}
+                        {"type": "drained"}    nothing of the worker's runs any more
+
+A worker's lane is this gateway's own (like a managed backend's): a ComfyUI lane whose
+URL is a loopback port of the gateway that leads through the tunnel. When the
+connection drops, the lane's backend is down and what ran there is handled as for any
+backend that went away; a worker that comes back under its name gets its lane again,
+and one that stays away past `grace` has its lane removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from comfyfleet.lanes.backend import BackendSpec
+from comfyfleet.lanes.comfyui import ComfyUILane
+from comfyfleet.server.gateway import Gateway
+from comfyfleet.server.plumbing.routing import Route
+from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
+from comfyfleet.tunnel.mux import CHUNK, HEADER, TunnelBroken
+from comfyfleet.workers.tokens import NAME, WorkerToken, holder
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT = 10.0  # s for a connected worker to say who it is
+HEARTBEAT = 5.0  # s between WebSocket pings; a worker silent for two is gone
+MAX_SLOTS = 256
+PREFIX = "worker-"
+
+
+@dataclass
+class Worker:
+    name: str  # its lane's backend name: worker-<token name>[.<worker's own name>]
+    end: GatewayEnd
+    lane: ComfyUILane
+    ws: WebSocketLike | None = None
+    connected_at: float = 0.0
+    draining: bool = False
+    leaving: asyncio.Task[None] | None = field(default=None, repr=False)
+    telling: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class WorkerHub:
+    def __init__(self, gateway: Gateway, tokens: Sequence[WorkerToken], grace: float) -> None:
+        self.gw = gateway
+        self.tokens = tuple(tokens)
+        self.grace = grace  # s a disconnected worker's lane waits for it to come back
+        self.workers: dict[str, Worker] = {}
+        self._lock = asyncio.Lock()
+
+    # -- the route ---------------------------------------------------------------
+
+    async def connect(self, request: web.Request) -> web.StreamResponse:
+        presented = _bearer(request)
+        token = holder(self.tokens, presented) if presented else None
+        if token is None:
+            return _refusal(401, "unauthorized", "a worker token is required")
+        ws = web.WebSocketResponse(heartbeat=HEARTBEAT, max_msg_size=HEADER.size + CHUNK)
+        await ws.prepare(request)
+        try:
+            hello = await _hello(ws)
+            worker = await self._arrive(token, hello, ws)
+        except (TunnelBroken, TimeoutError, ValueError) as exc:
+            await ws.close(code=4400, message=str(exc)[:120].encode())
+            return ws
+        log.info("worker %s connected (%d slots)", worker.name, worker.lane.spec.slots)
+        await ws.send_str(json.dumps({"type": "welcome", "lane": worker.lane.name}))
+        mux = worker.end.attach(ws)
+        try:
+            await carry(ws, mux, lambda message: self._control(worker, message))
+        finally:
+            await self._left(worker, ws)
+        return ws
+
+    async def _arrive(self, token: WorkerToken, hello: dict[str, Any], ws: WebSocketLike) -> Worker:
+        own = hello.get("name") or ""
+        if own and (not isinstance(own, str) or not NAME.fullmatch(own)):
+            raise ValueError("a worker's name: 1 to 64 letters, digits, '.', '_' or '-'")
+        slots = hello.get("slots", 1)
+        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+            raise ValueError(f"slots must be a whole number from 1 to {MAX_SLOTS}")
+        name = f"{PREFIX}{token.name}" + (f".{own}" if own else "")
+        async with self._lock:
+            worker = self.workers.get(name)
+            if worker is not None and worker.ws is not None and not worker.ws.closed:
+                raise ValueError(f"a worker named {name} is connected already")
+            if worker is not None and worker.lane.spec.slots != slots:
+                await self._remove(worker)  # back with other slots: a new lane
+                worker = None
+            if worker is None:
+                worker = await self._new(name, slots)
+            if worker.leaving is not None:
+                worker.leaving.cancel()
+                worker.leaving = None
+            worker.ws = ws
+            worker.connected_at = asyncio.get_running_loop().time()
+            worker.draining = worker.lane.draining = False
+        return worker
+
+    async def _new(self, name: str, slots: int) -> Worker:
+        if name in self.gw.fleet.backends:
+            raise ValueError(f"a backend named {name} exists")
+        end = GatewayEnd()
+        await end.start()
+        lane = self.gw.fleet.backend_lane(BackendSpec(url=end.url, name=name, slots=slots))
+        self.gw.owners.pin(name)
+        await self.gw.scheduler.add_lane(lane)
+        worker = Worker(name, end, lane)
+        self.workers[name] = worker
+        return worker
+
+    async def _control(self, worker: Worker, message: dict[str, Any]) -> None:
+        if message["type"] == "drain":
+            worker.draining = worker.lane.draining = True
+            self.gw.scheduler.wake()  # what was set aside for it goes elsewhere
+            if worker.telling is None or worker.telling.done():
+                worker.telling = asyncio.create_task(
+                    self._tell_drained(worker), name=f"drain-{worker.name}"
+                )
+
+    async def _tell_drained(self, worker: Worker) -> None:
+        ws = worker.ws
+        while ws is not None and not ws.closed and worker.draining:
+            if not self.gw.scheduler.runs_on(worker.lane.name):
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await ws.send_str(json.dumps({"type": "drained"}))
+                return
+            await asyncio.sleep(0.1)
+
+    async def _left(self, worker: Worker, ws: WebSocketLike) -> None:
+        async with self._lock:
+            if worker.ws is not ws:
+                return  # it came back on another connection meanwhile
+            worker.ws = None
+            log.info("worker %s disconnected", worker.name)
+            if worker.draining:  # it said so: nothing to wait for
+                await self._remove(worker)
+            else:
+                worker.leaving = asyncio.create_task(
+                    self._remove_later(worker), name=f"leave-{worker.name}"
+                )
+
+    async def _remove_later(self, worker: Worker) -> None:
+        await asyncio.sleep(self.grace)
+        async with self._lock:
+            if worker.ws is None and self.workers.get(worker.name) is worker:
+                log.info("worker %s did not come back: its lane is removed", worker.name)
+                await self._remove(worker)
+
+    async def _remove(self, worker: Worker) -> None:
+        """Its lane goes (what still runs there is re-queued at once: the worker is gone
+        or has drained)."""
+        self.workers.pop(worker.name, None)
+        if worker.lane.name in {lane.name for lane in self.gw.scheduler.lanes}:
+            await self.gw.scheduler.remove_lane(worker.lane.name, timeout=0)
+        self.gw.owners.unpin(worker.name)
+        await self.gw.fleet.forget(worker.name)
+        await worker.end.close()
+
+    async def close(self) -> None:
+        """The gateway stops: every tunnel ends (its lanes stopped with the scheduler)."""
+        for worker in list(self.workers.values()):
+            for task in (worker.leaving, worker.telling):
+                if task is not None:
+                    task.cancel()
+            if worker.ws is not None:
+                await worker.ws.close()
+            await worker.end.close()
+        self.workers.clear()
+
+    def status(self) -> list[dict[str, Any]]:
+        """For /api/fleet/workers and the dashboard."""
+        now = asyncio.get_running_loop().time()
+        return [
+            {
+                "name": w.name,
+                "lane": w.lane.name,
+                "slots": w.lane.spec.slots,
+                "state": "draining" if w.draining else ("connected" if w.ws else "away"),
+                "connected_for": round(now - w.connected_at, 1) if w.ws else None,
+                "running": self.gw.scheduler.runs_on(w.lane.name),
+            }
+            for w in self.workers.values()
+        ]
+
+
+def _bearer(request: web.Request) -> str | None:
+    """The Authorization header's token: a worker sends no cookie and no query token."""
+    scheme, _, value = request.headers.get("Authorization", "").strip().partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def worker_routes(hub: WorkerHub) -> list[Route]:
+    async def list_workers(_request: web.Request) -> web.Response:
+        return web.json_response({"workers": hub.status()})
+
+    return [
+        # Public to the client tokens' check: it takes worker tokens, and only them.
+        Route("GET", "/api/workers/connect", hub.connect, api_alias=False, public=True),
+        Route("GET", "/api/fleet/workers", list_workers, admin=True),
+    ]
+
+
+async def _hello(ws: web.WebSocketResponse) -> dict[str, Any]:
+    async with asyncio.timeout(HELLO_TIMEOUT):
+        message = await ws.receive()
+    if message.type != WSMsgType.TEXT:
+        raise TunnelBroken("the first message must be the worker's hello")
+    hello = control_of(message.data)
+    if hello["type"] != "hello":
+        raise TunnelBroken("the first message must be the worker's hello")
+    return hello
+
+
+def _refusal(status: int, type_: str, message: str) -> web.Response:
+    body = {"error": {"type": type_, "message": message, "details": "", "extra_info": {}}}
+    return web.json_response(body, status=status)

@@ -1,0 +1,120 @@
+"""`comfyfleet worker`'s connection to its gateway: it connects out (the only
+connection it makes to the gateway), says who it is, then carries the tunnel to its
+backend until told to stop, reconnecting after a loss (0.5 s, doubling to 10 s).
+
+Stopping (SIGTERM) drains: the gateway is told, gives the worker no new job, and says
+`drained` once nothing of the worker's runs; after `grace` seconds the worker leaves
+anyway and the gateway re-queues what was left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from comfyfleet.tunnel.ends import carry, control_of, worker_mux
+from comfyfleet.tunnel.mux import CHUNK, HEADER, TunnelBroken
+
+log = logging.getLogger(__name__)
+
+CONNECT_PATH = "/api/workers/connect"
+HEARTBEAT = 5.0
+FIRST_RETRY, LAST_RETRY = 0.5, 10.0
+
+
+@dataclass
+class WorkerSettings:
+    gateway: str  # http(s)://host:port of any gateway
+    token: str = field(repr=False)
+    name: str  # "" for the token's name alone
+    slots: int
+    backend: str  # the backend's URL, e.g. http://127.0.0.1:8190
+    grace: float = 30.0
+
+
+def connect_url(gateway: str) -> str:
+    parts = urlsplit(gateway)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"the gateway's URL must be http(s)://host[:port], not {gateway!r}")
+    return gateway.rstrip("/") + CONNECT_PATH
+
+
+class WorkerAgent:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        backend = urlsplit(settings.backend)
+        self._host = backend.hostname or "127.0.0.1"
+        self._port = backend.port or (443 if backend.scheme == "https" else 80)
+        self._url = connect_url(settings.gateway)
+        self.stopping = asyncio.Event()
+        self.refused: str | None = None  # why the gateway turned it away for good
+
+    async def run(self) -> int:
+        """Until `stopping` is set and the drain is over: 0, or 1 when refused."""
+        wait = FIRST_RETRY
+        headers = {"Authorization": f"Bearer {self.settings.token}"}
+        async with aiohttp.ClientSession(headers=headers) as session:
+            while not self.stopping.is_set():
+                try:
+                    await self._connected(session)
+                    wait = FIRST_RETRY
+                except aiohttp.WSServerHandshakeError as exc:
+                    if exc.status in (401, 403):
+                        self.refused = f"the gateway refused the token ({exc.status})"
+                        log.error("%s", self.refused)
+                        return 1
+                    log.warning("could not connect to %s: %s", self._url, exc)
+                except (aiohttp.ClientError, OSError, TimeoutError, TunnelBroken) as exc:
+                    log.warning("connection to %s lost or refused: %s", self._url, exc)
+                if self.stopping.is_set():
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), wait)
+                wait = min(LAST_RETRY, wait * 2)
+        return 0
+
+    async def _connected(self, session: aiohttp.ClientSession) -> None:
+        async with session.ws_connect(
+            self._url, heartbeat=HEARTBEAT, max_msg_size=HEADER.size + CHUNK
+        ) as ws:
+            hello = {"type": "hello", "name": self.settings.name, "slots": self.settings.slots}
+            await ws.send_str(json.dumps(hello))
+            welcome = await ws.receive(timeout=30)
+            if welcome.type != aiohttp.WSMsgType.TEXT:
+                raise TunnelBroken(f"no welcome: {welcome.data or welcome.extra or welcome.type}")
+            log.info("joined the fleet as lane %s", control_of(welcome.data).get("lane"))
+            drained = asyncio.Event()
+
+            async def on_control(message: dict[str, Any]) -> None:
+                if message["type"] == "drained":
+                    drained.set()
+
+            mux = worker_mux(ws, self._host, self._port)
+            carrying = asyncio.create_task(carry(ws, mux, on_control), name="tunnel")
+            stop = asyncio.create_task(self.stopping.wait(), name="stop")
+            await asyncio.wait([carrying, stop], return_when=asyncio.FIRST_COMPLETED)
+            if stop.done() and not carrying.done():
+                await self._drain(ws, drained, carrying)
+            stop.cancel()
+            await asyncio.gather(carrying, stop, return_exceptions=True)
+
+    async def _drain(
+        self, ws: aiohttp.ClientWebSocketResponse, drained: asyncio.Event, carrying: Any
+    ) -> None:
+        log.info(
+            "draining: no new job; waiting up to %g s for the running ones", self.settings.grace
+        )
+        await ws.send_str(json.dumps({"type": "drain"}))
+        ended = asyncio.create_task(drained.wait())
+        await asyncio.wait([ended, carrying], timeout=self.settings.grace)
+        ended.cancel()
+        if not drained.is_set():
+            log.warning("the grace ran out: what still runs goes back to the gateway's queue")
+        await ws.close()

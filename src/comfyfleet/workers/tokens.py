@@ -1,0 +1,55 @@
+"""Worker tokens: what lets a worker connect, and nothing else (no submit, no history,
+no client WebSocket: they are not client tokens and the client routes never see them).
+
+Configured as `[[worker_tokens]]` tables (`name`, `token` or `token_file`), each naming
+the worker (or pool of workers) it admits. A token is compared in constant time and
+never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MIN_TOKEN = 16  # characters: a worker token is a secret, not a password to remember
+
+
+class WorkerTokenError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class WorkerToken:
+    name: str
+    token: str = field(repr=False)
+
+
+def checked(tokens: Sequence[WorkerToken]) -> tuple[WorkerToken, ...]:
+    names: set[str] = set()
+    secrets: set[str] = set()
+    for entry in tokens:
+        if not NAME.fullmatch(entry.name):
+            raise WorkerTokenError(
+                f"worker token name {entry.name!r}: 1 to 64 letters, digits, '.', '_' or '-'"
+            )
+        if len(entry.token) < MIN_TOKEN or not entry.token.isprintable():
+            raise WorkerTokenError(
+                f"worker token {entry.name}: at least {MIN_TOKEN} printable characters"
+            )
+        if entry.name in names or entry.token in secrets:
+            raise WorkerTokenError(f"worker token {entry.name}: its name or token is used twice")
+        names.add(entry.name)
+        secrets.add(entry.token)
+    return tuple(tokens)
+
+
+def holder(tokens: Sequence[WorkerToken], presented: str) -> WorkerToken | None:
+    """The entry whose token was presented, comparing every one in constant time."""
+    found = None
+    for entry in tokens:
+        if hmac.compare_digest(entry.token.encode(), presented.encode()):
+            found = entry
+    return found

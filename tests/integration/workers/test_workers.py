@@ -1,0 +1,163 @@
+"""`comfyfleet worker` processes joining a gateway that has no lane of its own: they
+connect out, the gateway dispatches to them through that connection, and every prompt
+runs once (counted outside the processes, in a ledger file). The gateway never connects
+to a worker, and a worker listens on no port but its backend's, on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from comfyfleet.nodes.testing import LEDGER_ENV
+from tests.integration.fleet.harness import poll
+from tests.servers import ServerProcess
+
+TOKEN = "pool-token-7c41f0d2a9e3b5"
+CONFIG = f"""
+[[worker_tokens]]
+name = "pool"
+token = "{TOKEN}"
+"""
+
+
+def ledger_prompt(tag: str, seconds: float = 0.0) -> dict[str, object]:
+    return {
+        "1": {"class_type": "LedgerAppend", "inputs": {"tag": tag, "seconds": seconds}},
+        "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+    }
+
+
+class WorkerProcess:
+    def __init__(self, gateway: str, folder: Path, name: str, *extra: str) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [
+            str(Path(sys.executable).parent / "comfyfleet"),
+            "worker",
+            *("--gateway", gateway, "--name", name, "--data-dir", str(folder / "data")),
+            *("--local-slots", "1", "--testing-nodes"),
+            *extra,
+        ]
+        env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN}
+        with (folder / "worker.log").open("ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def log(self) -> str:
+        return (self.folder / "worker.log").read_text()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        # Its backend is its child: a SIGKILLed worker leaves it, as a preempted machine
+        # would not; the test ends it.
+        subprocess.run(["pkill", "-KILL", "-f", str(self.folder / "data")], check=False)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerProcess]:
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
+    server = ServerProcess(tmp_path / "gateway", "--local-slots", "0", "--config", str(config))
+    with server:
+        yield server
+
+
+def lanes_up(server: ServerProcess, count: int) -> bool:
+    workers = server.get("/api/fleet/workers")["workers"]
+    backends = {b["name"]: b["state"] for b in server.get("/api/fleet/backends")["backends"]}
+    up = [w for w in workers if w["state"] == "connected" and backends.get(w["name"]) == "up"]
+    return len(up) == count
+
+
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
+
+
+def sockets_of(pid: int) -> tuple[set[tuple[str, int]], set[int]]:
+    """(the addresses and ports it listens on, the ports its outbound TCP connections
+    go to), from /proc: its socket fds' inodes matched in /proc/net/tcp and tcp6."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    listening: set[tuple[str, int]] = set()
+    established: list[tuple[int, int]] = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            (address, local), remote, state, inode = (
+                fields[1].split(":"),
+                fields[2],
+                fields[3],
+                fields[9],
+            )
+            if inode not in inodes:
+                continue
+            if state == "0A":
+                listening.add((address, int(local, 16)))
+            elif state == "01":
+                established.append((int(local, 16), int(remote.split(":")[1], 16)))
+    own = {port for _address, port in listening}
+    outbound = {remote for local, remote in established if local not in own}
+    return listening, outbound
+
+
+def children_of(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(child) for child in path.read_text().split()]
+
+
+def test_two_workers_run_two_hundred_prompts_each_once(
+    gateway: ServerProcess, tmp_path: Path
+) -> None:
+    workers = [WorkerProcess(gateway.url, tmp_path / f"w{n}", f"w{n}") for n in range(2)]
+    try:
+        poll(lambda: lanes_up(gateway, 2), what="two workers", timeout=60)
+        ids = [
+            gateway.post("/prompt", {"prompt": ledger_prompt(f"p{n}")})["prompt_id"]
+            for n in range(200)
+        ]
+        poll(
+            lambda: (
+                all(gateway.get(f"/history/{i}") for i in ids[-5:])
+                and not gateway.get("/queue")["queue_pending"]
+            ),
+            what="the prompts",
+            timeout=120,
+        )
+        for prompt_id in ids:
+            entry = gateway.get(f"/history/{prompt_id}")[prompt_id]
+            assert entry["status"]["status_str"] == "success", entry["status"]
+        lines = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+        counted = [line["prompt_id"] for line in lines]
+        assert sorted(counted) == sorted(ids)  # each once
+        backends = {children_of(worker.proc.pid)[0] for worker in workers}
+        assert {line["pid"] for line in lines} == backends  # both worked, and only they
+        # Only outbound connections, the workers': the gateway's own go to the loopback
+        # ports it listens on (its ends of the tunnels), never to a worker.
+        assert gateway.proc is not None
+        gateway_ports, gateway_outbound = sockets_of(gateway.proc.pid)
+        assert gateway_outbound <= {port for _address, port in gateway_ports}
+        for worker in workers:
+            listening, outbound = sockets_of(worker.proc.pid)
+            assert listening == set()
+            assert gateway.port in outbound
+            [backend] = children_of(worker.proc.pid)
+            backend_listens, _ = sockets_of(backend)
+            assert backend_listens and {address for address, _ in backend_listens} <= LOOPBACK
+    finally:
+        for worker in workers:
+            worker.kill()
