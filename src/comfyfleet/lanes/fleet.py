@@ -150,6 +150,9 @@ class Fleet:
         self._budgets = budgets  # paid-job budgets of the prompts sent to backends
         self._known = KnownCapabilities()  # shared by the backends' lanes
         self._rebuilding: asyncio.Task[None] | None = None
+        # Workers may join at any time (comfyfleet.server.workers): a prompt no lane can
+        # run now waits for one, as it waits for a slot.
+        self.awaits_workers = False
         self._again = False  # a lane changed while the union was being built
 
     def lanes(self) -> list[Lane]:
@@ -236,7 +239,10 @@ class Fleet:
         return None
 
     def unrunnable(self, prompt: dict[str, Any]) -> dict[str, list[str]] | None:
-        """None when some lane can run `prompt`; else, per lane, what it lacks."""
+        """None when some lane can run `prompt` (or a worker may join that can); else,
+        per lane, what it lacks."""
+        if self.awaits_workers:
+            return None
         reasons: dict[str, list[str]] = {}
         if self.local is not None:
             missing = [

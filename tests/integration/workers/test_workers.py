@@ -161,3 +161,57 @@ def test_two_workers_run_two_hundred_prompts_each_once(
     finally:
         for worker in workers:
             worker.kill()
+
+
+def test_sigterm_drains_the_running_prompt_takes_nothing_new_and_exits_zero(
+    gateway: ServerProcess, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0", "--grace", "10")
+    try:
+        poll(lambda: lanes_up(gateway, 1), what="the worker", timeout=60)
+        running = gateway.post("/prompt", {"prompt": ledger_prompt("long", 2.0)})["prompt_id"]
+        poll(lambda: gateway.get(f"/api/jobs/{running}")["status"] == "in_progress", what="a run")
+        worker.proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        poll(
+            lambda: gateway.get("/api/fleet/workers")["workers"][0]["state"] == "draining",
+            what="the drain",
+        )
+        # Queued (a worker may come), not given to the draining one.
+        later = gateway.post("/prompt", {"prompt": ledger_prompt("later")})["prompt_id"]
+        assert worker.proc.wait(timeout=11) == 0
+        assert time.monotonic() - started < 10 + 1
+        entry = gateway.get(f"/history/{running}")[running]
+        assert entry["status"]["status_str"] == "success"
+        assert gateway.get(f"/api/jobs/{later}")["status"] == "pending"  # nothing new taken
+        lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+        assert [json.loads(line)["tag"] for line in lines] == ["long"]
+        poll(lambda: gateway.get("/api/fleet/workers")["workers"] == [], what="its lane to go")
+    finally:
+        worker.kill()
+
+
+def test_a_worker_killed_mid_prompt_loses_nothing_and_runs_nothing_twice(
+    gateway: ServerProcess, tmp_path: Path
+) -> None:
+    doomed = WorkerProcess(gateway.url, tmp_path / "w0", "w0")
+    try:
+        poll(lambda: lanes_up(gateway, 1), what="the first worker", timeout=60)
+        prompt_id = gateway.post("/prompt", {"prompt": ledger_prompt("once", 1.5)})["prompt_id"]
+        poll(lambda: gateway.get(f"/api/jobs/{prompt_id}")["status"] == "in_progress", what="a run")
+        doomed.kill()  # spot preemption: the worker and its backend, at once
+        survivor = WorkerProcess(gateway.url, tmp_path / "w1", "w1")
+        try:
+            poll(
+                lambda: bool(gateway.get(f"/history/{prompt_id}")),
+                what="the prompt to end on the other worker",
+                timeout=90,
+            )
+            entry = gateway.get(f"/history/{prompt_id}")[prompt_id]
+            assert entry["status"]["status_str"] == "success"
+            lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+            assert [json.loads(line)["tag"] for line in lines] == ["once"]
+        finally:
+            survivor.kill()
+    finally:
+        doomed.kill()

@@ -61,6 +61,7 @@ class WorkerHub:
         self.grace = grace  # s a disconnected worker's lane waits for it to come back
         self.workers: dict[str, Worker] = {}
         self._lock = asyncio.Lock()
+        gateway.fleet.awaits_workers = bool(self.tokens)
 
     # -- the route ---------------------------------------------------------------
 
