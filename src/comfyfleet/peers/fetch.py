@@ -2,8 +2,8 @@
 
 Peers are asked one after the other (a dead one fails at connect, within
 CONNECT_TIMEOUT); what they send is untrusted: capped at the upload cap, read with
-timeouts, stored under the name asked for (never one the peer gives). Requests for one
-file at once share one fetch.
+timeouts, stored under the name asked for (never one the peer gives), an asset blob only
+when it has the hash its name promises. Requests for one file at once share one fetch.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from yarl import URL
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
+from comfyfleet.peers.blobs import NotTheHash
 from comfyfleet.peers.keep import TooLarge, keep
 from comfyfleet.peers.signing import PEER_FILE_ROUTE, PeerKey, signed_headers
 from comfyfleet.store.base import GatewayLeases, StoreError
@@ -154,6 +155,7 @@ class PeerFiles:
                 TimeoutError,
                 PeerError,
                 TooLarge,
+                NotTheHash,
                 UnsafePath,
                 OSError,
             ) as exc:
