@@ -34,7 +34,7 @@ CONNECT_TIMEOUT = 2.0  # s to reach a peer: a gone one is passed over quickly
 READ_TIMEOUT = 10.0  # s without a byte from a peer that answered
 TOTAL_TIMEOUT = 300.0  # s for one file, whatever the peer does
 #: What a peer URL in the store must look like to be asked.
-_PEER_URL = re.compile(r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
+PEER_URL = re.compile(r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
 _KINDS = ("input", "output", "temp")
 
 
@@ -140,7 +140,7 @@ class PeerFiles:
             peers = [
                 g
                 for g in await self.store.gateways()
-                if g.id != self.gateway_id and _PEER_URL.fullmatch(g.url)
+                if g.id != self.gateway_id and PEER_URL.fullmatch(g.url)
             ]
             key = await self.key.get() if peers else b""
         except StoreError as exc:
