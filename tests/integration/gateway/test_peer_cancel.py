@@ -29,8 +29,9 @@ from tests.servers import ServerProcess
 
 @pytest.fixture
 def pair(tmp_path: Path, postgres_database: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """gw-a runs nothing (no engine slot), so every job runs on gw-b."""
     with ExitStack() as stack:
-        yield two_gateways(stack, tmp_path, postgres_database)
+        yield two_gateways(stack, tmp_path, postgres_database, a_args=("--local-slots", "0"))
 
 
 def call(
@@ -61,7 +62,7 @@ def call(
 
 
 def running_on_b(a: ServerProcess, b: ServerProcess, prompt: dict[str, Any]) -> str:
-    """A prompt queued through b (idle: it takes it at once), seen running on b from a."""
+    """A prompt queued through b, seen running on b from a."""
     prompt_id = submit(b, prompt)
     poll(lambda: job(a, prompt_id)["status"] == "in_progress", what="running")
     assert job(a, prompt_id)["gateway"] == "gw-b"
