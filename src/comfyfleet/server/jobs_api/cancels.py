@@ -32,7 +32,8 @@ async def cancel_anywhere(gw: Gateway, prompt_ids: Sequence[str]) -> list[str]:
     leave the queue, running ones are interrupted here or by the gateway running them
     and end cancelled. The ids cancelled."""
     cancelled = await gw.scheduler.cancel(prompt_ids)
-    rest = [p for p in prompt_ids if p not in cancelled]
+    done = set(cancelled)
+    rest = [p for p in prompt_ids if p not in done]
     return cancelled + await _elsewhere(gw, rest, "cancel")
 
 
