@@ -2,8 +2,8 @@
 
 Peers are asked one after the other (a dead one fails at connect, within
 CONNECT_TIMEOUT); what they send is untrusted: capped at the upload cap, read with
-timeouts, stored under the name asked for (never one the peer gives). Requests for one
-file at once share one fetch.
+timeouts, stored under the name asked for (never one the peer gives), an asset blob only
+when it has the hash its name promises. Requests for one file at once share one fetch.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from yarl import URL
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, UnsafePath, plain_name, plain_subfolder
+from comfyfleet.peers.blobs import NotTheHash
 from comfyfleet.peers.keep import TooLarge, keep
 from comfyfleet.peers.signing import PEER_FILE_ROUTE, PeerKey, signed_headers
 from comfyfleet.store.base import GatewayLeases, StoreError
@@ -33,7 +34,7 @@ CONNECT_TIMEOUT = 2.0  # s to reach a peer: a gone one is passed over quickly
 READ_TIMEOUT = 10.0  # s without a byte from a peer that answered
 TOTAL_TIMEOUT = 300.0  # s for one file, whatever the peer does
 #: What a peer URL in the store must look like to be asked.
-_PEER_URL = re.compile(r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
+PEER_URL = re.compile(r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
 _KINDS = ("input", "output", "temp")
 
 
@@ -139,7 +140,7 @@ class PeerFiles:
             peers = [
                 g
                 for g in await self.store.gateways()
-                if g.id != self.gateway_id and _PEER_URL.fullmatch(g.url)
+                if g.id != self.gateway_id and PEER_URL.fullmatch(g.url)
             ]
             key = await self.key.get() if peers else b""
         except StoreError as exc:
@@ -154,6 +155,7 @@ class PeerFiles:
                 TimeoutError,
                 PeerError,
                 TooLarge,
+                NotTheHash,
                 UnsafePath,
                 OSError,
             ) as exc:

@@ -4,7 +4,8 @@ The place is resolved and checked to lie in its folder before anything is writte
 bytes are counted against a cap while they arrive; and linking never replaces an entry:
 a name another file took meanwhile keeps that file (unless it holds the same bytes, the
 fetched copy is dropped). A copy linked in its place is recorded as fetched (see
-copies.py), so retention can remove it, and only it.
+copies.py), so retention can remove it, and only it. An asset blob's bytes are checked
+against the hash its name promises before it is linked (blobs.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator
 
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, plain_name, plain_subfolder
+from comfyfleet.peers.blobs import BlobCheck, promised_hash
 from comfyfleet.peers.copies import record_path
 
 _BINARY = getattr(os, "O_BINARY", 0)
@@ -46,15 +48,22 @@ class _Staged:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o666)
         self._file = os.fdopen(fd, "wb")
         self._sha = hashlib.sha256()
+        promised = promised_hash(kind, subfolder, name)
+        self._check = BlobCheck(promised) if promised is not None else None
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
         self._sha.update(data)
+        if self._check is not None:
+            self._check.update(data)
 
     def settle(self) -> bool:
-        """Link the staged file at its place; True when the place now holds these bytes."""
+        """Link the staged file at its place; True when the place now holds these bytes.
+        NotTheHash for a blob whose bytes are not those its name promises."""
         self._file.close()
         try:
+            if self._check is not None:
+                self._check.verify()
             # The record is made first and set in place once the copy is: a copy is
             # never left unknown, and a record from before is replaced.
             records = os.path.dirname(self.record)
@@ -98,7 +107,8 @@ async def keep(
 ) -> bool:
     """Store what `chunks` yields as `subfolder/name` in the `kind` folder; True when that
     file now holds those bytes. UnsafePath for a place outside the folder, TooLarge past
-    `limit` bytes (nothing is left behind either way)."""
+    `limit` bytes, NotTheHash for an asset blob with other bytes (nothing is left behind
+    either way)."""
     staged = await asyncio.to_thread(_Staged, folders, kind, subfolder, name)
     try:
         size, pending = 0, bytearray()

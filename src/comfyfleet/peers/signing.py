@@ -20,11 +20,15 @@ from comfyfleet.store.base import GatewayLeases
 
 #: The internal route a gateway serves its files to its peers on (not in docs/openapi.json).
 PEER_FILE_ROUTE = "/comfyfleet/peer/file"
+#: The internal route a gateway takes cancels of the jobs it runs on (not in the docs either).
+PEER_CANCEL_ROUTE = "/comfyfleet/peer/cancel"
+#: Every route between gateways: no client's, left out of docs/openapi.json.
+PEER_ROUTES = (PEER_FILE_ROUTE, PEER_CANCEL_ROUTE)
 GATEWAY_HEADER = "X-Comfyfleet-Gateway"
 TIME_HEADER = "X-Comfyfleet-Time"
 SIGNATURE_HEADER = "X-Comfyfleet-Signature"
 #: How far a request's time may be from the receiver's clock (s): a signed request can be
-#: replayed only that long, and it only reads a file.
+#: replayed only that long, and it only reads a file or stops a job again.
 VALIDITY = 30.0
 #: The store's name for the key, and its size.
 KEY_NAME = "peer-requests"

@@ -30,6 +30,7 @@ from comfyfleet.server.delivery.client_events import client_key
 from comfyfleet.server.files.peer_files import peer_file_routes
 from comfyfleet.server.files.view_upload import file_routes
 from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.jobs_api.cancels import peer_cancel_routes
 from comfyfleet.server.jobs_api.jobs import job_routes
 from comfyfleet.server.pages.dashboard import DashboardFeed, FleetWatch, dashboard_routes
 from comfyfleet.server.pages.editor_api import editor_routes, terminal_size
@@ -81,6 +82,7 @@ def build_app(gateway: Gateway) -> web.Application:
     routes += peer_file_routes(
         gateway.store, gateway.peer_key, gateway.identity.id, gateway.tenants
     )
+    routes += peer_cancel_routes()
     routes += system_routes(
         gateway.engine,
         version=__version__,

@@ -26,6 +26,7 @@ from comfyfleet.nodes import build_registry
 from comfyfleet.nodes.core.saving import SHARED_COUNTERS
 from comfyfleet.nodes.providers import DRIVERS
 from comfyfleet.peers import PeerFiles, PeerKey
+from comfyfleet.peers.cancel import PeerCancels
 from comfyfleet.peers.copies import prune_copies
 from comfyfleet.peers.names import FleetNames
 from comfyfleet.scheduler.scheduler import Scheduler
@@ -72,6 +73,7 @@ class Gateway:
     relay: ClientRelay | None  # other gateways' prompts to this one's clients (None: no others)
     peers: PeerFiles  # files another gateway of the store holds, fetched when asked for
     peer_key: PeerKey  # the key signing requests between the gateways of the store
+    peer_cancels: PeerCancels  # cancels of jobs another gateway of the store runs
     serving: bool = False  # from the end of `start` to the beginning of `drain`
     spend_today: SpendToday = field(init=False)  # tenants' paid jobs of the day, as shown
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -178,6 +180,7 @@ class Gateway:
             relay,
             peers,
             peer_key,
+            PeerCancels(store, identity.id, peer_key),
         )
 
     async def start(self) -> None:
@@ -291,6 +294,7 @@ class Gateway:
         await self.fanout.detach()
         await self.fleet.close()
         await self.peers.close()
+        await self.peer_cancels.close()
         await self.store.close()
         self.engine.close()
 

@@ -79,7 +79,7 @@ PAGES = {("GET", "/"), ("GET", "/fleet")}
 #: Probes for load balancers: yes or no and why, nothing else, no token.
 PROBES = {("GET", "/healthz"), ("GET", "/readyz")}
 #: Routes between the gateways of one store: no user token, the fleet's signature instead.
-INTERNAL = {("GET", "/comfyfleet/peer/file")}
+INTERNAL = {("GET", "/comfyfleet/peer/file"), ("POST", "/comfyfleet/peer/cancel")}
 
 
 def registered_routes(served: Served) -> list[tuple[str, str]]:

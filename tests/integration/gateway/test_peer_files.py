@@ -34,12 +34,16 @@ TOKEN = "peer-test-user-token-5c1e9a"
 
 
 def two_gateways(
-    stack: ExitStack, tmp_path: Path, url: str, b_args: tuple[str, ...] = ()
+    stack: ExitStack,
+    tmp_path: Path,
+    url: str,
+    b_args: tuple[str, ...] = (),
+    a_args: tuple[str, ...] = (),
 ) -> tuple[ServerProcess, ServerProcess]:
     """gw-a and gw-b on one store, authentication on, one engine slot each (unless
-    `b_args` says otherwise)."""
+    `a_args` or `b_args` says otherwise)."""
     started = []
-    for name, extra in (("a", ()), ("b", b_args)):
+    for name, extra in (("a", a_args), ("b", b_args)):
         server = ServerProcess(
             tmp_path / f"gateway-{name}",
             *("--store", url, "--gateway-id", f"gw-{name}", "--lease", "2s"),

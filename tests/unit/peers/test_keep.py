@@ -7,9 +7,12 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import blake3
 import pytest
 
 from comfyfleet.folders import Folders, UnsafePath
+from comfyfleet.peers.blobs import NotTheHash
+from comfyfleet.peers.copies import RECORDS
 from comfyfleet.peers.keep import TooLarge, keep
 
 
@@ -75,3 +78,19 @@ async def test_a_linked_subfolder_leading_out_is_refused(tmp_path: Path) -> None
     with pytest.raises(UnsafePath):
         await keep(chunks(b"x"), folders, "input", "sub", "x.png", 10)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+async def test_an_asset_blob_is_kept_only_with_the_bytes_its_name_promises(
+    tmp_path: Path,
+) -> None:
+    folders = Folders.under(tmp_path).ensure()
+    digest = blake3.blake3(b"the asset").hexdigest()
+    with pytest.raises(NotTheHash):
+        await keep(chunks(b"other bytes"), folders, "input", "assets", f"{digest}.png", 100)
+    blobs = folders.input / "assets"
+    assert list(blobs.iterdir()) == []  # nothing kept, nothing staged
+    assert not (tmp_path / RECORDS).exists()  # nor recorded as a copy
+    assert await keep(chunks(b"the ", b"asset"), folders, "input", "assets", f"{digest}.png", 100)
+    assert (blobs / f"{digest}.png").read_bytes() == b"the asset"
+    # Only blobs are checked: another file under such a name is any file.
+    assert await keep(chunks(b"other bytes"), folders, "input", "", f"{digest}.png", 100)

@@ -5,7 +5,9 @@ submitted workflow, resolved to the names ComfyUI's nodes read.
 Bytes are kept once per tenant, under their blake3 hash, in the tenant's input folder
 (`assets/<hex><ext>`): an upload of bytes the tenant has already gets a new asset over
 the same blob (`created_new: false`). Records are the store's (see
-comfyfleet.domain.assets), so every gateway of a shared store knows them.
+comfyfleet.domain.assets), so every gateway of a shared store knows them; bytes another
+gateway took are fetched from it when asked for, and kept (comfyfleet.peers checks them
+against the hash).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import mimetypes
 import os
+import posixpath
 import re
 import uuid
 from pathlib import Path
@@ -25,6 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from comfyfleet.domain.assets import BLOB_FOLDER, AssetRecord
 from comfyfleet.folders import Folders, UnsafePath
+from comfyfleet.peers import FileRef
 from comfyfleet.server.access.auth import tenant_name, visible
 from comfyfleet.server.comfy_api_v2 import shapes
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, invalid_request, not_found
@@ -69,6 +73,21 @@ def asset_body(
 
 def blob_path(folders: Folders, record: AssetRecord) -> Path:
     return folders.resolve_inside("input", record.blob)
+
+
+async def local_blob(request: web.Request, record: AssetRecord) -> Path | None:
+    """Where the asset's bytes are here, fetched from another gateway of the store when
+    this one lacks them (it took the upload); None when no gateway has them."""
+    folders = folders_of(request)
+    try:
+        path = blob_path(folders, record)
+    except UnsafePath:
+        return None
+    if await asyncio.to_thread(path.is_file):
+        return path
+    subfolder, name = posixpath.split(record.blob)
+    ref = FileRef(tenant_name(request), "input", subfolder, name)
+    return path if await request.app[GATEWAY].peers.fetch(ref, folders) else None
 
 
 async def uploaded(request: web.Request, asset_id: str) -> AssetRecord | None:
@@ -245,7 +264,7 @@ async def from_hash(request: web.Request) -> web.Response:
     store = request.app[GATEWAY].store
     tenant = tenant_name(request)
     first = await store.asset_by_hash(tenant, digest)
-    if first is None or not await asyncio.to_thread(blob_path(folders_of(request), first).is_file):
+    if first is None or await local_blob(request, first) is None:
         raise V2Error(404, "blob_not_found", "No bytes with this hash were uploaded here")
     name = body.get("file_path", first.file_path)
     record = AssetRecord(
@@ -269,7 +288,8 @@ async def by_hash(request: web.Request) -> web.Response:
     first = await request.app[GATEWAY].store.asset_by_hash(tenant_name(request), digest)
     if first is None:
         return web.Response(status=404)
-    there = await asyncio.to_thread(blob_path(folders_of(request), first).is_file)
+    # Fetched when another gateway holds them: the answer is what the next call finds.
+    there = await local_blob(request, first) is not None
     return web.Response(status=200 if there else 404)
 
 

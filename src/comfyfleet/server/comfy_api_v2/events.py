@@ -36,6 +36,7 @@ from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error
 from comfyfleet.server.comfy_api_v2.jobs import base_url, folders_of, own_job
 from comfyfleet.server.delivery import log_frames
 from comfyfleet.server.gateway import GATEWAY
+from comfyfleet.server.jobs_api.cancels import cancelling
 from comfyfleet.server.plumbing.routing import Route
 
 #: Seconds between reads of the job's record while its log is quiet.
@@ -130,7 +131,7 @@ class _Stream:
         if job.status in TERMINAL:
             return job
         status = shapes.V2_STATUS[job.status]
-        if status == "running" and gw.scheduler.cancelling(job.prompt_id):
+        if status == "running" and cancelling(gw, job.prompt_id):
             status = "canceling"
         position = await live.queue_position(gw, job)
         if (status, position) != (self.status, self.position):  # moved up the queue too

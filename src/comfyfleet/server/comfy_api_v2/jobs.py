@@ -36,6 +36,7 @@ from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, invalid_reque
 from comfyfleet.server.comfyui_api.idempotency import body_digest
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, submit_prompt
 from comfyfleet.server.gateway import GATEWAY
+from comfyfleet.server.jobs_api.cancels import cancel_anywhere, cancelling
 from comfyfleet.server.plumbing.client_json import OFF_LOOP_BYTES, RefusedJson, loads
 from comfyfleet.server.plumbing.routing import Route, json_reply
 from comfyfleet.spend.budget import BadBudget, prompt_budget
@@ -79,9 +80,10 @@ async def own_job(request: web.Request) -> Job:
 
 
 async def job_reply(request: web.Request, job: Job, *, canceling: bool = False) -> dict[str, Any]:
-    """The v2 Job object of `job`: `canceling` while a cancelled job is stopping here."""
+    """The v2 Job object of `job`: `canceling` while a cancelled job is stopping (here,
+    or on the gateway that runs it, asked from here)."""
     gw = request.app[GATEWAY]
-    canceling = canceling or gw.scheduler.cancelling(job.prompt_id)
+    canceling = canceling or cancelling(gw, job.prompt_id)
     max_age = gw.config.history_max_age
     entry = await gw.store.history_entry(job.prompt_id) if job.status in JOB_TERMINAL else None
     outputs = await shapes.job_outputs(folders_of(request), base_url(request), entry, max_age)
@@ -283,7 +285,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     job = await own_job(request)
     if job.status in JOB_TERMINAL:
         return web.json_response(await job_reply(request, job))
-    await gw.scheduler.cancel([job.prompt_id])
+    await cancel_anywhere(gw, [job.prompt_id])
     now = await gw.store.get(job.prompt_id) or job
     return web.json_response(await job_reply(request, now))
 

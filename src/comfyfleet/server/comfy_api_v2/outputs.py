@@ -3,7 +3,8 @@ and uploaded assets alike, and the upload routes of assets.py.
 
 Output ids are stateless (see shapes.py): the file is served from the caller's own
 folders, with `/view`'s checks, once the job it names is found to be the caller's.
-An uploaded asset's bytes are its blob in the tenant's input folder. `content` is
+An uploaded asset's bytes are its blob in the tenant's input folder (fetched from the
+gateway that took the upload when this one lacks it). `content` is
 range-aware (206 for `Range: bytes=a-b`), as `/view` is.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from comfyfleet.folders import Folders, UnsafePath
+from comfyfleet.folders import Folders
 from comfyfleet.server.access.auth import visible
 from comfyfleet.server.comfy_api_v2 import assets, shapes
 from comfyfleet.server.comfy_api_v2.errors import PREFIX, V2Error, not_found
@@ -53,11 +54,8 @@ def v2_asset_routes(fetch_missing: FetchMissing | None = None) -> list[Route]:
     async def content(request: web.Request) -> web.StreamResponse:
         record = await assets.uploaded(request, request.match_info["asset_id"])
         if record is not None:
-            try:
-                path = assets.blob_path(assets.folders_of(request), record)
-            except UnsafePath:
-                raise not_found("asset") from None
-            if not await asyncio.to_thread(path.is_file):
+            path = await assets.local_blob(request, record)
+            if path is None:
                 raise not_found("asset")
             return web.FileResponse(
                 path, headers=_file_headers(record.file_path, record.content_type)

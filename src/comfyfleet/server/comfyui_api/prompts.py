@@ -38,6 +38,7 @@ from comfyfleet.server.comfyui_api.idempotency import (
 )
 from comfyfleet.server.comfyui_api.waits import WAITS, wait_seconds
 from comfyfleet.server.gateway import GATEWAY, Gateway
+from comfyfleet.server.jobs_api.cancels import interrupt_anywhere
 from comfyfleet.server.plumbing.client_json import read_json
 from comfyfleet.server.plumbing.middleware import STORE_RETRY_AFTER
 from comfyfleet.server.plumbing.routing import Route, empty_ok, json_reply
@@ -462,19 +463,23 @@ async def post_history(request: web.Request) -> web.Response:
 
 
 async def post_interrupt(request: web.Request) -> web.Response:
-    """With `prompt_id`: that prompt only (if running). Without: every running prompt
-    (with authentication on, of the caller's tenant)."""
-    scheduler = request.app[GATEWAY].scheduler
+    """With `prompt_id`: that prompt only (if running, here or on another gateway of the
+    store). Without: every prompt running here (with authentication on, of the caller's
+    tenant)."""
+    gw = request.app[GATEWAY]
     body = await read_json(request)
     prompt_id = body.get("prompt_id") if isinstance(body, dict) else None
     prompt_id = prompt_id if isinstance(prompt_id, str) else None
     tenant = scope(request)
-    if tenant is None:
-        scheduler.interrupt(prompt_id)
-        return empty_ok()
-    for job in scheduler.running_jobs():
-        if job.tenant == tenant and prompt_id in (None, job.prompt_id):
-            scheduler.interrupt(job.prompt_id)
+    for job in gw.scheduler.running_jobs():
+        if (tenant is None or job.tenant == tenant) and prompt_id in (None, job.prompt_id):
+            gw.scheduler.interrupt(job.prompt_id)
+            if prompt_id is not None:
+                return empty_ok()
+    if prompt_id is not None:  # not running here: on another gateway, perhaps
+        found = await gw.store.get(prompt_id)
+        if found is not None and visible(request, found.tenant):
+            await interrupt_anywhere(gw, prompt_id)
     return empty_ok()
 
 

@@ -13,6 +13,7 @@ from comfyfleet.domain.jobs import HistoryEntry, Job, JobStatus
 from comfyfleet.server.access.auth import scope, visible
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, own_ids
 from comfyfleet.server.gateway import GATEWAY
+from comfyfleet.server.jobs_api.cancels import cancel_anywhere
 from comfyfleet.server.jobs_api.previews import NONE, OutputsSummary, summarize
 from comfyfleet.server.plumbing.client_json import read_json
 from comfyfleet.server.plumbing.routing import Route
@@ -185,7 +186,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     job = await gw.store.get(job_id)
     if job is None or not visible(request, job.tenant):
         raise _no_such_job()
-    cancelled = await gw.scheduler.cancel([job_id])
+    cancelled = await cancel_anywhere(gw, [job_id])
     return web.json_response({"cancelled": cancelled})
 
 
@@ -194,7 +195,7 @@ async def cancel_jobs(request: web.Request) -> web.Response:
     ids = body.get("job_ids") if isinstance(body, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise _query_error("job_ids must be a list of job ids")
-    cancelled = await request.app[GATEWAY].scheduler.cancel(await own_ids(request, ids))
+    cancelled = await cancel_anywhere(request.app[GATEWAY], await own_ids(request, ids))
     return web.json_response({"cancelled": cancelled})
 
 
