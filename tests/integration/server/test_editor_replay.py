@@ -4,7 +4,8 @@ tests/data/comfyui-editor/routes.json was recorded from a real ComfyUI 0.3.64 wi
 frontend 1.27.10 and a fresh user directory (conformance/record_editor_routes.py). The
 same requests are replayed in order against a comfyfleet gateway with a fresh data dir;
 statuses, content types and bodies must match, with times and sizes compared by type
-and the recording machine's paths by being strings.
+and the recording machine's paths by being strings. The gateway serves the same editor
+(1.27.10, from `make editor-1.27`): `/extensions` lists the editor's own files.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.browser.editors import PINNED, needs_pinned
 from tests.helpers import DATA
 from tests.servers import start_in_process
 
@@ -84,8 +86,9 @@ def _compare_json(path: str, recorded: Any, ours: Any, where: str) -> None:
         assert normal(ours) == normal(recorded), where
 
 
+@needs_pinned
 async def test_editor_routes_replay_the_recording(tmp_path: Path) -> None:
-    server, _gateway = await start_in_process(tmp_path, local_slots=1)
+    server, _gateway = await start_in_process(tmp_path, local_slots=1, front_end_root=PINNED.root)
     try:
         base = str(server.make_url("")).rstrip("/")
         async with aiohttp.ClientSession() as session:
