@@ -270,6 +270,12 @@ SETTINGS: dict[str, tuple[str, str, str]] = {
         "Bearer tokens and their tenants: `[[auth.tokens]]` tables (below), `--auth-token`, "
         "`--auth-token-file`, `COMFYFLEET_AUTH_TOKEN`, `COMFYFLEET_AUTH_TOKEN_FILE`.",
     ),
+    "worker_tokens": (
+        "Backends",
+        "features/workers.md#worker-tokens",
+        "What lets a `comfyfleet worker` connect (and nothing else): `[[worker_tokens]]` "
+        "tables, each `name` and `token` or `token_file`.",
+    ),
     "extra": ("", "", ""),  # unknown keys of the file, kept: not a setting
     "shares": ("", "", ""),  # [tenants.NAME] and [fair_share] tables: listed on their own
     "prices": ("", "", ""),  # the [prices] table: listed on its own
@@ -302,12 +308,15 @@ OTHER_SERVE_FLAGS = {
 
 #: Fields the serve command sets through other flags than their own.
 FIELD_FLAGS = {"auth_tokens": ("auth_token", "auth_token_file")}
+#: Fields only the file sets, as tables: (title, what the file holds).
+TABLE_FIELDS = {"worker_tokens": ("Worker tokens", "`[[worker_tokens]]` tables")}
 
 #: Environment variables other than COMFYFLEET_<FIELD>, each with what reads it.
 OTHER_VARIABLES = {
     "COMFYFLEET_AUTH_TOKEN": "An admin token of the tenant `default`, when no "
     "`--auth-token` or `--auth-token-file` is given.",
     "COMFYFLEET_AUTH_TOKEN_FILE": "A file whose first line is such a token (same rule).",
+    "COMFYFLEET_WORKER_TOKEN": "`comfyfleet worker`'s token, when no `--token` is given.",
     "COMFYFLEET_TEST_LEDGER": "The file the testing pack's `LedgerAppend` node appends to.",
     "COMFYFLEET_TEST_POSTGRES": "Tests: the PostgreSQL server (a URL) the store tests use "
     "instead of 127.0.0.1:5432.",
@@ -463,6 +472,7 @@ def _type_text(name: str, annotation: str) -> str:
         "tuple[ManagedGroup, ...]": "tables, or a folder",
         "tuple[WebhookConfig, ...]": "tables",
         "tuple[AuthToken, ...]": "tables",
+        "tuple[WorkerToken, ...]": "tables",
     }
     if annotation not in plain:
         raise GeneratorError(f"no type text for {name}: {annotation}")
@@ -571,6 +581,9 @@ def configuration_page() -> str:
             flag = ", ".join(f"`{flags[d]}`" for d in FIELD_FLAGS[field.name])
             title = "Tokens"
             key = "`[[auth.tokens]]` tables"
+        elif field.name in TABLE_FIELDS:
+            env = flag = "none"
+            title, key = TABLE_FIELDS[field.name]
         else:
             env = f"`COMFYFLEET_{field.name.upper()}`" if field.name != "webhooks" else "none"
             flag = f"`{flags[field.name]}`" if field.name in flags else "none"
