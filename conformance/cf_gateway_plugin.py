@@ -14,6 +14,11 @@ up, this plugin swaps `subprocess.Popen` so that exactly that call starts instea
       --data-dir. It returns only once every backend answers
       /object_info/StubImage and the gateway lists every backend `up` with its
       node classes read and answers /object_info/StubImage itself.
+  CF_MODE=worker   (configuration W)
+      as `gateway` with one ComfyUI, but the gateway gets no --backend: a
+      `comfyfleet worker --backend <that ComfyUI>` connects to it (a worker token
+      in the gateway's config file) and is its only lane. Ready once the worker's
+      lane is `up` with its node classes read.
   CF_MODE=builtin  (configuration C)
       only `comfyfleet serve` on P with `--local-slots CF_LOCAL_SLOTS
       --custom-nodes CF_CUSTOM_NODES` and a fresh --data-dir; it waits for
@@ -241,7 +246,7 @@ def _launch(suite_args: list[str]) -> _Group:
     extra = shlex.split(os.environ.get("CF_EXTRA_ARGS", ""))
     try:
         _wait_port_free(listen, port)
-        if mode == "gateway":
+        if mode in ("gateway", "worker"):
             count = int(os.environ.get("CF_BACKENDS", "1"))
             ports_env = os.environ.get("CF_BACKEND_PORTS", "")
             ports = [int(x) for x in ports_env.split(",") if x.strip()] or [
@@ -263,10 +268,23 @@ def _launch(suite_args: list[str]) -> _Group:
                 _wait_http(url + "/object_info/StubImage", procs, timeout)
             gargs = [cf_bin, "serve", "--host", listen, "--port", str(port), "--data-dir", data_dir,
                      "--local-slots", "0"]
-            for url in urls:
-                gargs += ["--backend", url]
+            if mode == "worker":
+                token = "conformance-worker-" + os.urandom(8).hex()
+                config = os.path.join(data_dir, "workers.toml")
+                with open(config, "w") as out:
+                    out.write(f'[[worker_tokens]]\nname = "w"\ntoken = "{token}"\n')
+                gargs += ["--config", config]
+            else:
+                for url in urls:
+                    gargs += ["--backend", url]
             gargs += extra
             procs.append(_spawn("comfyfleet", gargs, tag))
+            if mode == "worker":
+                _wait_http(f"http://{listen}:{port}/system_stats", procs, timeout)
+                wargs = [cf_bin, "worker", "--gateway", f"http://{listen}:{port}",
+                         "--backend", urls[0], "--grace", "0"]
+                env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": token}
+                procs.append(_spawn("worker", wargs, tag, env=env))
 
             def all_up(body: bytes) -> bool:
                 bs = json.loads(body).get("backends", [])

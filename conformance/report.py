@@ -43,6 +43,13 @@ CONFIGS = [
     Config("A-nopack", "A", "comfyfleet + 1 ComfyUI backend, no pack", pack=False, repeat=False),
     Config("B-nopack", "B", "comfyfleet + 2 ComfyUI backends, no pack", pack=False, repeat=False),
     Config("C2", "C2", "comfyfleet alone: built-in engine, ComfyUI's testing nodes", repeat=False),
+    Config(
+        "W",
+        "W",
+        "comfyfleet `--local-slots 0` fed only by one `comfyfleet worker` bringing a ComfyUI "
+        "with the pack",
+        repeat=False,
+    ),
 ]
 
 #: Failures that are known differences, by test name (a regex over `Class::test[params]`),

@@ -30,7 +30,7 @@
 #                 0: they do not
 #   C_PYTHONPATH  C only: PYTHONPATH for the comfyfleet process (C2 sets its own)
 set -euo pipefail
-MODE=${1:?usage: run_suite.sh baseline|baseline-pack|A|B|C|C2 [pytest args]}
+MODE=${1:?usage: run_suite.sh baseline|baseline-pack|A|B|C|C2|W [pytest args]}
 shift
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 : "${COMFYUI_DIR:?set COMFYUI_DIR}" "${COMFY_VENV:?set COMFY_VENV}"
@@ -52,6 +52,8 @@ case "$MODE" in
   A) export CF_MODE=gateway CF_BACKENDS=1 CF_BACKEND_PORTS=${CF_BACKEND_PORTS:-8190}
      PACK=${CF_PACK:-1} ;;
   B) export CF_MODE=gateway CF_BACKENDS=2 CF_BACKEND_PORTS=${CF_BACKEND_PORTS:-8190,8191}
+     PACK=${CF_PACK:-1} ;;
+  W) export CF_MODE=worker CF_BACKENDS=1 CF_BACKEND_PORTS=${CF_BACKEND_PORTS:-8190}
      PACK=${CF_PACK:-1} ;;
   C|C2)
     export CF_MODE=builtin CF_LOCAL_SLOTS=${CF_LOCAL_SLOTS:-8}

@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from comfyfleet.managed.spec import visible_gpus
 from comfyfleet.workers.agent import WorkerAgent, WorkerSettings, connect_url
 from comfyfleet.workers.local_backend import LocalBackend
 from comfyfleet.workers.tokens import NAME
@@ -42,15 +43,37 @@ def add_worker_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     brings.add_argument(
         "--local-slots", type=int, help="run prompts with the built-in engine, N at once"
     )
+    brings.add_argument(
+        "--comfyui", type=Path, metavar="DIR", help="start the ComfyUI in DIR and run prompts there"
+    )
     worker.add_argument(
-        "--slots", type=int, default=1, help="with --backend: the prompts it runs at once"
+        "--comfyui-python", default=sys.executable, help="with --comfyui: its interpreter"
+    )
+    worker.add_argument(
+        "--gpu", default=None, help="with --comfyui: a GPU id, or cpu (default: 0, cpu without one)"
+    )
+    worker.add_argument(
+        "--comfyui-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="with --comfyui: one more of ComfyUI's flags (repeatable: --comfyui-arg=--lowvram)",
+    )
+    worker.add_argument(
+        "--slots",
+        type=int,
+        default=1,
+        help="with --backend or --comfyui: the prompts it runs at once",
     )
     worker.add_argument("--testing-nodes", action="store_true", help="with --local-slots")
     worker.add_argument(
         "--custom-nodes", action="append", default=[], metavar="DIR", help="with --local-slots"
     )
     worker.add_argument(
-        "--data-dir", type=Path, default=Path("worker-data"), help="the built-in engine's files"
+        "--data-dir",
+        type=Path,
+        default=Path("worker-data"),
+        help="the built-in engine's files, or ComfyUI's input, output and temp folders",
     )
     worker.add_argument(
         "--grace", type=float, default=30.0, help="seconds a SIGTERM waits for running prompts"
@@ -85,16 +108,36 @@ def _problem(args: argparse.Namespace, token: str) -> str | None:
         return "--slots must be 1 to 256"
     if not 0 <= args.grace <= 3600:
         return "--grace must be 0 to 3600 seconds"
+    if args.comfyui is not None and not (args.comfyui / "main.py").is_file():
+        return f"--comfyui: no ComfyUI in {args.comfyui} (no main.py)"
     return None
 
 
-async def _work(args: argparse.Namespace, token: str) -> int:
-    local = None
+def _gpu(chosen: str | None) -> str:
+    if chosen is not None:
+        return chosen
+    return "0" if visible_gpus(os.environ) else "cpu"
+
+
+async def _local_backend(args: argparse.Namespace) -> LocalBackend | None:
+    data_dir = args.data_dir.resolve()
     if args.local_slots is not None:
         extra = ["--testing-nodes"] if args.testing_nodes else []
         for folder in args.custom_nodes:
             extra += ["--custom-nodes", folder]
-        local = LocalBackend(args.data_dir.resolve(), args.local_slots, extra)
+        return LocalBackend.engine(data_dir, args.local_slots, extra)
+    if args.comfyui is not None:
+        folder, python, gpu = args.comfyui.resolve(), args.comfyui_python, _gpu(args.gpu)
+        # The companion pack is copied into the data dir: files, off the event loop.
+        return await asyncio.to_thread(
+            LocalBackend.comfyui, folder, python, gpu, data_dir, args.comfyui_arg
+        )
+    return None
+
+
+async def _work(args: argparse.Namespace, token: str) -> int:
+    local = await _local_backend(args)
+    if local is not None:
         await local.start()
     settings = WorkerSettings(
         gateway=args.gateway,

@@ -93,6 +93,8 @@ class Lane(Protocol):
     #: Running out of memory there may be the machine's fault, not the prompt's: try
     #: another lane once before calling it the prompt's fault.
     retry_node_errors: bool
+    #: Only this tenant's jobs run here (a worker brought for one tenant); None: any.
+    only_tenant: str | None
 
     def can_run(self, job: Job) -> bool:
         """Cheap and thread-safe: the store's writer thread calls it while claiming."""

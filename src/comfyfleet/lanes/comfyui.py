@@ -118,6 +118,7 @@ class ComfyUILane:
         self.on_change: Callable[[], Awaitable[None]] = _nothing
         # Called as the backend accepts each prompt (a managed backend counts them).
         self.on_sent: Callable[[], None] = _ignore
+        self.only_tenant: str | None = None  # see Lane
         # Budget holds of the prompts it runs (the fleet's, when budgets apply).
         self.holds = BackendHolds(None, client.spec.name, self.fetch_json)
 
@@ -129,6 +130,7 @@ class ComfyUILane:
         # Runs in the store's writer thread: reads a few fields, changes nothing.
         return (
             self.up
+            and (self.only_tenant is None or job.tenant == self.only_tenant)
             and not self.draining
             and not self.held
             and not self.suspect

@@ -28,6 +28,7 @@ STATUS = {
 class LocalLane:
     in_process = True
     retry_node_errors = False  # the engine is deterministic: a node error is the prompt's
+    only_tenant: str | None = None
 
     def __init__(
         self,

@@ -45,11 +45,15 @@ class Candidates:
         self,
         choose: Callable[[Job], Verdict],
         take: Callable[[Job], Awaitable[Job | None]],
+        only_tenant: str | None = None,
     ) -> tuple[Job | None, bool]:
         """The first candidate in queue order that `choose` takes, once `take` (a fenced
         claim or reservation) got it, and whether `choose` left any to another lane.
         With tenants sharing the fleet, the queue order is each tenant's, the tenants
-        taken in their fair-share order (scheduler/fair_share.py)."""
+        taken in their fair-share order (scheduler/fair_share.py); a lane of one tenant
+        (`only_tenant`) reads only that tenant's queue."""
+        if only_tenant is not None:
+            return await self._take_fair([only_tenant], choose, take)
         tenants = await self._state.shares.order(self._state.running.values())
         if tenants is not None:
             return await self._take_fair(tenants, choose, take)

@@ -80,6 +80,7 @@ class Dispatcher:
                 lambda job: state.store.claim_job(
                     job, lane.name, state.shares.policy.of(job.tenant).max_running
                 ),
+                lane.only_tenant,
             )
             if left:
                 state.wake()  # a warmer (or sooner) free lane should take what this one left

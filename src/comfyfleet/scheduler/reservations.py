@@ -164,6 +164,7 @@ class Reservations:
             job, _ = await self._candidates.take_first(
                 lambda j: reservable(self._state, entry, j),
                 lambda j: self._state.store.reserve_job(j, lane),
+                entry.lane.only_tenant,
             )
         except StoreError as exc:
             log.info("could not reserve a job for %s: %s", lane, exc)

@@ -470,19 +470,22 @@ def _worker_tokens(entries: Any, base: Path) -> list[WorkerToken]:
     tokens = []
     for number, entry in enumerate(entries, 1):
         where = f"worker_tokens entry {number}"
-        if not isinstance(entry, dict) or set(entry) - {"name", "token", "token_file"}:
-            raise ConfigError(f"{where}: only name, and token or token_file, are known")
+        if not isinstance(entry, dict) or set(entry) - {"name", "token", "token_file", "tenant"}:
+            raise ConfigError(f"{where}: only name, token or token_file, and tenant are known")
         if ("token" in entry) == ("token_file" in entry):
             raise ConfigError(f"{where}: give token or token_file (one of them)")
-        token = (
-            _read_token_file(base / str(entry["token_file"]))
-            if "token_file" in entry
-            else entry["token"]
-        )
+        file = (base / str(entry["token_file"])).resolve() if "token_file" in entry else None
+        token = _read_token_file(file) if file is not None else entry["token"]
         name = entry.get("name")
         if not isinstance(token, str) or not isinstance(name, str):
             raise ConfigError(f"{where}: name and token must be strings")
-        tokens.append(WorkerToken(name, token))
+        tenant = entry.get("tenant")
+        if tenant is not None:
+            try:
+                tenant = check_tenant_name(tenant)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        tokens.append(WorkerToken(name, token, file, tenant))
     return tokens
 
 

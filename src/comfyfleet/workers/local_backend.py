@@ -1,21 +1,30 @@
-"""The backend a `comfyfleet worker --local-slots N` brings: `comfyfleet serve` with the
-built-in engine as a child process, listening on loopback only (the gateway reaches it
-through the worker's tunnel), stopped with the worker."""
+"""The backend a worker starts itself, as a child process listening on loopback only
+(the gateway reaches it through the worker's tunnel), stopped with the worker and
+killed by the kernel if the worker dies first:
+
+- `--local-slots N`: `comfyfleet serve` with the built-in engine;
+- `--comfyui DIR`: ComfyUI's main.py in DIR, with comfyfleet's companion pack, as a
+  managed backend is started (comfyfleet.managed).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
 
-log = logging.getLogger(__name__)
+from comfyfleet.managed.pack import pack_paths
+from comfyfleet.managed.process import spawn, terminate
+from comfyfleet.managed.spec import InstanceSpec, ManagedGroup
 
-START_TIMEOUT = 60.0
+log = logging.getLogger(__name__)
 
 
 def _free_loopback_port() -> int:
@@ -25,46 +34,67 @@ def _free_loopback_port() -> int:
         return port
 
 
+def _passed_on(variable: str) -> bool:
+    return not variable.startswith("COMFYFLEET_") or variable.startswith("COMFYFLEET_TEST_")
+
+
 class LocalBackend:
-    def __init__(self, data_dir: Path, slots: int, extra: list[str]) -> None:
-        self.data_dir = data_dir
-        self.slots = slots
-        self.extra = extra  # --testing-nodes, --custom-nodes DIR, ...
-        self.port = _free_loopback_port()
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log_file: Path,
+        port: int,
+        start_timeout: float,
+    ) -> None:
+        self.argv, self.env, self.cwd, self.log_file = argv, env, cwd, log_file
+        self.port = port
+        self.start_timeout = start_timeout
         self._process: asyncio.subprocess.Process | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @classmethod
+    def engine(cls, data_dir: Path, slots: int, extra: list[str]) -> LocalBackend:
+        """`comfyfleet serve --local-slots N` with its files in `data_dir`; `extra` are
+        more flags (--testing-nodes, --custom-nodes DIR)."""
+        port = _free_loopback_port()
+        argv = [sys.executable, "-m", "comfyfleet", "serve", "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--data-dir", str(data_dir), "--local-slots", str(slots)]
+        # Its settings are its flags: none of the worker's COMFYFLEET_* (a token would
+        # lock the gateway out), but the testing nodes' own variables.
+        env = {k: v for k, v in os.environ.items() if _passed_on(k)}
+        return cls([*argv, *extra], env, data_dir, data_dir / "backend.log", port, 60.0)
+
+    @classmethod
+    def comfyui(
+        cls, folder: Path, python: str, gpu: str, data_dir: Path, args: list[str]
+    ) -> LocalBackend:
+        """ComfyUI in `folder` run by `python`, on `gpu` (an id, or "cpu"), its input,
+        output and temp folders in `data_dir`, with the companion pack; `args` are more
+        of ComfyUI's flags."""
+        group = ManagedGroup(name="worker", path=folder, python=python, args=tuple(args))
+        spec = InstanceSpec(group, "worker", gpu, _free_loopback_port(), data_dir)
+        argv = spec.argv(pack_paths(data_dir / "pack"))
+        env = spec.environment(os.environ)
+        return cls(argv, env, spec.cwd, spec.log, spec.port, group.start_timeout)
+
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable,
-            "-m",
-            "comfyfleet",
-            "serve",
-            *("--host", "127.0.0.1", "--port", str(self.port)),
-            *("--data-dir", str(self.data_dir), "--local-slots", str(self.slots)),
-            *self.extra,
-        ]
-        log_file = (self.data_dir / "backend.log").open("ab")
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                *command, stdout=log_file, stderr=asyncio.subprocess.STDOUT
-            )
-        finally:
-            log_file.close()
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._process = await spawn(self.argv, self.env, self.cwd, self.log_file)
         await self._until_up()
 
     async def _until_up(self) -> None:
         assert self._process is not None
-        async with aiohttp.ClientSession() as session, asyncio.timeout(START_TIMEOUT):
+        async with aiohttp.ClientSession() as session, asyncio.timeout(self.start_timeout):
             while True:
                 if self._process.returncode is not None:
                     raise RuntimeError(
                         f"the worker's backend exited ({self._process.returncode}): "
-                        f"see {self.data_dir / 'backend.log'}"
+                        f"see {self.log_file}"
                     )
                 with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with session.get(f"{self.url}/system_stats") as answer:
@@ -73,12 +103,5 @@ class LocalBackend:
                 await asyncio.sleep(0.1)
 
     async def stop(self, grace: float = 10.0) -> None:
-        process = self._process
-        if process is None or process.returncode is not None:
-            return
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), grace)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        if self._process is not None and self._process.returncode is None:
+            await terminate(self._process, grace)

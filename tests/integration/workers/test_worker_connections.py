@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from comfyfleet.server.config import AuthToken
+from comfyfleet.server.workers.hub import HEARTBEAT
 from comfyfleet.tunnel.mux import CHUNK, DATA, OPEN, frame
 from comfyfleet.workers.tokens import WorkerToken
 from tests.servers import start_in_process
@@ -133,3 +134,41 @@ async def test_a_second_worker_under_a_connected_name_is_refused(gateway: str) -
             [listed] = (await answer.json())["workers"]
         assert listed["name"] == "worker-pool.w1" and listed["state"] == "connected"
         await first.close()
+
+
+async def test_a_token_whose_file_is_emptied_is_revoked_within_a_heartbeat(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "worker-token.txt"
+    secret.write_text(WORKER + "\n")
+    server, _gw = await start_in_process(
+        tmp_path / "data",
+        local_slots=0,
+        worker_tokens=(WorkerToken("pool", WORKER, secret),),
+    )
+    gateway = str(server.make_url("")).rstrip("/")
+    try:
+        async with aiohttp.ClientSession() as session:
+            ws = await connected(session, gateway)
+            secret.write_text("")  # revoked: no restart
+            started = asyncio.get_running_loop().time()
+            async with asyncio.timeout(HEARTBEAT + 5):
+                message = await ws.receive()
+                while message.type == aiohttp.WSMsgType.BINARY:  # its lane asks its backend
+                    message = await ws.receive()
+            assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 4401
+            assert asyncio.get_running_loop().time() - started <= HEARTBEAT + 1
+            url = f"{gateway}/api/workers/connect"
+            async with session.get(url, headers=bearer(WORKER)) as again:
+                assert again.status == 401
+            # Another token in the file: that one connects, the old one stays out.
+            secret.write_text("rotated-token-8a7b6c5d4e3f\n")
+            await asyncio.sleep(HEARTBEAT + 0.5)
+            async with session.get(url, headers=bearer(WORKER)) as old:
+                assert old.status == 401
+            rotated = await session.ws_connect(url, headers=bearer("rotated-token-8a7b6c5d4e3f"))
+            await rotated.send_str(HELLO)
+            assert json.loads((await rotated.receive(timeout=10)).data)["type"] == "welcome"
+            await rotated.close()
+    finally:
+        await server.close()

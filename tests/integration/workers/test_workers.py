@@ -36,7 +36,9 @@ def ledger_prompt(tag: str, seconds: float = 0.0) -> dict[str, object]:
 
 
 class WorkerProcess:
-    def __init__(self, gateway: str, folder: Path, name: str, *extra: str) -> None:
+    def __init__(
+        self, gateway: str, folder: Path, name: str, *extra: str, token: str = TOKEN
+    ) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         command = [
@@ -46,7 +48,7 @@ class WorkerProcess:
             *("--local-slots", "1", "--testing-nodes"),
             *extra,
         ]
-        env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN}
+        env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": token}
         with (folder / "worker.log").open("ab") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -215,3 +217,59 @@ def test_a_worker_killed_mid_prompt_loses_nothing_and_runs_nothing_twice(
             survivor.kill()
     finally:
         doomed.kill()
+
+
+ALICE, BOB = "alice-client-token-31f5", "bob-client-token-8e0c"
+TENANT_CONFIG = f"""
+[[auth.tokens]]
+token = "{ALICE}"
+tenant = "alice"
+admin = true
+
+[[auth.tokens]]
+token = "{BOB}"
+tenant = "bob"
+
+[[worker_tokens]]
+name = "alices-gpu"
+token = "{TOKEN}"
+tenant = "alice"
+
+[[worker_tokens]]
+name = "shared"
+token = "{TOKEN[::-1]}"
+"""
+
+
+def test_a_worker_brought_for_one_tenant_runs_only_that_tenants_prompts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
+    config = tmp_path / "gateway.toml"
+    config.write_text(TENANT_CONFIG)
+    args = ("--local-slots", "0", "--config", str(config))
+    with ServerProcess(tmp_path / "gateway", *args, token=ALICE) as gateway:
+        alices = WorkerProcess(gateway.url, tmp_path / "w0", "")
+        shared = None
+        try:
+            poll(lambda: lanes_up(gateway, 1), what="alice's worker", timeout=60)
+            [listed] = gateway.get("/api/fleet/workers")["workers"]
+            assert (listed["name"], listed["tenant"]) == ("worker-alices-gpu", "alice")
+            gateway.token = BOB
+            bobs = gateway.post("/prompt", {"prompt": ledger_prompt("bob")})["prompt_id"]
+            gateway.token = ALICE
+            hers = gateway.post("/prompt", {"prompt": ledger_prompt("alice")})["prompt_id"]
+            poll(lambda: bool(gateway.get(f"/history/{hers}")), what="alice's prompt")
+            time.sleep(1.0)
+            gateway.token = BOB
+            assert gateway.get(f"/api/jobs/{bobs}")["status"] == "pending"  # not on hers
+            shared = WorkerProcess(gateway.url, tmp_path / "w1", "", token=TOKEN[::-1])
+            poll(lambda: bool(gateway.get(f"/history/{bobs}")), what="bob's prompt", timeout=60)
+            lines = [json.loads(x) for x in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+            pids = {line["tag"]: line["pid"] for line in lines}
+            assert pids["alice"] == children_of(alices.proc.pid)[0]
+            assert pids["bob"] == children_of(shared.proc.pid)[0]
+        finally:
+            alices.kill()
+            if shared is not None:
+                shared.kill()

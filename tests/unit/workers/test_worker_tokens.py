@@ -25,13 +25,13 @@ def test_tokens_come_from_the_file_inline_or_from_a_token_file(tmp_path: Path) -
         config(
             tmp_path,
             f'[[worker_tokens]]\nname = "pool"\ntoken = "{GOOD}"\n'
-            '[[worker_tokens]]\nname = "gpu.7"\ntoken_file = "secret.txt"\n',
+            '[[worker_tokens]]\nname = "gpu.7"\ntoken_file = "secret.txt"\ntenant = "alice"\n',
         ),
         env={},
     )
     assert loaded.worker_tokens == (
         WorkerToken("pool", GOOD),
-        WorkerToken("gpu.7", "from-a-file-abcdef0123"),
+        WorkerToken("gpu.7", "from-a-file-abcdef0123", tmp_path / "secret.txt", "alice"),
     )
     assert GOOD not in repr(loaded.worker_tokens)
 
@@ -42,7 +42,8 @@ def test_tokens_come_from_the_file_inline_or_from_a_token_file(tmp_path: Path) -
         (f'name = "bad name"\ntoken = "{GOOD}"', "name"),
         ('name = "pool"\ntoken = "short"', "at least 16"),
         ('name = "pool"', "token or token_file"),
-        (f'name = "pool"\ntoken = "{GOOD}"\ntenant = "x"', "only name"),
+        (f'name = "pool"\ntoken = "{GOOD}"\nowner = "x"', "only name"),
+        (f'name = "pool"\ntoken = "{GOOD}"\ntenant = "../x"', "tenant"),
         (f'token = "{GOOD}"', "strings"),
     ],
 )

@@ -32,7 +32,7 @@ from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
 from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
 from comfyfleet.tunnel.mux import CHUNK, HEADER, TunnelBroken
-from comfyfleet.workers.tokens import NAME, WorkerToken, holder
+from comfyfleet.workers.tokens import NAME, WorkerToken, holder, reread
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class Worker:
     name: str  # its lane's backend name: worker-<token name>[.<worker's own name>]
     end: GatewayEnd
     lane: ComfyUILane
+    token: WorkerToken
     ws: WebSocketLike | None = None
     connected_at: float = 0.0
     draining: bool = False
@@ -57,10 +58,12 @@ class Worker:
 class WorkerHub:
     def __init__(self, gateway: Gateway, tokens: Sequence[WorkerToken], grace: float) -> None:
         self.gw = gateway
-        self.tokens = tuple(tokens)
+        self._configured = tuple(tokens)  # as the config named them: read again from these
+        self.tokens = self._configured
         self.grace = grace  # s a disconnected worker's lane waits for it to come back
         self.workers: dict[str, Worker] = {}
         self._lock = asyncio.Lock()
+        self._rereading: asyncio.Task[None] | None = None
         gateway.fleet.awaits_workers = bool(self.tokens)
 
     # -- the route ---------------------------------------------------------------
@@ -72,6 +75,8 @@ class WorkerHub:
             return _refusal(401, "unauthorized", "a worker token is required")
         ws = web.WebSocketResponse(heartbeat=HEARTBEAT, max_msg_size=HEADER.size + CHUNK)
         await ws.prepare(request)
+        if self._rereading is None and any(t.file for t in self.tokens):
+            self._rereading = asyncio.create_task(self._reread_tokens(), name="worker-tokens")
         try:
             hello = await _hello(ws)
             worker = await self._arrive(token, hello, ws)
@@ -103,7 +108,8 @@ class WorkerHub:
                 await self._remove(worker)  # back with other slots: a new lane
                 worker = None
             if worker is None:
-                worker = await self._new(name, slots)
+                worker = await self._new(name, slots, token)
+            worker.token = token
             if worker.leaving is not None:
                 worker.leaving.cancel()
                 worker.leaving = None
@@ -112,15 +118,16 @@ class WorkerHub:
             worker.draining = worker.lane.draining = False
         return worker
 
-    async def _new(self, name: str, slots: int) -> Worker:
+    async def _new(self, name: str, slots: int, token: WorkerToken) -> Worker:
         if name in self.gw.fleet.backends:
             raise ValueError(f"a backend named {name} exists")
         end = GatewayEnd()
         await end.start()
         lane = self.gw.fleet.backend_lane(BackendSpec(url=end.url, name=name, slots=slots))
+        lane.only_tenant = token.tenant
         self.gw.owners.pin(name)
         await self.gw.scheduler.add_lane(lane)
-        worker = Worker(name, end, lane)
+        worker = Worker(name, end, lane, token)
         self.workers[name] = worker
         return worker
 
@@ -172,8 +179,21 @@ class WorkerHub:
         await self.gw.fleet.forget(worker.name)
         await worker.end.close()
 
+    async def _reread_tokens(self) -> None:
+        """Token files are read again every heartbeat: a worker whose token was revoked
+        (or replaced) is disconnected, and refused when it tries again."""
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            self.tokens = await asyncio.to_thread(reread, self._configured)
+            for worker in list(self.workers.values()):
+                if worker.token not in self.tokens and worker.ws is not None:
+                    log.warning("worker %s: its token was revoked", worker.name)
+                    await worker.ws.close(code=4401, message=b"token revoked")
+
     async def close(self) -> None:
         """The gateway stops: every tunnel ends (its lanes stopped with the scheduler)."""
+        if self._rereading is not None:
+            self._rereading.cancel()
         for worker in list(self.workers.values()):
             for task in (worker.leaving, worker.telling):
                 if task is not None:
@@ -191,6 +211,7 @@ class WorkerHub:
                 "name": w.name,
                 "lane": w.lane.name,
                 "slots": w.lane.spec.slots,
+                "tenant": w.lane.only_tenant,
                 "state": "draining" if w.draining else ("connected" if w.ws else "away"),
                 "connected_for": round(now - w.connected_at, 1) if w.ws else None,
                 "running": self.gw.scheduler.runs_on(w.lane.name),
