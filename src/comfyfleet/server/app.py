@@ -48,6 +48,7 @@ from comfyfleet.server.plumbing.middleware import (
     origin_check,
 )
 from comfyfleet.server.plumbing.routing import Route, install
+from comfyfleet.server.workers.demand import Demand
 from comfyfleet.server.workers.hub import WorkerHub, worker_routes
 from comfyfleet.store.postgres_parts.url import redact_urls_in
 
@@ -105,6 +106,9 @@ def build_app(gateway: Gateway) -> web.Application:
     routes += metrics.routes()
     workers = WorkerHub(gateway, config.worker_tokens, grace=config.lease * 2)
     routes += worker_routes(workers)
+    demand = Demand(gateway, workers)
+    routes += demand.routes()
+    metrics.live.more.append(demand.gauges)
     logs = LogBuffer()  # the editor's terminal panel
     routes += _editor_routes(gateway, logs)  # last: its files' catch-all comes last
     middlewares: list[Middleware] = [json_errors]

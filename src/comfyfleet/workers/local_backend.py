@@ -23,6 +23,7 @@ import aiohttp
 from comfyfleet.managed.pack import pack_paths
 from comfyfleet.managed.process import spawn, terminate
 from comfyfleet.managed.spec import InstanceSpec, ManagedGroup
+from comfyfleet.nodes.testing import LEDGER_ENV
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def _free_loopback_port() -> int:
 
 
 def _passed_on(variable: str) -> bool:
-    return not variable.startswith("COMFYFLEET_") or variable.startswith("COMFYFLEET_TEST_")
+    return not variable.startswith("COMFYFLEET_") or variable == LEDGER_ENV
 
 
 class LocalBackend:
@@ -65,7 +66,7 @@ class LocalBackend:
         argv = [sys.executable, "-m", "comfyfleet", "serve", "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--data-dir", str(data_dir), "--local-slots", str(slots)]
         # Its settings are its flags: none of the worker's COMFYFLEET_* (a token would
-        # lock the gateway out), but the testing nodes' own variables.
+        # lock the gateway out), but the testing nodes' ledger.
         env = {k: v for k, v in os.environ.items() if _passed_on(k)}
         return cls([*argv, *extra], env, data_dir, data_dir / "backend.log", port, 60.0)
 

@@ -6,11 +6,14 @@ to a worker, and a worker listens on no port but its backend's, on loopback."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -273,3 +276,50 @@ def test_a_worker_brought_for_one_tenant_runs_only_that_tenants_prompts(
             alices.kill()
             if shared is not None:
                 shared.kill()
+
+
+def sleep_prompt(seconds: float, tag: str) -> dict[str, object]:
+    return {
+        "1": {"class_type": "LedgerAppend", "inputs": {"tag": tag, "seconds": seconds}},
+        "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+    }
+
+
+def test_demand_says_how_many_workers_the_queue_wants(
+    gateway: ServerProcess, tmp_path: Path
+) -> None:
+    assert gateway.get("/api/fleet/demand")["workers_wanted"] is None  # nothing ran yet
+    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0", "--grace", "10")
+    try:
+        poll(lambda: lanes_up(gateway, 1), what="the worker", timeout=60)
+        ran = [gateway.post("/prompt", {"prompt": sleep_prompt(0.5, f"r{n}")}) for n in range(3)]
+        poll(
+            lambda: all(gateway.get(f"/history/{r['prompt_id']}") for r in ran),
+            what="three prompts",
+            timeout=60,
+        )
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.proc.wait(timeout=15) == 0
+        poll(lambda: gateway.get("/api/fleet/workers")["workers"] == [], what="its lane to go")
+        for n in range(20):
+            gateway.post("/prompt", {"prompt": sleep_prompt(0.5, f"q{n}")})
+        demand = gateway.get("/api/fleet/demand?target_wait=2")
+        assert (demand["pending"], demand["running"]) == (20, 0)
+        assert 0.5 <= demand["seconds_per_prompt"] < 1.5
+        per_prompt = demand["seconds_per_prompt"]
+        assert demand["slots_wanted"] == math.ceil(20 * per_prompt / 2)
+        assert demand["workers_wanted"] == demand["slots_wanted"]  # no lane left: 1 slot each
+        assert demand["workers"] == {"connected": 0, "idle": 0, "draining": 0}
+        assert demand["needs"] == [{"classes": [], "pending": 20}]  # the gateway's own nodes
+        metrics = urllib.request.urlopen(gateway.url + "/metrics", timeout=10).read().decode()
+        assert f"comfyfleet_workers_wanted {float(math.ceil(20 * per_prompt / 60))}" in metrics
+        assert 'comfyfleet_workers{state="connected"} 0.0' in metrics
+        for bad in ("0", "nan", "x", "100000"):
+            try:
+                gateway.get(f"/api/fleet/demand?target_wait={bad}")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 400
+            else:
+                raise AssertionError(f"target_wait={bad} was taken")
+    finally:
+        worker.kill()

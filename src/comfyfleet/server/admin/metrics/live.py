@@ -11,7 +11,7 @@ name families that exist from the first scrape on.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -47,6 +47,8 @@ class LiveCollector(Collector):
         self._tenant = BoundedLabel(MAX_SERIES)
         self._tenants: list[TenantShare] = []
         self._spent: dict[str, Usage] = {}
+        #: More families, from other parts (the workers' demand), given the store's counts.
+        self.more: list[Callable[[Mapping[JobStatus, int]], Iterator[Metric]]] = []
 
     async def refresh(self) -> None:
         """Read what needs a store read (before `collect`, which cannot wait)."""
@@ -67,6 +69,8 @@ class LiveCollector(Collector):
         yield from self._websockets()
         yield from self._fanout()
         yield from self._webhooks()
+        for more in self.more:
+            yield from more(self._counts)
         yield _histogram(
             "comfyfleet_store_commit_seconds",
             "Time of each store write until committed (SQLite: one group commit of the "
