@@ -87,6 +87,17 @@ class BackendSpec:
 
 
 @dataclass
+class WorkerLink:
+    """What a lane reached through a worker's connection knows of it (for the dashboard
+    and the admin API): where it connected from, since when, its last word, its state."""
+
+    address: str
+    connected_at: float  # time.time()
+    seen_at: float
+    state: str = "connected"  # connected, draining, away
+
+
+@dataclass
 class PromptWatch:
     """The frames of one prompt as they arrive, and when the last one came.
 

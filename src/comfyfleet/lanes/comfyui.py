@@ -26,6 +26,7 @@ from comfyfleet.lanes.backend import (
     FileAnswer,
     PromptWatch,
     Withdrawn,
+    WorkerLink,
 )
 from comfyfleet.lanes.base import Adopt, LaneRun, adopt_none
 from comfyfleet.lanes.capabilities import Capabilities, Key, KnownCapabilities
@@ -119,6 +120,7 @@ class ComfyUILane:
         # Called as the backend accepts each prompt (a managed backend counts them).
         self.on_sent: Callable[[], None] = _ignore
         self.only_tenant: str | None = None  # see Lane
+        self.worker: WorkerLink | None = None  # a worker's lane: its connection
         # Budget holds of the prompts it runs (the fleet's, when budgets apply).
         self.holds = BackendHolds(None, client.spec.name, self.fetch_json)
 

@@ -99,11 +99,13 @@ class WorkerAgent:
             mux = worker_mux(ws, self._host, self._port)
             carrying = asyncio.create_task(carry(ws, mux, on_control), name="tunnel")
             stop = asyncio.create_task(self.stopping.wait(), name="stop")
+            beats = asyncio.create_task(_beat(ws), name="beats")
             await asyncio.wait([carrying, stop], return_when=asyncio.FIRST_COMPLETED)
             if stop.done() and not carrying.done():
                 await self._drain(ws, drained, carrying)
             stop.cancel()
-            await asyncio.gather(carrying, stop, return_exceptions=True)
+            beats.cancel()
+            await asyncio.gather(carrying, stop, beats, return_exceptions=True)
 
     async def _drain(
         self, ws: aiohttp.ClientWebSocketResponse, drained: asyncio.Event, carrying: Any
@@ -118,3 +120,11 @@ class WorkerAgent:
         if not drained.is_set():
             log.warning("the grace ran out: what still runs goes back to the gateway's queue")
         await ws.close()
+
+
+async def _beat(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Its last word, every heartbeat: the gateway shows when it last heard from it."""
+    while not ws.closed:
+        await asyncio.sleep(HEARTBEAT)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.send_str(json.dumps({"type": "beat"}))

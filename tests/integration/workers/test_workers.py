@@ -131,6 +131,15 @@ def test_two_workers_run_two_hundred_prompts_each_once(
     workers = [WorkerProcess(gateway.url, tmp_path / f"w{n}", f"w{n}") for n in range(2)]
     try:
         poll(lambda: lanes_up(gateway, 2), what="two workers", timeout=60)
+        listed = gateway.get("/api/fleet/workers")["workers"]
+        assert sorted(w["name"] for w in listed) == ["worker-pool.w0", "worker-pool.w1"]
+        assert {w["address"] for w in listed} == {"127.0.0.1"}
+        assert all(w["node_classes"] > 0 and time.time() - w["seen_at"] < 10 for w in listed)
+        shown = gateway.get("/api/fleet/status")["lanes"]  # the dashboard's
+        assert sorted(lane["backend"] for lane in shown if lane["kind"] == "worker") == [
+            "worker-pool.w0",
+            "worker-pool.w1",
+        ]
         ids = [
             gateway.post("/prompt", {"prompt": ledger_prompt(f"p{n}")})["prompt_id"]
             for n in range(200)

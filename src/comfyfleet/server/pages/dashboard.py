@@ -231,6 +231,12 @@ def _lanes(gw: Gateway, running: list[dict[str, Any]], view: Viewer) -> list[dic
             "slots": lane.runs_at_once,
             "prefetch": lane.spec.prefetch,
         }
+        if lane.worker is not None:
+            entry["kind"] = "worker"
+            entry["worker"] = {"state": lane.worker.state, "seen_at": lane.worker.seen_at}
+            entry["node_classes"] = len(lane.capabilities.object_info)
+            if view.admin:
+                entry["worker"]["address"] = lane.worker.address
         set_aside = gw.scheduler.reserved_for(lane.name)
         entry["set_aside_count"] = len(set_aside)
         if view.admin:

@@ -3,6 +3,7 @@ worker, which carries the tunnel to its backend (comfyfleet.tunnel) and a few co
 messages (JSON text):
 
     worker -> gateway   {"type": "hello", "name": "gpu-7", "slots": 1}   first, within 10 s
+                        {"type": "beat"}       every heartbeat: its last word is recorded
                         {"type": "drain"}      SIGTERM: take no new work
     gateway -> worker   {"type": "welcome", "lane": "worker-pool.gpu-7"}
                         {"type": "drained"}    nothing of the worker's runs any more
@@ -20,13 +21,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from comfyfleet.lanes.backend import BackendSpec
+from comfyfleet.lanes.backend import BackendSpec, WorkerLink
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
@@ -48,8 +50,8 @@ class Worker:
     end: GatewayEnd
     lane: ComfyUILane
     token: WorkerToken
+    link: WorkerLink  # also the lane's: what the dashboard shows
     ws: WebSocketLike | None = None
-    connected_at: float = 0.0
     draining: bool = False
     leaving: asyncio.Task[None] | None = field(default=None, repr=False)
     telling: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -79,7 +81,7 @@ class WorkerHub:
             self._rereading = asyncio.create_task(self._reread_tokens(), name="worker-tokens")
         try:
             hello = await _hello(ws)
-            worker = await self._arrive(token, hello, ws)
+            worker = await self._arrive(token, hello, ws, request.remote or "")
         except (TunnelBroken, TimeoutError, ValueError) as exc:
             await ws.close(code=4400, message=str(exc)[:120].encode())
             return ws
@@ -92,7 +94,9 @@ class WorkerHub:
             await self._left(worker, ws)
         return ws
 
-    async def _arrive(self, token: WorkerToken, hello: dict[str, Any], ws: WebSocketLike) -> Worker:
+    async def _arrive(
+        self, token: WorkerToken, hello: dict[str, Any], ws: WebSocketLike, address: str
+    ) -> Worker:
         own = hello.get("name") or ""
         if own and (not isinstance(own, str) or not NAME.fullmatch(own)):
             raise ValueError("a worker's name: 1 to 64 letters, digits, '.', '_' or '-'")
@@ -114,7 +118,8 @@ class WorkerHub:
                 worker.leaving.cancel()
                 worker.leaving = None
             worker.ws = ws
-            worker.connected_at = asyncio.get_running_loop().time()
+            now = time.time()
+            worker.link = worker.lane.worker = WorkerLink(address, now, now)
             worker.draining = worker.lane.draining = False
         return worker
 
@@ -127,13 +132,16 @@ class WorkerHub:
         lane.only_tenant = token.tenant
         self.gw.owners.pin(name)
         await self.gw.scheduler.add_lane(lane)
-        worker = Worker(name, end, lane, token)
+        link = WorkerLink("", time.time(), time.time())
+        worker = Worker(name, end, lane, token, link)
         self.workers[name] = worker
         return worker
 
     async def _control(self, worker: Worker, message: dict[str, Any]) -> None:
+        worker.link.seen_at = time.time()
         if message["type"] == "drain":
             worker.draining = worker.lane.draining = True
+            worker.link.state = "draining"
             self.gw.scheduler.wake()  # what was set aside for it goes elsewhere
             if worker.telling is None or worker.telling.done():
                 worker.telling = asyncio.create_task(
@@ -154,6 +162,7 @@ class WorkerHub:
             if worker.ws is not ws:
                 return  # it came back on another connection meanwhile
             worker.ws = None
+            worker.link.state = "away"
             log.info("worker %s disconnected", worker.name)
             if worker.draining:  # it said so: nothing to wait for
                 await self._remove(worker)
@@ -204,20 +213,29 @@ class WorkerHub:
         self.workers.clear()
 
     def status(self) -> list[dict[str, Any]]:
-        """For /api/fleet/workers and the dashboard."""
-        now = asyncio.get_running_loop().time()
+        """For /api/fleet/workers."""
         return [
             {
                 "name": w.name,
                 "lane": w.lane.name,
                 "slots": w.lane.spec.slots,
                 "tenant": w.lane.only_tenant,
-                "state": "draining" if w.draining else ("connected" if w.ws else "away"),
-                "connected_for": round(now - w.connected_at, 1) if w.ws else None,
+                **link_json(w.link),
+                "node_classes": len(w.lane.capabilities.object_info),
                 "running": self.gw.scheduler.runs_on(w.lane.name),
             }
             for w in self.workers.values()
         ]
+
+
+def link_json(link: WorkerLink) -> dict[str, Any]:
+    """A worker's connection as the admin API and the dashboard show it."""
+    return {
+        "state": link.state,
+        "address": link.address,
+        "connected_at": link.connected_at,
+        "seen_at": link.seen_at,
+    }
 
 
 def _bearer(request: web.Request) -> str | None:

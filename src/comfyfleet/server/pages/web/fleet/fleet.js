@@ -48,6 +48,12 @@ function lanes(snapshot) {
       else if (lane.state !== "elsewhere") actions = button("drain", "POST", `${path}/drain`);
       actions += button("remove", "DELETE", path);
     }
+    if (lane.kind === "worker") {
+      // A worker: where it connected from, when it last spoke, what it can run.
+      const seen = Math.max(0, snapshot.time - lane.worker.seen_at).toFixed(0);
+      const from = lane.worker.address ? ` from ${esc(lane.worker.address)}` : "";
+      actions = `<span class="dim">worker${from}, heard ${seen} s ago, ${lane.node_classes} node classes</span>`;
+    }
     return `<tr data-lane="${esc(lane.name)}"><td title="${esc(lane.url)}">${name}</td>
       <td class="state ${state}">${state}</td><td>${lane.slots}</td>
       <td>${lane.running.map(short).join(" ")}</td><td>${lane.prefetched.map(short).join(" ")}</td>
