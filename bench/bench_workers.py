@@ -1,0 +1,295 @@
+"""Workers (`comfyfleet worker`): the cost of reaching a backend through a worker's own
+connection, and a fleet of workers that come and go.
+
+1. **Idle gap, push against workers.** N backends, each `comfyfleet serve --local-slots 1
+   --testing-nodes`: once given to a gateway with `--backend URL` (the baseline: the
+   gateway connects to them), once each brought by a `comfyfleet worker --local-slots 1`
+   that connects out to a gateway (the gateway reaches it through that connection).
+   Each gateway gets `--per-slot` x N prompts of `Sleep(1)` at once. Figures: the idle
+   gap per slot (from one prompt's end to the next one's start on the same lane, from
+   the gateway's history: the backends' own event times), p50 and p90, and the
+   efficiency (ideal time / first start to last end).
+2. **Churn.** `--churn-workers` workers (built-in engine, 1 slot each) join and leave at
+   random while `--churn-prompts` prompts of `LedgerAppend(seconds)` run: each lives a
+   random 4 to 16 s, then is stopped, a quarter of them with SIGKILL (its backend dies
+   with it), the rest with SIGTERM (they drain), and another starts in its place.
+   Figures: prompts lost (not ended in success), prompts whose side effect happened
+   more than once (counted outside every process: the ledger file), and the
+   efficiency against the live slot-time (the prompts' seconds / the seconds the
+   workers' lanes were up, summed; a lane counts from when the gateway lists it up
+   to when its process exits).
+
+    .venv/bin/python bench/bench_workers.py [--workers 16] [--per-slot 8]
+        [--churn-workers 20] [--churn-prompts 2000] [--churn-seconds 0.2] [--skip-churn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure
+from harness import BIN, free_port, percentile, serve
+
+TOKEN = "bench-worker-token-" + os.urandom(6).hex()
+LEDGER_ENV = "COMFYFLEET_TEST_LEDGER"
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def post(url: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def until(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout} s for {what}")
+        time.sleep(0.1)
+
+
+def answers(url: str) -> bool:
+    try:
+        get(url + "/system_stats")
+        return True
+    except OSError:
+        return False
+
+
+def up_lanes(gateway: str) -> dict[str, bool]:
+    return {b["name"]: b["state"] == "up" for b in get(gateway + "/api/fleet/backends")["backends"]}
+
+
+def worker(gateway: str, folder: Path, name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    command = [BIN, "worker", "--gateway", gateway, "--name", name, "--local-slots", "1"]
+    command += ["--testing-nodes", "--data-dir", str(folder), "--grace", "5", "--log-level", "WARNING"]
+    return subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+
+
+def gateway_config(folder: Path) -> Path:
+    config = folder / "gateway.toml"
+    config.write_text(f'[[worker_tokens]]\nname = "bench"\ntoken = "{TOKEN}"\n')
+    return config
+
+
+def sleep_prompt(seconds: float) -> dict[str, Any]:
+    return {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+    }
+
+
+def runs_by_lane(gateway: str, ids: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """Each lane's prompts as (start, end), in seconds, from the history's event times."""
+    lanes: dict[str, list[tuple[float, float]]] = {}
+    for prompt_id in ids:
+        entry = get(f"{gateway}/history/{prompt_id}")[prompt_id]
+        times = {name: data["timestamp"] / 1000 for name, data in entry["status"]["messages"]}
+        lane = get(f"{gateway}/api/jobs/{prompt_id}")["lane"]
+        lanes.setdefault(lane, []).append((times["execution_start"], times["execution_success"]))
+    return lanes
+
+
+def gaps_and_efficiency(
+    lanes: dict[str, list[tuple[float, float]]], ideal: float
+) -> tuple[list[float], float]:
+    gaps = []
+    for runs in lanes.values():
+        runs.sort()
+        gaps += [max(0.0, b[0] - a[1]) for a, b in zip(runs, runs[1:], strict=False)]
+    first = min(r[0] for runs in lanes.values() for r in runs)
+    last = max(r[1] for runs in lanes.values() for r in runs)
+    return gaps, ideal / (last - first)
+
+
+def one_round(gateway: str, count: int, per_slot: int) -> tuple[list[float], float]:
+    ids = [post(gateway + "/prompt", {"prompt": sleep_prompt(1.0)})["prompt_id"] for _ in range(count * per_slot)]
+    until(lambda: not get(gateway + "/queue")["queue_pending"] and not get(gateway + "/queue")["queue_running"],
+          60 + 4 * per_slot, "the prompts")
+    return gaps_and_efficiency(runs_by_lane(gateway, ids), float(per_slot))
+
+
+def idle_gap(count: int, per_slot: int, root: Path) -> None:
+    env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN}
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        # The baseline: backends the gateway connects to.
+        urls = []
+        for n in range(count):
+            port = free_port()
+            processes.append(serve(root / f"b{n}", port, "--local-slots", "1", "--testing-nodes"))
+            urls.append(f"http://127.0.0.1:{port}")
+        for url in urls:
+            until(lambda url=url: answers(url), 60, "a backend")
+        port = free_port()
+        backend_args = [arg for url in urls for arg in ("--backend", url)]
+        processes.append(serve(root / "gw-push", port, "--local-slots", "0", "--testing-nodes", *backend_args))
+        push = f"http://127.0.0.1:{port}"
+        until(lambda: answers(push) and len(up_lanes(push)) == count and all(up_lanes(push).values()), 60, "the push gateway")
+        push_gaps, push_efficiency = one_round(push, count, per_slot)
+        for process in processes:
+            process.kill()
+        processes.clear()
+        # Workers: the same backends, each brought by a worker that connects out.
+        port = free_port()
+        config = gateway_config(root)
+        processes.append(serve(root / "gw-workers", port, "--local-slots", "0", "--testing-nodes", "--config", str(config)))
+        pulled = f"http://127.0.0.1:{port}"
+        until(lambda: answers(pulled), 60, "the workers' gateway")
+        for n in range(count):
+            processes.append(worker(pulled, root / f"w{n}", f"w{n}", env))
+        until(lambda: len(up_lanes(pulled)) == count and all(up_lanes(pulled).values()), 120, "the workers")
+        worker_gaps, worker_efficiency = one_round(pulled, count, per_slot)
+    finally:
+        for process in processes:
+            process.kill()
+    push_p50 = percentile(push_gaps, 50) * 1000
+    figure("push_idle_gap_p50", push_p50, "ms")
+    figure("push_idle_gap_p90", percentile(push_gaps, 90) * 1000, "ms")
+    figure("worker_idle_gap_p50", percentile(worker_gaps, 50) * 1000, "ms", push_p50)
+    figure("worker_idle_gap_p90", percentile(worker_gaps, 90) * 1000, "ms", percentile(push_gaps, 90) * 1000)
+    figure("worker_gap_p50_minus_push", percentile(worker_gaps, 50) * 1000 - push_p50, "ms")
+    figure("push_efficiency", push_efficiency, "x")
+    figure("worker_efficiency", worker_efficiency, "x", push_efficiency)
+
+
+class Churn:
+    """Keeps `size` workers alive, each for a random 4 to 16 s, a quarter SIGKILLed."""
+
+    def __init__(self, gateway: str, size: int, root: Path, env: dict[str, str]) -> None:
+        self.gateway, self.size, self.root, self.env = gateway, size, root, env
+        self.alive: dict[str, tuple[subprocess.Popen[bytes], float]] = {}  # name -> (process, end)
+        self.up_since: dict[str, float] = {}
+        self.slot_seconds = 0.0
+        self.kills = self.terms = self.started = 0
+        self.stop = threading.Event()
+        self.random = random.Random(7)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            while len(self.alive) < self.size:
+                name = f"c{self.started}"
+                self.started += 1
+                process = worker(self.gateway, self.root / name, name, self.env)
+                self.alive[name] = (process, now + self.random.uniform(4, 16))
+            lanes = up_lanes(self.gateway)
+            for name, (process, end) in list(self.alive.items()):
+                lane = f"worker-bench.{name}"
+                if lanes.get(lane) and name not in self.up_since:
+                    self.up_since[name] = now
+                if now >= end:
+                    if self.random.random() < 0.25:
+                        process.kill()
+                        self.kills += 1
+                    else:
+                        process.send_signal(signal.SIGTERM)
+                        self.terms += 1
+                    del self.alive[name]
+                    threading.Thread(target=self._count_exit, args=(name, process), daemon=True).start()
+            self.stop.wait(0.2)
+        for name, (process, _end) in list(self.alive.items()):
+            process.kill()
+            self._count_exit(name, process)
+
+    def _count_exit(self, name: str, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        since = self.up_since.get(name)
+        if since is not None:
+            self.slot_seconds += time.monotonic() - since
+
+
+def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
+    ledger = root / "ledger.jsonl"
+    env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN, LEDGER_ENV: str(ledger)}
+    port = free_port()
+    config = gateway_config(root)
+    gateway_process = serve(root / "gw-churn", port, "--local-slots", "0", "--testing-nodes", "--config", str(config))
+    gateway = f"http://127.0.0.1:{port}"
+    fleet = Churn(gateway, size, root, env)
+    runner = threading.Thread(target=fleet.run, daemon=True)
+    try:
+        until(lambda: answers(gateway), 60, "the gateway")
+        runner.start()
+        prompt = {
+            "1": {"class_type": "LedgerAppend", "inputs": {"tag": "churn", "seconds": seconds}},
+            "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+        }
+        ids = [post(gateway + "/prompt", {"prompt": prompt})["prompt_id"] for _ in range(prompts)]
+        started = time.monotonic()
+        until(lambda: not get(gateway + "/queue")["queue_pending"] and not get(gateway + "/queue")["queue_running"],
+              prompts * seconds * 4 + 300, "the churned prompts")
+        took = time.monotonic() - started
+        history = get(gateway + "/history")
+        lost = sum(
+            1
+            for prompt_id in ids
+            if history.get(prompt_id, {}).get("status", {}).get("status_str") != "success"
+        )
+    finally:
+        fleet.stop.set()
+        runner.join(timeout=60)
+        gateway_process.kill()
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    counted = Counter(line["prompt_id"] for line in lines)
+    twice = sum(1 for prompt_id in ids if counted[prompt_id] > 1)
+    missing = sum(1 for prompt_id in ids if counted[prompt_id] == 0)
+    figure("churn_prompts", prompts, "count")
+    figure("churn_lost", lost, "count")
+    figure("churn_side_effect_missing", missing, "count")
+    figure("churn_side_effect_twice", twice, "count")
+    figure("churn_workers_started", fleet.started, "count")
+    figure("churn_sigkills", fleet.kills, "count")
+    figure("churn_sigterms", fleet.terms, "count")
+    figure("churn_seconds", took, "s")
+    figure("churn_efficiency", prompts * seconds / fleet.slot_seconds if fleet.slot_seconds else 0.0, "x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--per-slot", type=int, default=8)
+    parser.add_argument("--churn-workers", type=int, default=20)
+    parser.add_argument("--churn-prompts", type=int, default=2000)
+    parser.add_argument("--churn-seconds", type=float, default=0.2)
+    parser.add_argument("--skip-churn", action="store_true")
+    parser.add_argument("--skip-gap", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-workers-") as folder:
+        root = Path(folder)
+        if not args.skip_gap:
+            (root / "gap").mkdir()
+            idle_gap(args.workers, args.per_slot, root / "gap")
+        if not args.skip_churn:
+            (root / "churn").mkdir()
+            churn(args.churn_workers, args.churn_prompts, args.churn_seconds, root / "churn")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
