@@ -84,10 +84,16 @@ def up_lanes(gateway: str) -> dict[str, bool]:
 
 def worker(gateway: str, folder: Path, name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     command = [BIN, "worker", "--gateway", gateway, "--name", name, "--local-slots", "1"]
-    command += ["--testing-nodes", "--data-dir", str(folder), "--grace", "5", "--log-level", "WARNING"]
-    return subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+    command += [
+        "--testing-nodes",
+        "--data-dir",
+        str(folder),
+        "--grace",
+        "5",
+        "--log-level",
+        "WARNING",
+    ]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def gateway_config(folder: Path) -> Path:
@@ -98,7 +104,10 @@ def gateway_config(folder: Path) -> Path:
 
 def sleep_prompt(seconds: float) -> dict[str, Any]:
     return {
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+        },
         "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
         "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
     }
@@ -128,9 +137,18 @@ def gaps_and_efficiency(
 
 
 def one_round(gateway: str, count: int, per_slot: int) -> tuple[list[float], float]:
-    ids = [post(gateway + "/prompt", {"prompt": sleep_prompt(1.0)})["prompt_id"] for _ in range(count * per_slot)]
-    until(lambda: not get(gateway + "/queue")["queue_pending"] and not get(gateway + "/queue")["queue_running"],
-          60 + 4 * per_slot, "the prompts")
+    ids = [
+        post(gateway + "/prompt", {"prompt": sleep_prompt(1.0)})["prompt_id"]
+        for _ in range(count * per_slot)
+    ]
+    until(
+        lambda: (
+            not get(gateway + "/queue")["queue_pending"]
+            and not get(gateway + "/queue")["queue_running"]
+        ),
+        60 + 4 * per_slot,
+        "the prompts",
+    )
     return gaps_and_efficiency(runs_by_lane(gateway, ids), float(per_slot))
 
 
@@ -148,9 +166,15 @@ def idle_gap(count: int, per_slot: int, root: Path) -> None:
             until(lambda url=url: answers(url), 60, "a backend")
         port = free_port()
         backend_args = [arg for url in urls for arg in ("--backend", url)]
-        processes.append(serve(root / "gw-push", port, "--local-slots", "0", "--testing-nodes", *backend_args))
+        processes.append(
+            serve(root / "gw-push", port, "--local-slots", "0", "--testing-nodes", *backend_args)
+        )
         push = f"http://127.0.0.1:{port}"
-        until(lambda: answers(push) and len(up_lanes(push)) == count and all(up_lanes(push).values()), 60, "the push gateway")
+        until(
+            lambda: answers(push) and len(up_lanes(push)) == count and all(up_lanes(push).values()),
+            60,
+            "the push gateway",
+        )
         push_gaps, push_efficiency = one_round(push, count, per_slot)
         for process in processes:
             process.kill()
@@ -158,12 +182,26 @@ def idle_gap(count: int, per_slot: int, root: Path) -> None:
         # Workers: the same backends, each brought by a worker that connects out.
         port = free_port()
         config = gateway_config(root)
-        processes.append(serve(root / "gw-workers", port, "--local-slots", "0", "--testing-nodes", "--config", str(config)))
+        processes.append(
+            serve(
+                root / "gw-workers",
+                port,
+                "--local-slots",
+                "0",
+                "--testing-nodes",
+                "--config",
+                str(config),
+            )
+        )
         pulled = f"http://127.0.0.1:{port}"
         until(lambda: answers(pulled), 60, "the workers' gateway")
         for n in range(count):
             processes.append(worker(pulled, root / f"w{n}", f"w{n}", env))
-        until(lambda: len(up_lanes(pulled)) == count and all(up_lanes(pulled).values()), 120, "the workers")
+        until(
+            lambda: len(up_lanes(pulled)) == count and all(up_lanes(pulled).values()),
+            120,
+            "the workers",
+        )
         worker_gaps, worker_efficiency = one_round(pulled, count, per_slot)
     finally:
         for process in processes:
@@ -172,7 +210,12 @@ def idle_gap(count: int, per_slot: int, root: Path) -> None:
     figure("push_idle_gap_p50", push_p50, "ms")
     figure("push_idle_gap_p90", percentile(push_gaps, 90) * 1000, "ms")
     figure("worker_idle_gap_p50", percentile(worker_gaps, 50) * 1000, "ms", push_p50)
-    figure("worker_idle_gap_p90", percentile(worker_gaps, 90) * 1000, "ms", percentile(push_gaps, 90) * 1000)
+    figure(
+        "worker_idle_gap_p90",
+        percentile(worker_gaps, 90) * 1000,
+        "ms",
+        percentile(push_gaps, 90) * 1000,
+    )
     figure("worker_gap_p50_minus_push", percentile(worker_gaps, 50) * 1000 - push_p50, "ms")
     figure("push_efficiency", push_efficiency, "x")
     figure("worker_efficiency", worker_efficiency, "x", push_efficiency)
@@ -211,7 +254,9 @@ class Churn:
                         process.send_signal(signal.SIGTERM)
                         self.terms += 1
                     del self.alive[name]
-                    threading.Thread(target=self._count_exit, args=(name, process), daemon=True).start()
+                    threading.Thread(
+                        target=self._count_exit, args=(name, process), daemon=True
+                    ).start()
             self.stop.wait(0.2)
         for name, (process, _end) in list(self.alive.items()):
             process.kill()
@@ -229,7 +274,9 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
     env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN, LEDGER_ENV: str(ledger)}
     port = free_port()
     config = gateway_config(root)
-    gateway_process = serve(root / "gw-churn", port, "--local-slots", "0", "--testing-nodes", "--config", str(config))
+    gateway_process = serve(
+        root / "gw-churn", port, "--local-slots", "0", "--testing-nodes", "--config", str(config)
+    )
     gateway = f"http://127.0.0.1:{port}"
     fleet = Churn(gateway, size, root, env)
     runner = threading.Thread(target=fleet.run, daemon=True)
@@ -242,8 +289,14 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
         }
         ids = [post(gateway + "/prompt", {"prompt": prompt})["prompt_id"] for _ in range(prompts)]
         started = time.monotonic()
-        until(lambda: not get(gateway + "/queue")["queue_pending"] and not get(gateway + "/queue")["queue_running"],
-              prompts * seconds * 4 + 300, "the churned prompts")
+        until(
+            lambda: (
+                not get(gateway + "/queue")["queue_pending"]
+                and not get(gateway + "/queue")["queue_running"]
+            ),
+            prompts * seconds * 4 + 300,
+            "the churned prompts",
+        )
         took = time.monotonic() - started
         history = get(gateway + "/history")
         lost = sum(
@@ -255,7 +308,9 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
         fleet.stop.set()
         runner.join(timeout=60)
         gateway_process.kill()
-    lines = [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    lines = (
+        [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    )
     counted = Counter(line["prompt_id"] for line in lines)
     twice = sum(1 for prompt_id in ids if counted[prompt_id] > 1)
     missing = sum(1 for prompt_id in ids if counted[prompt_id] == 0)
@@ -267,11 +322,17 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
     figure("churn_sigkills", fleet.kills, "count")
     figure("churn_sigterms", fleet.terms, "count")
     figure("churn_seconds", took, "s")
-    figure("churn_efficiency", prompts * seconds / fleet.slot_seconds if fleet.slot_seconds else 0.0, "x")
+    figure(
+        "churn_efficiency",
+        prompts * seconds / fleet.slot_seconds if fleet.slot_seconds else 0.0,
+        "x",
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--per-slot", type=int, default=8)
     parser.add_argument("--churn-workers", type=int, default=20)
