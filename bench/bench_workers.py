@@ -26,11 +26,11 @@ connection, and a fleet of workers that come and go.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -130,7 +130,7 @@ def gaps_and_efficiency(
     gaps = []
     for runs in lanes.values():
         runs.sort()
-        gaps += [max(0.0, b[0] - a[1]) for a, b in zip(runs, runs[1:], strict=False)]
+        gaps += [max(0.0, b[0] - a[1]) for a, b in itertools.pairwise(runs)]
     first = min(r[0] for runs in lanes.values() for r in runs)
     last = max(r[1] for runs in lanes.values() for r in runs)
     return gaps, ideal / (last - first)
