@@ -309,7 +309,7 @@ OTHER_SERVE_FLAGS = {
 #: Fields the serve command sets through other flags than their own.
 FIELD_FLAGS = {"auth_tokens": ("auth_token", "auth_token_file")}
 #: Fields only the file sets, as tables: (title, what the file holds).
-TABLE_FIELDS = {"worker_tokens": ("Worker tokens", "`[[worker_tokens]]` tables")}
+TABLE_FIELDS = {"worker_tokens": ("`worker_tokens`", "`[[worker_tokens]]` tables")}
 
 #: Environment variables other than COMFYFLEET_<FIELD>, each with what reads it.
 OTHER_VARIABLES = {

@@ -115,9 +115,9 @@ class ComfyUILane:
         self._adopt: Adopt = adopt_none
         self.submits = submits or Submits()  # shared by the lanes of one fleet
         self.follower = PromptFollower(client, settings, self.state, self.submits, self._outputs)
-        # Called when capabilities change, so the fleet can rebuild its node union.
+        # Called when capabilities change (the fleet rebuilds its node union), and as
+        # the backend accepts each prompt (a managed backend counts them).
         self.on_change: Callable[[], Awaitable[None]] = _nothing
-        # Called as the backend accepts each prompt (a managed backend counts them).
         self.on_sent: Callable[[], None] = _ignore
         self.only_tenant: str | None = None  # see Lane
         self.worker: WorkerLink | None = None  # a worker's lane: its connection
@@ -130,13 +130,12 @@ class ComfyUILane:
 
     def can_run(self, job: Job) -> bool:
         # Runs in the store's writer thread: reads a few fields, changes nothing.
+        mine = self.only_tenant is None or job.tenant == self.only_tenant
         return (
-            self.up
-            and (self.only_tenant is None or job.tenant == self.only_tenant)
-            and not self.draining
-            and not self.held
-            and not self.suspect
-            and self.capabilities.can_run(job.prompt)
+            mine
+            and self.up
+            and not (self.draining or self.held or self.suspect)
+            and (self.capabilities.can_run(job.prompt))
         )
 
     @property

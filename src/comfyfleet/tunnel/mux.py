@@ -16,6 +16,8 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable
 
+from comfyfleet.errors import ComfyfleetError
+
 log = logging.getLogger(__name__)
 
 OPEN, DATA, CLOSE = 1, 2, 3
@@ -24,7 +26,7 @@ CHUNK = 64 * 1024  # bytes read from a socket, and sent, at a time
 MAX_STREAMS = 256  # open at once on one tunnel
 
 
-class TunnelBroken(Exception):
+class TunnelBroken(ComfyfleetError):
     """The other end sent what this protocol does not allow."""
 
 

@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from comfyfleet.errors import ComfyfleetError
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MIN_TOKEN = 16  # characters: a worker token is a secret, not a password to remember
 
 
-class WorkerTokenError(ValueError):
-    pass
+class WorkerTokenError(ComfyfleetError, ValueError):
+    """A worker token the config cannot use."""
 
 
 @dataclass(frozen=True)

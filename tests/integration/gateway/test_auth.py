@@ -493,9 +493,9 @@ async def test_openapi_documents_authentication(tmp_path: Path) -> None:
                 continue
             if (await clients.alice.request(route.method, path, {})).status == 403:
                 admin.add((route.method, route.resource.canonical))
-    # The fleet admin API (backends, gateways, tenants), /free with its /api twin, the
-    # server's logs, the webhook outbox and /metrics.
-    assert len(admin) == 16
+    # The fleet admin API (backends, gateways, tenants, workers, demand), /free with its
+    # /api twin, the server's logs, the webhook outbox and /metrics.
+    assert len(admin) == 18
     for (method, path), operation in documented_operations(spec).items():
         responses = operation["responses"]
         if operation.get("security") == []:  # the login page's routes need no token

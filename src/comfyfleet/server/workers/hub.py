@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 
 from comfyfleet.lanes.backend import BackendSpec, WorkerLink
 from comfyfleet.lanes.comfyui import ComfyUILane
+from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
 from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
@@ -271,5 +272,8 @@ async def _hello(ws: web.WebSocketResponse) -> dict[str, Any]:
 
 
 def _refusal(status: int, type_: str, message: str) -> web.Response:
-    body = {"error": {"type": type_, "message": message, "details": "", "extra_info": {}}}
-    return web.json_response(body, status=status)
+    """As the client routes refuse (ComfyUI's error shape), naming the worker realm."""
+    headers = {"WWW-Authenticate": 'Bearer realm="comfyfleet workers"'}
+    return web.json_response(
+        prompt_error_body(error(type_, message)), status=status, headers=headers
+    )
