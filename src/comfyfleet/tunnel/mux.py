@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 OPEN, DATA, CLOSE = 1, 2, 3
 HEADER = struct.Struct("!BI")
 CHUNK = 64 * 1024  # bytes read from a socket, and sent, at a time
+#: The WebSocket's message limit: above the largest message (aiohttp refuses a message
+#: as long as its limit, not only a longer one).
+MAX_MESSAGE = HEADER.size + CHUNK + 1
 MAX_STREAMS = 256  # open at once on one tunnel
 
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from comfyfleet.tunnel.ends import carry, control_of, worker_mux
-from comfyfleet.tunnel.mux import CHUNK, HEADER, TunnelBroken
+from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class WorkerAgent:
 
     async def _connected(self, session: aiohttp.ClientSession) -> None:
         async with session.ws_connect(
-            self._url, heartbeat=HEARTBEAT, max_msg_size=HEADER.size + CHUNK
+            self._url, heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE
         ) as ws:
             hello = {"type": "hello", "name": self.settings.name, "slots": self.settings.slots}
             await ws.send_str(json.dumps(hello))

@@ -84,7 +84,8 @@ class LocalBackend:
         return cls(argv, env, spec.cwd, spec.log, spec.port, group.start_timeout)
 
     async def start(self) -> None:
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        for folder in ("input", "output", "temp"):  # ComfyUI lists its input folder at once
+            (self.log_file.parent / folder).mkdir(parents=True, exist_ok=True)
         self._process = await spawn(self.argv, self.env, self.cwd, self.log_file)
         await self._until_up()
 

@@ -5,6 +5,7 @@ to a worker, and a worker listens on no port but its backend's, on loopback."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from comfyfleet.nodes.testing import LEDGER_ENV
 from tests.integration.fleet.harness import poll
@@ -330,5 +332,53 @@ def test_demand_says_how_many_workers_the_queue_wants(
                 assert exc.code == 400
             else:
                 raise AssertionError(f"target_wait={bad} was taken")
+    finally:
+        worker.kill()
+
+
+def test_megabytes_go_both_ways_through_a_workers_connection(
+    gateway: ServerProcess, tmp_path: Path
+) -> None:
+    """An upload the gateway pushes to the worker's backend and the output it fetches
+    back, each many full messages of the tunnel (noise does not compress)."""
+    noise = Image.frombytes("RGB", (600, 600), os.urandom(600 * 600 * 3))
+    png = io.BytesIO()
+    noise.save(png, "PNG")
+    assert len(png.getvalue()) > 1_000_000
+    boundary = "worker-boundary-51f2"
+    body = (
+        (
+            f"--{boundary}\r\nContent-Disposition: form-data; "
+            'name="image"; filename="noise.png"\r\nContent-Type: image/png\r\n\r\n'
+        ).encode()
+        + png.getvalue()
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    request = urllib.request.Request(
+        gateway.url + "/upload/image",
+        data=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        name = json.loads(answer.read())["name"]
+    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0")
+    try:
+        poll(lambda: lanes_up(gateway, 1), what="the worker", timeout=60)
+        prompt = {
+            "1": {"class_type": "LoadImage", "inputs": {"image": name}},
+            "2": {
+                "class_type": "SaveImage",
+                "inputs": {"images": ["1", 0], "filename_prefix": "n"},
+            },
+        }
+        prompt_id = gateway.post("/prompt", {"prompt": prompt})["prompt_id"]
+        poll(lambda: bool(gateway.get(f"/history/{prompt_id}")), what="the prompt", timeout=60)
+        entry = gateway.get(f"/history/{prompt_id}")[prompt_id]
+        assert entry["status"]["status_str"] == "success", entry["status"]
+        [saved] = entry["outputs"]["2"]["images"]
+        view = f"{gateway.url}/view?filename={saved['filename']}&type=output"
+        with urllib.request.urlopen(view, timeout=30) as answer:
+            back = Image.open(io.BytesIO(answer.read())).convert("RGB")
+        assert back.tobytes() == noise.tobytes()
     finally:
         worker.kill()

@@ -34,7 +34,7 @@ from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
 from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
-from comfyfleet.tunnel.mux import CHUNK, HEADER, TunnelBroken
+from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 from comfyfleet.workers.tokens import NAME, WorkerToken, holder, reread
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class WorkerHub:
         # Not compressed: the streams carry PNGs and other packed bytes, and an
         # uncompressed frame is written whole at once, whichever stream sends it.
         ws = web.WebSocketResponse(
-            heartbeat=HEARTBEAT, max_msg_size=HEADER.size + CHUNK, compress=False
+            heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE, compress=False
         )
         await ws.prepare(request)
         if self._rereading is None and any(t.file for t in self.tokens):
