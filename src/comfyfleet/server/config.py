@@ -6,6 +6,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -432,59 +433,59 @@ def _default_tokens(
     return [AuthToken(token, DEFAULT_TENANT, admin=True) for token in tokens]
 
 
+def _token_entries(
+    entries: Any, base: Path, what: str, known: tuple[str, ...]
+) -> Iterator[tuple[str, dict[str, Any], Path | None, str]]:
+    """Each `[[what]]` entry checked: (where it is, the entry, its token file, its token)."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{what} must be a list of tables ([[{what}]])")
+    for number, entry in enumerate(entries, 1):
+        where = f"{what} entry {number}"
+        if not isinstance(entry, dict) or set(entry) - set(known):
+            raise ConfigError(f"{where}: only {', '.join(known)} are known")
+        if ("token" in entry) == ("token_file" in entry):
+            raise ConfigError(f"{where}: give token or token_file (one of them)")
+        file = (base / str(entry["token_file"])).resolve() if "token_file" in entry else None
+        token = _read_token_file(file) if file is not None else entry["token"]
+        if not isinstance(token, str):
+            raise ConfigError(f"{where}: token must be a string")
+        yield where, entry, file, token
+
+
+def _tenant_of(where: str, value: Any) -> str:
+    try:
+        return check_tenant_name(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _auth_table(table: Any, base: Path) -> list[AuthToken]:
     """`[auth]` with `[[auth.tokens]]` entries `{token | token_file, tenant, admin}`."""
     if not isinstance(table, dict) or set(table) - {"tokens"}:
         raise ConfigError("[auth] holds only [[auth.tokens]] entries")
-    entries = table.get("tokens", [])
-    if not isinstance(entries, list):
-        raise ConfigError("auth.tokens must be a list of tables ([[auth.tokens]])")
+    known = ("token", "token_file", "tenant", "admin")
     tokens = []
-    for number, entry in enumerate(entries, 1):
-        where = f"auth.tokens entry {number}"
-        if not isinstance(entry, dict) or set(entry) - {"token", "token_file", "tenant", "admin"}:
-            raise ConfigError(f"{where}: only token or token_file, tenant and admin are known")
-        if ("token" in entry) == ("token_file" in entry):
-            raise ConfigError(f"{where}: give token or token_file (one of them)")
-        if "token_file" in entry:
-            token = _read_token_file(base / str(entry["token_file"]))
-        else:
-            token = entry["token"]
+    for where, entry, _file, token in _token_entries(
+        table.get("tokens", []), base, "auth.tokens", known
+    ):
         admin = entry.get("admin", False)
         if not isinstance(admin, bool):
             raise ConfigError(f"{where}: admin must be true or false")
-        try:
-            tenant = check_tenant_name(entry.get("tenant", DEFAULT_TENANT))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        if not isinstance(token, str):
-            raise ConfigError(f"{where}: token must be a string")
+        tenant = _tenant_of(where, entry.get("tenant", DEFAULT_TENANT))
         tokens.append(AuthToken(token, tenant, admin))
     return tokens
 
 
 def _worker_tokens(entries: Any, base: Path) -> list[WorkerToken]:
-    """`[[worker_tokens]]` entries `{name, token | token_file}`."""
-    if not isinstance(entries, list):
-        raise ConfigError("worker_tokens must be a list of tables ([[worker_tokens]])")
+    """`[[worker_tokens]]` entries `{name, token | token_file, tenant}`."""
+    known = ("name", "token", "token_file", "tenant")
     tokens = []
-    for number, entry in enumerate(entries, 1):
-        where = f"worker_tokens entry {number}"
-        if not isinstance(entry, dict) or set(entry) - {"name", "token", "token_file", "tenant"}:
-            raise ConfigError(f"{where}: only name, token or token_file, and tenant are known")
-        if ("token" in entry) == ("token_file" in entry):
-            raise ConfigError(f"{where}: give token or token_file (one of them)")
-        file = (base / str(entry["token_file"])).resolve() if "token_file" in entry else None
-        token = _read_token_file(file) if file is not None else entry["token"]
+    for where, entry, file, token in _token_entries(entries, base, "worker_tokens", known):
         name = entry.get("name")
-        if not isinstance(token, str) or not isinstance(name, str):
-            raise ConfigError(f"{where}: name and token must be strings")
+        if not isinstance(name, str):
+            raise ConfigError(f"{where}: name must be a string")
         tenant = entry.get("tenant")
-        if tenant is not None:
-            try:
-                tenant = check_tenant_name(tenant)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
+        tenant = None if tenant is None else _tenant_of(where, tenant)
         tokens.append(WorkerToken(name, token, file, tenant))
     return tokens
 

@@ -44,7 +44,7 @@ def test_tokens_come_from_the_file_inline_or_from_a_token_file(tmp_path: Path) -
         ('name = "pool"', "token or token_file"),
         (f'name = "pool"\ntoken = "{GOOD}"\nowner = "x"', "only name"),
         (f'name = "pool"\ntoken = "{GOOD}"\ntenant = "../x"', "tenant"),
-        (f'token = "{GOOD}"', "strings"),
+        (f'token = "{GOOD}"', "name must be a string"),
     ],
 )
 def test_a_bad_table_is_refused_naming_what(tmp_path: Path, table: str, complaint: str) -> None:

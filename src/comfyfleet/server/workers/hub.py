@@ -78,9 +78,7 @@ class WorkerHub:
             return _refusal(401, "unauthorized", "a worker token is required")
         # Not compressed: the streams carry PNGs and other packed bytes, and an
         # uncompressed frame is written whole at once, whichever stream sends it.
-        ws = web.WebSocketResponse(
-            heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE, compress=False
-        )
+        ws = web.WebSocketResponse(heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE, compress=False)
         await ws.prepare(request)
         if self._rereading is None and any(t.file for t in self.tokens):
             self._rereading = asyncio.create_task(self._reread_tokens(), name="worker-tokens")
