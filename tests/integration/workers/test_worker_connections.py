@@ -133,6 +133,11 @@ async def test_a_second_worker_under_a_connected_name_is_refused(gateway: str) -
         async with session.get(f"{gateway}/api/fleet/workers", headers=bearer(CLIENT)) as answer:
             [listed] = (await answer.json())["workers"]
         assert listed["name"] == "worker-pool.w1" and listed["state"] == "connected"
+        # Its lane is not removed as a backend would be: the worker leaves by itself.
+        url = f"{gateway}/api/fleet/backends/worker-pool.w1"
+        async with session.delete(url, headers=bearer(CLIENT)) as refused:
+            assert refused.status == 409
+            assert (await refused.json())["error"]["type"] == "worker_lane"
         await first.close()
 
 

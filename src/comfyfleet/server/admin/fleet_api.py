@@ -99,6 +99,9 @@ async def remove_backend(request: web.Request) -> web.Response:
     """Drain, then remove: running jobs get `timeout` seconds (default 30), then move."""
     gw = request.app[GATEWAY]
     lane = _lane(gw, request)
+    if lane.worker is not None:  # the worker would only come back: it leaves by itself
+        message = f"{lane.spec.name} is a worker's lane: stop the worker, or revoke its token"
+        return _error(409, "worker_lane", message)
     try:
         timeout = float(request.query.get("timeout", 30))
     except ValueError:
