@@ -73,6 +73,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_fleet_scale.py", "Up to 1,000 simulated ComfyUI backends behind one gateway"),
     ("bench_gateways.py", "Several gateways on PostgreSQL"),
     ("bench_managed.py", "Managed backends: start-up and scale-out"),
+    ("bench_workers.py", "Workers: idle gap against push backends, and churn"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
     ("bench_pack.py", "Fan-out inside a real ComfyUI (the companion pack; needs COMFYUI_DIR)"),
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),
