@@ -11,7 +11,7 @@ connection, and a fleet of workers that come and go.
    efficiency (ideal time / first start to last end).
 2. **Churn.** `--churn-workers` workers (built-in engine, 1 slot each) join and leave at
    random while `--churn-prompts` prompts of `LedgerAppend(seconds)` run: each lives a
-   random 4 to 16 s, then is stopped, a quarter of them with SIGKILL (its backend dies
+   random 15 to 45 s, then is stopped, a quarter of them with SIGKILL (its backend dies
    with it), the rest with SIGTERM (they drain), and another starts in its place.
    Figures: prompts lost (not ended in success), prompts whose side effect happened
    more than once (counted outside every process: the ledger file), and the
@@ -46,11 +46,14 @@ from figures import figure
 from harness import BIN, free_port, percentile, serve
 
 TOKEN = "bench-worker-token-" + os.urandom(6).hex()
+#: Seconds a churned worker lives: long enough on a small machine that it works for most
+#: of its life (starting one takes seconds of CPU there).
+LIFE = (15.0, 45.0)
 LEDGER_ENV = "COMFYFLEET_TEST_LEDGER"
 
 
 def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as answer:
+    with urllib.request.urlopen(url, timeout=120) as answer:
         return json.loads(answer.read())
 
 
@@ -58,7 +61,7 @@ def post(url: str, body: Any) -> Any:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=30) as answer:
+    with urllib.request.urlopen(request, timeout=120) as answer:
         return json.loads(answer.read())
 
 
@@ -102,11 +105,12 @@ def gateway_config(folder: Path) -> Path:
     return config
 
 
-def sleep_prompt(seconds: float) -> dict[str, Any]:
+def sleep_prompt(seconds: float, n: int) -> dict[str, Any]:
+    """A sleep no lane has a result of in its cache (each color differs)."""
     return {
         "1": {
             "class_type": "EmptyImage",
-            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": n},
         },
         "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": seconds}},
         "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
@@ -138,8 +142,8 @@ def gaps_and_efficiency(
 
 def one_round(gateway: str, count: int, per_slot: int) -> tuple[list[float], float]:
     ids = [
-        post(gateway + "/prompt", {"prompt": sleep_prompt(1.0)})["prompt_id"]
-        for _ in range(count * per_slot)
+        post(gateway + "/prompt", {"prompt": sleep_prompt(1.0, n)})["prompt_id"]
+        for n in range(count * per_slot)
     ]
     until(
         lambda: (
@@ -206,23 +210,23 @@ def idle_gap(count: int, per_slot: int, root: Path) -> None:
     finally:
         for process in processes:
             process.kill()
-    push_p50 = percentile(push_gaps, 50) * 1000
+    push_p50 = percentile(push_gaps, 0.5) * 1000
     figure("push_idle_gap_p50", push_p50, "ms")
-    figure("push_idle_gap_p90", percentile(push_gaps, 90) * 1000, "ms")
-    figure("worker_idle_gap_p50", percentile(worker_gaps, 50) * 1000, "ms", push_p50)
+    figure("push_idle_gap_p90", percentile(push_gaps, 0.9) * 1000, "ms")
+    figure("worker_idle_gap_p50", percentile(worker_gaps, 0.5) * 1000, "ms", push_p50)
     figure(
         "worker_idle_gap_p90",
-        percentile(worker_gaps, 90) * 1000,
+        percentile(worker_gaps, 0.9) * 1000,
         "ms",
-        percentile(push_gaps, 90) * 1000,
+        percentile(push_gaps, 0.9) * 1000,
     )
-    figure("worker_gap_p50_minus_push", percentile(worker_gaps, 50) * 1000 - push_p50, "ms")
+    figure("worker_gap_p50_minus_push", percentile(worker_gaps, 0.5) * 1000 - push_p50, "ms")
     figure("push_efficiency", push_efficiency, "x")
     figure("worker_efficiency", worker_efficiency, "x", push_efficiency)
 
 
 class Churn:
-    """Keeps `size` workers alive, each for a random 4 to 16 s, a quarter SIGKILLed."""
+    """Keeps `size` workers alive, each for a random LIFE, a quarter SIGKILLed."""
 
     def __init__(self, gateway: str, size: int, root: Path, env: dict[str, str]) -> None:
         self.gateway, self.size, self.root, self.env = gateway, size, root, env
@@ -236,11 +240,11 @@ class Churn:
     def run(self) -> None:
         while not self.stop.is_set():
             now = time.monotonic()
-            while len(self.alive) < self.size:
+            if len(self.alive) < self.size:  # one start a tick: a start costs seconds of CPU
                 name = f"c{self.started}"
                 self.started += 1
                 process = worker(self.gateway, self.root / name, name, self.env)
-                self.alive[name] = (process, now + self.random.uniform(4, 16))
+                self.alive[name] = (process, now + self.random.uniform(*LIFE))
             lanes = up_lanes(self.gateway)
             for name, (process, end) in list(self.alive.items()):
                 lane = f"worker-bench.{name}"

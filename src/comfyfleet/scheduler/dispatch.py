@@ -84,6 +84,9 @@ class Dispatcher:
             )
             if left:
                 state.wake()  # a warmer (or sooner) free lane should take what this one left
+                # ... and gets the loop to do so: a claim from a kept page never yields,
+                # and slots leaving jobs to each other must not starve everything else.
+                await asyncio.sleep(0)
         slot.idled = False
         if job is not None:
             # Not clamped: a claim can land before its submit's increment; they net out.
