@@ -245,7 +245,10 @@ class Churn:
                 self.started += 1
                 process = worker(self.gateway, self.root / name, name, self.env)
                 self.alive[name] = (process, now + self.random.uniform(*LIFE))
-            lanes = up_lanes(self.gateway)
+            try:
+                lanes = up_lanes(self.gateway)
+            except OSError:  # a gateway slow to answer: look again next tick
+                lanes = {}
             for name, (process, end) in list(self.alive.items()):
                 lane = f"worker-bench.{name}"
                 if lanes.get(lane) and name not in self.up_since:
@@ -311,6 +314,8 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
     finally:
         fleet.stop.set()
         runner.join(timeout=60)
+        for process, _end in list(fleet.alive.values()):  # whatever the runner left
+            process.kill()
         gateway_process.kill()
     lines = (
         [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
