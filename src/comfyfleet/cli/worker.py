@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from comfyfleet.managed.spec import visible_gpus
+from comfyfleet.managed.spec import comfyui_python, visible_gpus
 from comfyfleet.workers.agent import WorkerAgent, WorkerSettings, connect_url
 from comfyfleet.workers.local_backend import LocalBackend
 from comfyfleet.workers.tokens import NAME
@@ -47,7 +47,9 @@ def add_worker_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--comfyui", type=Path, metavar="DIR", help="start the ComfyUI in DIR and run prompts there"
     )
     worker.add_argument(
-        "--comfyui-python", default=sys.executable, help="with --comfyui: its interpreter"
+        "--comfyui-python",
+        metavar="PYTHON",
+        help="with --comfyui: its interpreter (default: DIR's venv, else this Python)",
     )
     worker.add_argument(
         "--gpu", default=None, help="with --comfyui: a GPU id, or cpu (default: 0, cpu without one)"
@@ -127,7 +129,8 @@ async def _local_backend(args: argparse.Namespace) -> LocalBackend | None:
             extra += ["--custom-nodes", folder]
         return LocalBackend.engine(data_dir, args.local_slots, extra)
     if args.comfyui is not None:
-        folder, python, gpu = args.comfyui.resolve(), args.comfyui_python, _gpu(args.gpu)
+        folder, gpu = args.comfyui.resolve(), _gpu(args.gpu)
+        python = comfyui_python(args.comfyui_python, folder, Path.cwd(), "--comfyui-python")
         # The companion pack is copied into the data dir: files, off the event loop.
         return await asyncio.to_thread(
             LocalBackend.comfyui, folder, python, gpu, data_dir, args.comfyui_arg

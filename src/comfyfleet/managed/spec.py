@@ -213,7 +213,7 @@ def parse_group(table: Any, base: Path) -> ManagedGroup:
     return ManagedGroup(
         name=name,
         path=path,
-        python=_python(table.get("python"), path, base, where),
+        python=comfyui_python(table.get("python"), path, base, where),
         command=command,
         gpus=parse_gpus(table.get("gpus", "all"), where),
         per_gpu=_count(table.get("per_gpu", 1), f"{where}: per_gpu", 1, MAX_PER_GPU),
@@ -268,7 +268,7 @@ def _path(value: Any, base: Path, where: str) -> Path | None:
     return path
 
 
-def _python(value: Any, path: Path | None, base: Path, where: str) -> str:
+def comfyui_python(value: Any, path: Path | None, base: Path, where: str) -> str:
     """The given interpreter; else the ComfyUI folder's venv; else this one."""
     if value is not None:
         if not isinstance(value, str) or not value or "\x00" in value:
