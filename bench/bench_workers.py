@@ -26,6 +26,7 @@ connection, and a fleet of workers that come and go.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -235,6 +236,7 @@ class Churn:
         self.slot_seconds = 0.0
         self.kills = self.terms = self.started = 0
         self.stop = threading.Event()
+        self.drained: float | None = None  # time.monotonic() when the queue was empty
         self.random = random.Random(7)
 
     def run(self) -> None:
@@ -254,11 +256,12 @@ class Churn:
                 if lanes.get(lane) and name not in self.up_since:
                     self.up_since[name] = now
                 if now >= end:
-                    if self.random.random() < 0.25:
-                        process.kill()
+                    how = signal.SIGKILL if self.random.random() < 0.25 else signal.SIGTERM
+                    self._note(name, process, how)
+                    process.send_signal(how)
+                    if how is signal.SIGKILL:
                         self.kills += 1
                     else:
-                        process.send_signal(signal.SIGTERM)
                         self.terms += 1
                     del self.alive[name]
                     threading.Thread(
@@ -269,11 +272,24 @@ class Churn:
             process.kill()
             self._count_exit(name, process)
 
+    def _note(self, name: str, process: subprocess.Popen[bytes], how: signal.Signals) -> None:
+        """Which backend process the worker ran, and when it was stopped (to tell, of a
+        prompt run twice, whose run was cut short)."""
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        with contextlib.suppress(OSError), (self.root / "stops.jsonl").open("a") as notes:
+            pids = [int(pid) for pid in children.read_text().split()]
+            notes.write(
+                json.dumps({"worker": name, "pids": pids, "signal": how.name, "time": time.time()})
+                + "\n"
+            )
+
     def _count_exit(self, name: str, process: subprocess.Popen[bytes]) -> None:
         process.wait()
         since = self.up_since.get(name)
         if since is not None:
-            self.slot_seconds += time.monotonic() - since
+            # Up time while there was work: after the queue drained it is not wasted.
+            until = min(time.monotonic(), self.drained or float("inf"))
+            self.slot_seconds += max(0.0, until - since)
 
 
 def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
@@ -289,13 +305,14 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
     runner = threading.Thread(target=fleet.run, daemon=True)
     try:
         until(lambda: answers(gateway), 60, "the gateway")
-        runner.start()
         prompt = {
             "1": {"class_type": "LedgerAppend", "inputs": {"tag": "churn", "seconds": seconds}},
             "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
         }
+        # Queued before any worker joins: the workers, not the client, set the pace.
         ids = [post(gateway + "/prompt", {"prompt": prompt})["prompt_id"] for _ in range(prompts)]
         started = time.monotonic()
+        runner.start()
         until(
             lambda: (
                 not get(gateway + "/queue")["queue_pending"]
@@ -304,7 +321,8 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
             prompts * seconds * 4 + 300,
             "the churned prompts",
         )
-        took = time.monotonic() - started
+        fleet.drained = time.monotonic()
+        took = fleet.drained - started
         history = get(gateway + "/history")
         lost = sum(
             1
@@ -349,9 +367,10 @@ def main() -> int:
     parser.add_argument("--churn-seconds", type=float, default=0.2)
     parser.add_argument("--skip-churn", action="store_true")
     parser.add_argument("--skip-gap", action="store_true")
+    parser.add_argument("--keep", help="a folder to keep the processes' files in")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as folder:
-        root = Path(folder)
+        root = Path(args.keep or folder)
         if not args.skip_gap:
             (root / "gap").mkdir()
             idle_gap(args.workers, args.per_slot, root / "gap")

@@ -150,7 +150,8 @@ async def _work(args: argparse.Namespace, token: str) -> int:
         backend=local.url if local else args.backend,
         grace=args.grace,
     )
-    agent = WorkerAgent(settings)
+    # Past the grace, a backend of its own is killed: what it ran goes back to the queue.
+    agent = WorkerAgent(settings, local.kill if local is not None else None)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, agent.stopping.set)

@@ -3,8 +3,8 @@ connection it makes to the gateway), says who it is, then carries the tunnel to 
 backend until told to stop, reconnecting after a loss (0.5 s, doubling to 10 s).
 
 Stopping (SIGTERM) drains: the gateway is told, gives the worker no new job, and says
-`drained` once nothing of the worker's runs; after `grace` seconds the worker leaves
-anyway and the gateway re-queues what was left.
+`drained` once nothing of the worker's runs; after `grace` seconds the worker ends what
+its backend still runs, then leaves, and the gateway re-queues what was left.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,8 +48,14 @@ def connect_url(gateway: str) -> str:
 
 
 class WorkerAgent:
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(
+        self, settings: WorkerSettings, cut_short: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.settings = settings
+        # Ends what its backend still runs once the grace is over, before the gateway
+        # hears it left (and queues that work again): run here too, it would run twice.
+        # By default its queue is cleared and its prompt interrupted (ComfyUI's API).
+        self._cut_short = cut_short or self._interrupt_backend
         backend = urlsplit(settings.backend)
         self._host = backend.hostname or "127.0.0.1"
         self._port = backend.port or (443 if backend.scheme == "https" else 80)
@@ -115,11 +122,26 @@ class WorkerAgent:
         )
         await ws.send_str(json.dumps({"type": "drain"}))
         ended = asyncio.create_task(drained.wait())
-        await asyncio.wait([ended, carrying], timeout=self.settings.grace)
+        # Whichever comes first: drained, the connection lost, or the grace over.
+        await asyncio.wait(
+            [ended, carrying], timeout=self.settings.grace, return_when=asyncio.FIRST_COMPLETED
+        )
         ended.cancel()
-        if not drained.is_set():
+        if not drained.is_set() and not carrying.done():
             log.warning("the grace ran out: what still runs goes back to the gateway's queue")
+            await self._cut_short()
         await ws.close()
+
+    async def _interrupt_backend(self) -> None:
+        base = self.settings.backend.rstrip("/")
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for path, body in (("/queue", {"clear": True}), ("/interrupt", {})):
+                try:
+                    async with session.post(base + path, json=body) as answer:
+                        answer.raise_for_status()
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    log.warning("could not stop the backend's work (%s): %s", path, exc)
 
 
 async def _beat(ws: aiohttp.ClientWebSocketResponse) -> None:

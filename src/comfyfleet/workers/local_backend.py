@@ -107,3 +107,7 @@ class LocalBackend:
     async def stop(self, grace: float = 10.0) -> None:
         if self._process is not None and self._process.returncode is None:
             await terminate(self._process, grace)
+
+    async def kill(self) -> None:
+        """At once: what it runs is not to finish (it goes back to the gateway's queue)."""
+        await self.stop(grace=0)

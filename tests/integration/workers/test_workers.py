@@ -5,6 +5,7 @@ to a worker, and a worker listens on no port but its backend's, on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -42,15 +43,22 @@ def ledger_prompt(tag: str, seconds: float = 0.0) -> dict[str, object]:
 
 class WorkerProcess:
     def __init__(
-        self, gateway: str, folder: Path, name: str, *extra: str, token: str = TOKEN
+        self,
+        gateway: str,
+        folder: Path,
+        name: str,
+        *extra: str,
+        token: str = TOKEN,
+        backend: str | None = None,  # a backend's URL; by default one of its own
     ) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
+        brings = ("--backend", backend) if backend else ("--local-slots", "1", "--testing-nodes")
         command = [
             str(Path(sys.executable).parent / "comfyfleet"),
             "worker",
             *("--gateway", gateway, "--name", name, "--data-dir", str(folder / "data")),
-            *("--local-slots", "1", "--testing-nodes"),
+            *brings,
             *extra,
         ]
         env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": token}
@@ -182,7 +190,7 @@ def test_two_workers_run_two_hundred_prompts_each_once(
 def test_sigterm_drains_the_running_prompt_takes_nothing_new_and_exits_zero(
     gateway: ServerProcess, tmp_path: Path
 ) -> None:
-    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0", "--grace", "10")
+    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0", "--grace", "30")
     try:
         poll(lambda: lanes_up(gateway, 1), what="the worker", timeout=60)
         running = gateway.post("/prompt", {"prompt": ledger_prompt("long", 2.0)})["prompt_id"]
@@ -195,8 +203,9 @@ def test_sigterm_drains_the_running_prompt_takes_nothing_new_and_exits_zero(
         )
         # Queued (a worker may come), not given to the draining one.
         later = gateway.post("/prompt", {"prompt": ledger_prompt("later")})["prompt_id"]
-        assert worker.proc.wait(timeout=11) == 0
-        assert time.monotonic() - started < 10 + 1
+        assert worker.proc.wait(timeout=31) == 0
+        # Once its prompt (2 s) is recorded, not at the end of the grace.
+        assert time.monotonic() - started < 10
         entry = gateway.get(f"/history/{running}")[running]
         assert entry["status"]["status_str"] == "success"
         assert gateway.get(f"/api/jobs/{later}")["status"] == "pending"  # nothing new taken
@@ -205,6 +214,44 @@ def test_sigterm_drains_the_running_prompt_takes_nothing_new_and_exits_zero(
         poll(lambda: gateway.get("/api/fleet/workers")["workers"] == [], what="its lane to go")
     finally:
         worker.kill()
+
+
+@pytest.mark.parametrize("backend", ["its own", "--backend URL"])
+def test_a_prompt_longer_than_the_grace_is_handed_back_and_the_worker_exits_in_time(
+    gateway: ServerProcess, tmp_path: Path, backend: str
+) -> None:
+    """Past the grace the worker's backend stops what it runs (its own is killed, one it
+    was given is interrupted), so the run handed back is the only one to finish."""
+    with contextlib.ExitStack() as stack:
+        url = None
+        if backend == "--backend URL":
+            given = ServerProcess(tmp_path / "given", "--local-slots", "1")
+            url = stack.enter_context(given).url
+        worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0", "--grace", "2", backend=url)
+        stack.callback(worker.kill)
+        handed_back_once(gateway, worker, tmp_path)
+
+
+def handed_back_once(gateway: ServerProcess, worker: WorkerProcess, tmp_path: Path) -> None:
+    """An 8 s prompt, SIGTERM with a 2 s grace: out in time, the prompt queued again, and
+    run to its end (its side effect) once, by the next worker."""
+    poll(lambda: lanes_up(gateway, 1), what="the worker", timeout=60)
+    long = gateway.post("/prompt", {"prompt": ledger_prompt("long", 8.0)})["prompt_id"]
+    poll(lambda: gateway.get(f"/api/jobs/{long}")["status"] == "in_progress", what="a run")
+    worker.proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert worker.proc.wait(timeout=10) == 0
+    assert time.monotonic() - started < 2 + 1
+    poll(lambda: gateway.get(f"/api/jobs/{long}")["status"] == "pending", what="its return")
+    successor = WorkerProcess(gateway.url, tmp_path / "w1", "w1")
+    try:
+        poll(lambda: bool(gateway.get(f"/history/{long}")), what="the rerun", timeout=90)
+        assert gateway.get(f"/history/{long}")[long]["status"]["status_str"] == "success"
+    finally:
+        successor.kill()
+    # The cut-short run never reached its side effect: one line, the rerun's.
+    lines = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert [line["tag"] for line in lines] == ["long"]
 
 
 def test_a_worker_killed_mid_prompt_loses_nothing_and_runs_nothing_twice(
