@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.nodes.testing import LEDGER_ENV
+from comfyfleet.testing import LEDGER_ENV
 from tests.faults.helpers import (
     assert_outputs_present,
     job_counts,

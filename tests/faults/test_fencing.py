@@ -22,8 +22,8 @@ import pytest
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.jobs import NewJob
 from comfyfleet.lanes.fleet import derived_name
-from comfyfleet.nodes.testing import LEDGER_ENV
 from comfyfleet.store.postgres import PostgresStore
+from comfyfleet.testing import LEDGER_ENV
 from tests.faults.helpers import save_sleep_prompt
 from tests.integration.gateway import processes
 from tests.integration.gateway.processes import job, logged_events, poll, submit

@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from comfyfleet.provider_http.retry import parse_duration
-from comfyfleet.testing.emulators.app import build_emulator_app
-from comfyfleet.testing.emulators.state import EmulatorSettings
+
+if TYPE_CHECKING:  # imported when the command runs: every command builds this parser
+    from comfyfleet.testing.emulators.state import EmulatorSettings
 
 log = logging.getLogger("comfyfleet.emulator")
 
@@ -98,6 +100,8 @@ def add_emulate_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def settings_from(args: argparse.Namespace) -> EmulatorSettings:
+    from comfyfleet.testing.emulators.state import EmulatorSettings
+
     return EmulatorSettings(
         latency=args.latency,
         jitter=args.jitter,
@@ -122,6 +126,8 @@ def emulate_main(args: argparse.Namespace) -> int:
 
 async def _serve(host: str, port: int, settings: EmulatorSettings) -> int:
     # No access log: request lines are noise at load-test rates.
+    from comfyfleet.testing.emulators.app import build_emulator_app
+
     runner = web.AppRunner(build_emulator_app(settings), handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -205,7 +205,7 @@ def serve_main(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: ServerConfig, formatter: logging.Formatter | None = None) -> int:
-    from comfyfleet.lanes.fleet import FleetError
+    from comfyfleet.domain.backend_names import FleetError
     from comfyfleet.server.app import build_app
     from comfyfleet.server.gateway import Gateway
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 
+from comfyfleet.domain.backend_names import NAME, FleetError
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.registry import NodeRegistry
-from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec, FileAnswer
 from comfyfleet.lanes.base import Lane
@@ -31,7 +31,6 @@ from comfyfleet.tenants import TenantFolders
 log = logging.getLogger(__name__)
 
 VIEW_PARAMS = ("filename", "subfolder", "type", "preview", "channel")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: Whitespace and control characters, spelled out: `\s` differs between Python and the
 #: ECMA regexes of docs/openapi.json, which repeats URL.
 _BLANK = r"\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -45,10 +44,6 @@ MAX_SLOTS = 1024
 
 def _is_header(value: Any) -> bool:
     return isinstance(value, str) and ":" in value
-
-
-class FleetError(ComfyfleetError, ValueError):
-    """A backend definition or change that cannot be applied; the message says why."""
 
 
 def parse_spec(raw: Any) -> BackendSpec:

@@ -19,8 +19,8 @@ from pathlib import Path
 from string import Formatter
 from typing import Any
 
+from comfyfleet.domain.backend_names import NAME, FleetError
 from comfyfleet.folders import UnsafePath, resolve_inside
-from comfyfleet.lanes.fleet import NAME, FleetError
 
 #: Ports tried for instances unless a table says otherwise (ComfyUI's 8188 is left alone).
 DEFAULT_PORTS = (8200, 8299)

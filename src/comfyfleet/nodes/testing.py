@@ -19,6 +19,7 @@ from PIL import Image
 
 from comfyfleet.engine.context import ProgressBar, current_node
 from comfyfleet.logs import JOB
+from comfyfleet.testing import LEDGER_ENV
 
 ANY = "*"
 TESTING = "_for_testing"
@@ -188,10 +189,6 @@ class TestSyncError:
         raise RuntimeError("Intentional sync execution error for testing")
 
 
-#: The environment variable naming the ledger file `LedgerAppend` appends to. The path is
-#: the operator's (the process's environment), never the prompt's: nothing a client sends
-#: chooses a file the server writes.
-LEDGER_ENV = "COMFYFLEET_TEST_LEDGER"
 #: Bytes of a run's token, carried in its image's first pixels.
 TOKEN_BYTES = 16
 

@@ -26,9 +26,10 @@ import math
 import time
 from collections.abc import Collection
 
+from comfyfleet.domain.backend_names import FleetError
 from comfyfleet.domain.gateways import next_look
 from comfyfleet.lanes.comfyui import ComfyUILane
-from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
+from comfyfleet.lanes.fleet import Fleet, parse_spec
 from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.store.base import JobStore, StoreError
 

@@ -11,13 +11,14 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.backend_names import FleetError
 from comfyfleet.domain.budgets import day_start
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.engine.executor import Engine
 from comfyfleet.engine.validation import ValidationResult, validate_prompt
 from comfyfleet.fanout import FanoutService, FanoutSettings, PoolSize, SecretVault
 from comfyfleet.folders import Folders, using_folders
-from comfyfleet.lanes.fleet import Fleet, FleetError, parse_spec
+from comfyfleet.lanes.fleet import Fleet, parse_spec
 from comfyfleet.lanes.local import remove_files
 from comfyfleet.lanes.settings import LaneSettings
 from comfyfleet.lanes.uploads import UploadInputs

@@ -23,7 +23,7 @@ import aiohttp
 from comfyfleet.managed.pack import pack_paths
 from comfyfleet.managed.process import spawn, terminate
 from comfyfleet.managed.spec import InstanceSpec, ManagedGroup
-from comfyfleet.nodes.testing import LEDGER_ENV
+from comfyfleet.testing import LEDGER_ENV
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class LocalBackend:
         port = _free_loopback_port()
         argv = [sys.executable, "-m", "comfyfleet", "serve", "--host", "127.0.0.1"]
         argv += ["--port", str(port), "--data-dir", str(data_dir), "--local-slots", str(slots)]
+        # No event log: the gateway keeps its own for its clients, and reads no backend's.
+        argv += ["--events-retention", "0"]
         # Its settings are its flags: none of the worker's COMFYFLEET_* (a token would
         # lock the gateway out), but the testing nodes' ledger.
         env = {k: v for k, v in os.environ.items() if _passed_on(k)}

@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from comfyfleet.nodes import testing
+from comfyfleet.testing import LEDGER_ENV
 from tests.integration.gateway.processes import job, poll, submit
 from tests.integration.gateway.wire import serve
 from tests.servers import ServerProcess
@@ -45,7 +46,7 @@ async def test_each_run_appends_one_line_naming_its_prompt_and_attempt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(testing.LEDGER_ENV, str(ledger))
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
     async with serve(tmp_path / "data", local_slots=4) as served:
         ids = {await served.submit(ledger_prompt(f"p{n}", 0.05)): f"p{n}" for n in range(3)}
         entries = {p: await served.wait_history(p) for p in ids}
@@ -71,7 +72,7 @@ def test_a_run_killed_before_its_side_effect_leaves_no_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(testing.LEDGER_ENV, str(ledger))
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
     data = tmp_path / "data"
     first = ServerProcess(data).start()
     try:
@@ -88,8 +89,8 @@ def test_a_run_killed_before_its_side_effect_leaves_no_line(
 
 
 async def test_without_a_ledger_the_node_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(testing.LEDGER_ENV, raising=False)
-    with pytest.raises(RuntimeError, match=testing.LEDGER_ENV):
+    monkeypatch.delenv(LEDGER_ENV, raising=False)
+    with pytest.raises(RuntimeError, match=LEDGER_ENV):
         await testing.LedgerAppend().append(tag="t", seconds=0.0)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from comfyfleet.nodes.testing import LEDGER_ENV
+from comfyfleet.testing import LEDGER_ENV
 from tests.integration.fleet.harness import poll
 from tests.servers import ServerProcess
 

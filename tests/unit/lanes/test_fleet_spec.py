@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from comfyfleet.lanes.fleet import FleetError, parse_spec, spec_json
+from comfyfleet.domain.backend_names import FleetError
+from comfyfleet.lanes.fleet import parse_spec, spec_json
 
 
 def test_a_url_alone_is_enough() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from comfyfleet.lanes.fleet import FleetError, parse_spec
+from comfyfleet.domain.backend_names import FleetError
+from comfyfleet.lanes.fleet import parse_spec
 from comfyfleet.managed.spec import (
     ManagedGroup,
     parse_group,

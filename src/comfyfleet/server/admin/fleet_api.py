@@ -9,8 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.domain.backend_names import FleetError
 from comfyfleet.lanes.comfyui import ComfyUILane
-from comfyfleet.lanes.fleet import FleetError, parse_spec, spec_json
+from comfyfleet.lanes.fleet import parse_spec, spec_json
 from comfyfleet.scheduler.fair_share import TenantShare
 from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.plumbing.client_json import read_json
