@@ -92,6 +92,12 @@ class ServerProcess:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read() or b"null")
 
+    def get_bytes(self, path: str) -> bytes:
+        request = urllib.request.Request(self.url + path, headers=self._headers())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body: bytes = response.read()
+            return body
+
     def post(self, path: str, body: Any) -> Any:
         request = urllib.request.Request(
             self.url + path,

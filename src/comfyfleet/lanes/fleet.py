@@ -18,7 +18,7 @@ from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.folders import Folders, using_folders
 from comfyfleet.lanes.backend import BackendClient, BackendError, BackendSpec, FileAnswer
 from comfyfleet.lanes.base import Lane
-from comfyfleet.lanes.capabilities import KnownCapabilities
+from comfyfleet.lanes.capabilities import Capabilities, KnownCapabilities
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.lanes.local import LocalLane
 from comfyfleet.lanes.remote_nodes import union_registry
@@ -148,6 +148,9 @@ class Fleet:
         # Workers may join at any time (comfyfleet.server.workers): a prompt no lane can
         # run now waits for one, as it waits for a slot.
         self.awaits_workers = False
+        # What workers connected to other gateways of a shared store run (see
+        # comfyfleet.server.workers.shared_nodes): in the node union, and runnable.
+        self.elsewhere: list[Capabilities] = []
         self._again = False  # a lane changed while the union was being built
 
     def lanes(self) -> list[Lane]:
@@ -201,12 +204,18 @@ class Fleet:
         building = self._rebuilding = asyncio.create_task(self._build(), name="fleet-nodes")
         await asyncio.shield(building)
 
+    async def follow_elsewhere(self, node_sets: list[Capabilities]) -> None:
+        """What lanes of other gateways run changed: the node union is built anew."""
+        self.elsewhere = node_sets
+        await self.rebuild()
+
     async def _build(self) -> None:
         """Built in a thread: it copies backends' node definitions, each distinct set once
         (backends with the same nodes share one)."""
         try:
             self._again = False
-            distinct = {id(lane.capabilities): lane.capabilities for lane in self.backends.values()}
+            known = [lane.capabilities for lane in self.backends.values()] + self.elsewhere
+            distinct = {id(capabilities): capabilities for capabilities in known}
             remote = [capabilities.object_info for capabilities in distinct.values()]
             local = self.engine.registry
             built = await asyncio.to_thread(union_registry, local, remote) if remote else local
@@ -238,6 +247,8 @@ class Fleet:
         per lane, what it lacks."""
         if self.awaits_workers:
             return None
+        if any(not node_set.missing_for(prompt) for node_set in self.elsewhere):
+            return None  # a worker of another gateway runs it
         reasons: dict[str, list[str]] = {}
         if self.local is not None:
             missing = [

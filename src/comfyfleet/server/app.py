@@ -138,6 +138,7 @@ def build_app(gateway: Gateway) -> web.Application:
     async def start(_app: web.Application) -> None:
         logs.attach()
         await gateway.start()
+        workers.start()
 
     async def drain(_app: web.Application) -> None:
         waits.close()  # waiting requests answer 202 now

@@ -18,6 +18,7 @@ from comfyfleet.store.seams.jobs import JobQueue as JobQueue
 from comfyfleet.store.seams.journal import RemoteJobJournal as RemoteJobJournal
 from comfyfleet.store.seams.leases import GatewayLeases as GatewayLeases
 from comfyfleet.store.seams.leases import WorkWake as WorkWake
+from comfyfleet.store.seams.published_nodes import PublishedNodes as PublishedNodes
 from comfyfleet.store.seams.webhooks import WebhookOutbox as WebhookOutbox
 
 
@@ -71,6 +72,7 @@ class JobStore(
     RemoteJobJournal,
     WebhookOutbox,
     PromptEventLog,
+    PublishedNodes,
     Protocol,
 ):
     """Everything a store does: the seams of store/seams/, one store object."""

@@ -65,6 +65,7 @@ from comfyfleet.store.postgres_parts.gateways import PostgresGateways
 from comfyfleet.store.postgres_parts.history import PostgresHistory
 from comfyfleet.store.postgres_parts.journal import PostgresJournal
 from comfyfleet.store.postgres_parts.listener import Listener
+from comfyfleet.store.postgres_parts.published_nodes import PostgresPublishedNodes
 from comfyfleet.store.postgres_parts.rows import (
     DECODE_INLINE,
     JOB_JSON,
@@ -114,6 +115,7 @@ class PostgresStore(
     PostgresWebhookOutbox,
     PostgresEventLog,
     PostgresGateways,
+    PostgresPublishedNodes,
 ):
     """A `JobStore` in a PostgreSQL database.
 

@@ -836,3 +836,37 @@ FROM assets WHERE tenant = $1 AND hash = $2 ORDER BY created_at, id LIMIT 1
 
 -- name: asset_delete
 DELETE FROM assets WHERE tenant = $1 AND id = $2 RETURNING 1
+
+
+-- == published nodes ==========================================================
+-- The nodes of lanes only one gateway reaches: see seams/published_nodes.py.
+
+-- name: node_set_keep
+-- Kept fresh: a set published again is not taken by a tidy-up under way (see node_sets_unused).
+INSERT INTO node_sets (digest, node_set, created_at) VALUES ($1, $2, $3)
+ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+
+-- name: published_lane_upsert
+INSERT INTO published_lanes (lane, gateway, digest, published_at) VALUES ($1, $2, $3, $4)
+ON CONFLICT (lane) DO UPDATE SET gateway = excluded.gateway, digest = excluded.digest,
+    published_at = excluded.published_at
+
+-- name: published_lane_delete
+DELETE FROM published_lanes WHERE lane = $1 AND gateway = $2
+
+-- name: published_lanes_of_the_dead
+-- Lanes of gateways gone (no lease for a minute): nobody reaches them any more.
+DELETE FROM published_lanes WHERE gateway NOT IN (
+    SELECT id FROM gateways WHERE lease_until >= $1 - 60)
+
+-- name: node_sets_unused
+-- Only sets a minute old: one a gateway is publishing now is fresh (node_set_keep).
+DELETE FROM node_sets
+WHERE created_at < $1 - 60 AND digest NOT IN (SELECT digest FROM published_lanes)
+
+-- name: published_lanes_elsewhere
+SELECT p.lane, p.digest FROM published_lanes p JOIN gateways g ON g.id = p.gateway
+WHERE p.gateway <> $1 AND g.lease_until >= $2 ORDER BY p.lane
+
+-- name: node_set_select
+SELECT node_set FROM node_sets WHERE digest = $1

@@ -372,3 +372,19 @@ CREATE TABLE IF NOT EXISTS paid_job_holds (
     PRIMARY KEY (prompt_id, backend)
 );
 CREATE INDEX IF NOT EXISTS paid_job_holds_tenant ON paid_job_holds (tenant, created_at);
+
+-- name: migration_18
+-- The nodes of lanes only one gateway reaches (a worker's), for the other gateways of the
+-- database (postgres_parts/published_nodes.py): each node set once, by its sha256.
+CREATE TABLE IF NOT EXISTS node_sets (
+    digest     TEXT COLLATE "C" PRIMARY KEY,
+    node_set   BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS published_lanes (
+    lane         TEXT COLLATE "C" PRIMARY KEY,
+    gateway      TEXT COLLATE "C" NOT NULL,
+    digest       TEXT COLLATE "C" NOT NULL,
+    published_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX IF NOT EXISTS published_lanes_digest ON published_lanes (digest);

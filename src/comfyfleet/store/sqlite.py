@@ -62,6 +62,7 @@ from comfyfleet.store.sqlite_parts.event_log import SQLiteEventLog
 from comfyfleet.store.sqlite_parts.gateways import SQLiteGateways
 from comfyfleet.store.sqlite_parts.io import GroupWriter, ReaderPool, WriterStats
 from comfyfleet.store.sqlite_parts.journal import SQLiteJournal
+from comfyfleet.store.sqlite_parts.published_nodes import SQLitePublishedNodes
 from comfyfleet.store.sqlite_parts.queue_reads import SQLiteQueueReads
 from comfyfleet.store.sqlite_parts.webhooks import SQLiteWebhookOutbox
 
@@ -70,7 +71,7 @@ Q = load_blocks("sqlite_queries.sql")
 T = TypeVar("T")
 
 #: The version sqlite_schema.sql's migrations reach; PRAGMA user_version holds a file's version.
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 
 def _add_tenants(conn: sqlite3.Connection) -> None:
@@ -103,6 +104,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     16: journal.add_budget_columns,  # remote jobs' tenant, model and cost (budgets)
     17: functools.partial(schema.apply, version=17),  # budgets held for backends' prompts
     18: functools.partial(schema.apply, version=18),  # claims read past no reserved job
+    19: functools.partial(schema.apply, version=19),  # nodes of lanes one gateway reaches
 }
 
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -194,6 +196,7 @@ class SQLiteStore(
     SQLiteWebhookOutbox,
     SQLiteEventLog,
     SQLiteGateways,
+    SQLitePublishedNodes,
     SQLiteQueueReads,
 ):
     """A `JobStore` in one SQLite file.

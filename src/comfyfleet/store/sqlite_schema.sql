@@ -304,3 +304,19 @@ CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (front DESC, order_key, seq)
     WHERE status = 'pending' AND lane IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_tenant_claimable ON jobs (tenant, front DESC, order_key, seq)
     WHERE status = 'pending' AND lane IS NULL;
+
+-- name: migration_19
+-- The nodes of lanes only one gateway reaches (a worker's), for the other gateways of the
+-- store (sqlite_parts/published_nodes.py): each node set once, by its sha256.
+CREATE TABLE IF NOT EXISTS node_sets (
+    digest     TEXT PRIMARY KEY,
+    node_set   BLOB NOT NULL,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS published_lanes (
+    lane         TEXT PRIMARY KEY,
+    gateway      TEXT NOT NULL,
+    digest       TEXT NOT NULL,
+    published_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS published_lanes_digest ON published_lanes (digest);

@@ -350,7 +350,7 @@ async def test_a_version_14_database_keeps_its_jobs_and_gains_the_tenant_cap(
     finally:
         await again.close()
     applied = await sql(postgres_url, schema, "SELECT max(version) FROM comfyfleet_migrations")
-    assert applied == postgres_module.SCHEMA_VERSION == 17
+    assert applied == postgres_module.SCHEMA_VERSION == 18
 
 
 async def test_a_version_15_database_gains_the_journals_budget_columns(

@@ -33,6 +33,7 @@ from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
+from comfyfleet.server.workers.shared_nodes import SharedNodes
 from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
 from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 from comfyfleet.workers.tokens import NAME, WorkerToken, holder, reread
@@ -68,6 +69,14 @@ class WorkerHub:
         self._lock = asyncio.Lock()
         self._rereading: asyncio.Task[None] | None = None
         gateway.fleet.awaits_workers = bool(self.tokens)
+        # Its workers' nodes for the other gateways of the store, and theirs for it.
+        self.shared = SharedNodes(gateway.store, gateway.fleet, self._lanes)
+
+    def start(self) -> None:
+        self.shared.start()
+
+    def _lanes(self) -> dict[str, ComfyUILane]:
+        return {worker.lane.name: worker.lane for worker in self.workers.values()}
 
     # -- the route ---------------------------------------------------------------
 
@@ -133,6 +142,13 @@ class WorkerHub:
         await end.start()
         lane = self.gw.fleet.backend_lane(BackendSpec(url=end.url, name=name, slots=slots))
         lane.only_tenant = token.tenant
+        rebuild = lane.on_change
+
+        async def changed() -> None:  # its nodes: in this gateway's union, and shared
+            await rebuild()
+            self.shared.poke()
+
+        lane.on_change = changed
         self.gw.owners.pin(name)
         await self.gw.scheduler.add_lane(lane)
         link = WorkerLink("", time.time(), time.time())
@@ -190,6 +206,7 @@ class WorkerHub:
         self.gw.owners.unpin(worker.name)
         await self.gw.fleet.forget(worker.name)
         await worker.end.close()
+        self.shared.poke()
 
     async def _reread_tokens(self) -> None:
         """Token files are read again every heartbeat: a worker whose token was revoked
@@ -206,6 +223,7 @@ class WorkerHub:
         """The gateway stops: every tunnel ends (its lanes stopped with the scheduler)."""
         if self._rereading is not None:
             self._rereading.cancel()
+        await self.shared.close()
         for worker in list(self.workers.values()):
             for task in (worker.leaving, worker.telling):
                 if task is not None:
