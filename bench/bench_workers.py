@@ -9,18 +9,21 @@ connection, and a fleet of workers that come and go.
    gap per slot (from one prompt's end to the next one's start on the same lane, from
    the gateway's history: the backends' own event times), p50 and p90, and the
    efficiency (ideal time / first start to last end).
-2. **Churn.** `--churn-workers` workers (built-in engine, 1 slot each) join and leave at
-   random while `--churn-prompts` prompts of `LedgerAppend(seconds)` run: each lives a
-   random 15 to 45 s, then is stopped, a quarter of them with SIGKILL (its backend dies
-   with it), the rest with SIGTERM (they drain), and another starts in its place.
+2. **Churn.** `--churn-prompts` prompts of `LedgerAppend(seconds)` are queued, then
+   `--churn-workers` workers (built-in engine, 1 slot each) start. The baseline: they
+   stay until the queue is drained. Then the same again with churn: each worker lives
+   a random 15 to 45 s, then is stopped, a quarter of them with SIGKILL (its backend
+   dies with it), the rest with SIGTERM (they drain), and another starts in its place.
    Figures: prompts lost (not ended in success), prompts whose side effect happened
-   more than once (counted outside every process: the ledger file), and the
-   efficiency against the live slot-time (the prompts' seconds / the seconds the
-   workers' lanes were up, summed; a lane counts from when the gateway lists it up
-   to when its process exits).
+   more than once (counted outside every process: the ledger file), of those the ones
+   whose first run's worker was SIGKILLed after the side effect (within a second: its
+   result died with it), and the efficiency against the live slot-time (the prompts'
+   seconds / the seconds the workers' lanes were up, summed; a lane counts from when
+   the gateway lists it up to when its process exits, or the queue drained).
 
     .venv/bin/python bench/bench_workers.py [--workers 16] [--per-slot 8]
         [--churn-workers 20] [--churn-prompts 2000] [--churn-seconds 0.2] [--skip-churn]
+        [--skip-gap] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +80,8 @@ def until(check: Any, timeout: float, what: str) -> None:
 def drained(gateway: str) -> bool:
     """Nothing pending or running. Asked of `GET /prompt`: `GET /queue` lists every
     prompt, and asked ten times a second of a deep queue it is a load of its own."""
-    return get(gateway + "/prompt")["exec_info"]["queue_remaining"] == 0
+    remaining: int = get(gateway + "/prompt")["exec_info"]["queue_remaining"]
+    return remaining == 0
 
 
 def answers(url: str) -> bool:
@@ -230,10 +234,20 @@ def idle_gap(count: int, per_slot: int, root: Path) -> None:
 
 
 class Churn:
-    """Keeps `size` workers alive, each for a random LIFE, a quarter SIGKILLed."""
+    """Keeps `size` workers alive, each for a random `life` (None: until the end), a
+    quarter SIGKILLed."""
 
-    def __init__(self, gateway: str, size: int, root: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        gateway: str,
+        size: int,
+        root: Path,
+        env: dict[str, str],
+        life: tuple[float, float] | None,
+    ) -> None:
         self.gateway, self.size, self.root, self.env = gateway, size, root, env
+        self.life = life
+        self.killed: dict[int, float] = {}  # a SIGKILLed worker's backend pid -> when
         self.alive: dict[str, tuple[subprocess.Popen[bytes], float]] = {}  # name -> (process, end)
         self.up_since: dict[str, float] = {}
         self.slot_seconds = 0.0
@@ -249,7 +263,8 @@ class Churn:
                 name = f"c{self.started}"
                 self.started += 1
                 process = worker(self.gateway, self.root / name, name, self.env)
-                self.alive[name] = (process, now + self.random.uniform(*LIFE))
+                life = self.random.uniform(*self.life) if self.life else float("inf")
+                self.alive[name] = (process, now + life)
             try:
                 lanes = up_lanes(self.gateway)
             except OSError:  # a gateway slow to answer: look again next tick
@@ -281,10 +296,17 @@ class Churn:
         children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
         with contextlib.suppress(OSError), (self.root / "stops.jsonl").open("a") as notes:
             pids = [int(pid) for pid in children.read_text().split()]
-            notes.write(
-                json.dumps({"worker": name, "pids": pids, "signal": how.name, "time": time.time()})
-                + "\n"
-            )
+            now = time.time()
+            note = {"worker": name, "pids": pids, "signal": how.name, "time": now}
+            notes.write(json.dumps(note) + "\n")
+            if how is signal.SIGKILL:
+                self.killed.update((pid, now) for pid in pids)
+
+    def killed_after(self, run: dict[str, Any]) -> bool:
+        """Whether the worker whose backend made this ledger line was SIGKILLed within a
+        second after it."""
+        killed = self.killed.get(run["pid"])
+        return killed is not None and -0.1 <= killed - run["time"] <= 1.0
 
     def _count_exit(self, name: str, process: subprocess.Popen[bytes]) -> None:
         process.wait()
@@ -295,16 +317,28 @@ class Churn:
             self.slot_seconds += max(0.0, until - since)
 
 
-def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
+@dataclass
+class Outcome:
+    took: float  # s from the first worker's start to the queue drained
+    efficiency: float  # the prompts' seconds / the workers' lanes' seconds up
+    lost: int  # not ended in success
+    missing: int  # no side effect at all
+    twice: list[str]  # prompt ids whose side effect happened more than once
+    killed_past_side_effect: int  # of those: the first run's worker SIGKILLed after it
+    fleet: Churn
+
+
+def run_fleet(size: int, prompts: int, seconds: float, root: Path, churned: bool) -> Outcome:
+    """`prompts` queued, then `size` workers start; with `churned` they come and go."""
     ledger = root / "ledger.jsonl"
     env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN, LEDGER_ENV: str(ledger)}
     port = free_port()
     config = gateway_config(root)
     gateway_process = serve(
-        root / "gw-churn", port, "--local-slots", "0", "--testing-nodes", "--config", str(config)
+        root / "gateway", port, "--local-slots", "0", "--testing-nodes", "--config", str(config)
     )
     gateway = f"http://127.0.0.1:{port}"
-    fleet = Churn(gateway, size, root, env)
+    fleet = Churn(gateway, size, root, env, LIFE if churned else None)
     runner = threading.Thread(target=fleet.run, daemon=True)
     try:
         until(lambda: answers(gateway), 60, "the gateway")
@@ -316,11 +350,7 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
         ids = [post(gateway + "/prompt", {"prompt": prompt})["prompt_id"] for _ in range(prompts)]
         started = time.monotonic()
         runner.start()
-        until(
-            lambda: drained(gateway),
-            prompts * seconds * 4 + 300,
-            "the churned prompts",
-        )
+        until(lambda: drained(gateway), prompts * seconds * 4 + 300, "the prompts")
         fleet.drained = time.monotonic()
         took = fleet.drained - started
         history = get(gateway + "/history")
@@ -335,25 +365,43 @@ def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
         for process, _end in list(fleet.alive.values()):  # whatever the runner left
             process.kill()
         gateway_process.kill()
-    lines = (
-        [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        runs.setdefault(line["prompt_id"], []).append(line)
+    twice = [prompt_id for prompt_id in ids if len(runs.get(prompt_id, [])) > 1]
+    return Outcome(
+        took=took,
+        efficiency=prompts * seconds / fleet.slot_seconds if fleet.slot_seconds else 0.0,
+        lost=lost,
+        missing=sum(1 for prompt_id in ids if prompt_id not in runs),
+        twice=twice,
+        killed_past_side_effect=sum(1 for p in twice if fleet.killed_after(runs[p][0])),
+        fleet=fleet,
     )
-    counted = Counter(line["prompt_id"] for line in lines)
-    twice = sum(1 for prompt_id in ids if counted[prompt_id] > 1)
-    missing = sum(1 for prompt_id in ids if counted[prompt_id] == 0)
+
+
+def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
+    (root / "steady").mkdir()
+    (root / "churned").mkdir()
+    steady = run_fleet(size, prompts, seconds, root / "steady", churned=False)
+    churned = run_fleet(size, prompts, seconds, root / "churned", churned=True)
+    figure("steady_seconds", steady.took, "s")
+    figure("steady_efficiency", steady.efficiency, "x")
+    figure("steady_side_effect_twice", len(steady.twice), "count")
     figure("churn_prompts", prompts, "count")
-    figure("churn_lost", lost, "count")
-    figure("churn_side_effect_missing", missing, "count")
-    figure("churn_side_effect_twice", twice, "count")
-    figure("churn_workers_started", fleet.started, "count")
-    figure("churn_sigkills", fleet.kills, "count")
-    figure("churn_sigterms", fleet.terms, "count")
-    figure("churn_seconds", took, "s")
-    figure(
-        "churn_efficiency",
-        prompts * seconds / fleet.slot_seconds if fleet.slot_seconds else 0.0,
-        "x",
-    )
+    figure("churn_lost", churned.lost, "count")
+    figure("churn_side_effect_missing", churned.missing, "count")
+    figure("churn_side_effect_twice", len(churned.twice), "count")
+    # A run whose worker was SIGKILLed after the prompt's side effect but before its
+    # result left the worker: the result died with it, and the prompt ran again.
+    figure("churn_twice_killed_past_side_effect", churned.killed_past_side_effect, "count")
+    figure("churn_twice_otherwise", len(churned.twice) - churned.killed_past_side_effect, "count")
+    figure("churn_workers_started", churned.fleet.started, "count")
+    figure("churn_sigkills", churned.fleet.kills, "count")
+    figure("churn_sigterms", churned.fleet.terms, "count")
+    figure("churn_seconds", churned.took, "s", steady.took)
+    figure("churn_efficiency", churned.efficiency, "x", steady.efficiency)
 
 
 def main() -> int:
