@@ -54,7 +54,6 @@ class Worker:
     token: WorkerToken
     link: WorkerLink  # also the lane's: what the dashboard shows
     ws: WebSocketLike | None = None
-    draining: bool = False
     leaving: asyncio.Task[None] | None = field(default=None, repr=False)
     telling: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -132,7 +131,7 @@ class WorkerHub:
             worker.ws = ws
             now = time.time()
             worker.link = worker.lane.worker = WorkerLink(address, now, now)
-            worker.draining = worker.lane.draining = False
+            worker.lane.draining = False  # the lane's flag: the scheduler reads it too
         return worker
 
     async def _new(self, name: str, slots: int, token: WorkerToken) -> Worker:
@@ -159,7 +158,7 @@ class WorkerHub:
     async def _control(self, worker: Worker, message: dict[str, Any]) -> None:
         worker.link.seen_at = time.time()
         if message["type"] == "drain":
-            worker.draining = worker.lane.draining = True
+            worker.lane.draining = True
             worker.link.state = "draining"
             self.gw.scheduler.wake()  # what was set aside for it goes elsewhere
             if worker.telling is None or worker.telling.done():
@@ -169,7 +168,7 @@ class WorkerHub:
 
     async def _tell_drained(self, worker: Worker) -> None:
         ws = worker.ws
-        while ws is not None and not ws.closed and worker.draining:
+        while ws is not None and not ws.closed and worker.lane.draining:
             if not self.gw.scheduler.runs_on(worker.lane.name):
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     await ws.send_str(json.dumps({"type": "drained"}))
@@ -183,7 +182,7 @@ class WorkerHub:
             worker.ws = None
             worker.link.state = "away"
             log.info("worker %s disconnected", worker.name)
-            if worker.draining:  # it said so: nothing to wait for
+            if worker.lane.draining:  # it said so: nothing to wait for
                 await self._remove(worker)
             else:
                 worker.leaving = asyncio.create_task(
