@@ -33,6 +33,12 @@ def submit_many(fleet: Fleet, tag: str, count: int = PROMPTS) -> dict[str, str]:
         return dict(zip(ids, prefixes, strict=True))
 
 
+def runs_anything(fleet: Fleet, name: str) -> bool:
+    """Whether the gateway has a prompt running on backend `name`."""
+    lanes = fleet.gateway.get("/api/fleet/backends")["backends"]
+    return any(lane["running"] for lane in lanes if lane["name"] == name)
+
+
 def running_on(fleet: Fleet, name: str) -> bool:
     return bool(backend_queue(fleet.backends[name])[0])
 
@@ -74,6 +80,9 @@ def test_backend_sigkill_mid_prompt_then_back_with_empty_history(make_fleet: Mak
     shutil.rmtree(fleet.backends["d0"].data_dir)
     fleet.restart_backend("d0")
     fleet.wait_states({"d0": "up"}, timeout=30)
+    # Back within the time its prompt was held there, d0 is asked for it (at the next
+    # look, within a second) before its slot is free again.
+    poll(lambda: not runs_anything(fleet, "d0"), what="d0 to give up its lost prompt")
     second = submit_many(fleet, "be", 20)
     settle_and_check(fleet, {**first, **second})
     retried = [p for p in first if fleet.job(p)["attempt"] > 1]
@@ -135,6 +144,12 @@ def test_a_comfyfleet_backend_restarted_runs_nothing_its_gateway_moved(
     held_there = set().union(*backend_queue(fleet.backends["d0"]))
     fleet.backends["d0"].kill()
     fleet.wait_states({"d0": "down"}, timeout=10)
+    # Its port refuses: the gateway moves its prompts at once (started again sooner, it
+    # would find them held there and follow them).
+    poll(
+        lambda: any(fleet.lane_of(p) != "d0" for p in held_there),
+        what="the gateway to move a prompt off the killed backend",
+    )
     fleet.restart_backend("d0")  # its queue as it was: running and prefetched prompts
     settle_and_check(fleet, jobs)
     moved = [p for p in held_there if fleet.lane_of(p) != "d0"]

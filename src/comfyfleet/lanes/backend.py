@@ -43,6 +43,11 @@ class BackendError(ComfyfleetError):
     """The backend could not be reached or answered out of protocol."""
 
 
+class BackendAnswered(BackendError):
+    """The backend answered, but not with what was asked: an error status, or a body out
+    of protocol (it is there: this says nothing of whether it is up)."""
+
+
 class BackendLost(BackendError):
     """The connection dropped while a prompt was running there."""
 
@@ -163,7 +168,7 @@ class BackendClient:
                 return await asyncio.to_thread(json.loads, body)
             return json.loads(body) if body.strip() else None
         except (ValueError, RecursionError) as exc:
-            raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            raise BackendAnswered(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
 
     async def json_bytes(self, path: str, *, timeout: float = 30.0) -> bytes:
         """The body of a 2xx answer to GET `path`, unparsed (the caller may know it
@@ -182,7 +187,9 @@ class BackendClient:
             ) as response:
                 body = await _read_capped(response, MAX_JSON_BYTES, f"{method} {path}")
                 if response.status >= 400:
-                    raise BackendError(f"{method} {path}: HTTP {response.status}: {body[:300]!r}")
+                    raise BackendAnswered(
+                        f"{method} {path}: HTTP {response.status}: {body[:300]!r}"
+                    )
                 return body
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc

@@ -20,6 +20,7 @@ from comfyfleet.errors import ComfyfleetError
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.backend import (
     MAX_FILE_BYTES,
+    BackendAnswered,
     BackendClient,
     BackendError,
     BackendSpec,
@@ -376,10 +377,12 @@ class ComfyUILane:
         """Read what the backend can run: its nodes, the files of its model folders, and
         whether it has the companion pack (it then validates prompts for the gateway).
         Whether its nodes or files changed (the fleet's node union is built anew then)."""
+        # Unreachable, it is down (raised), and what it was stays known: a comfyfleet out
+        # of reach is still one whose prompts run nowhere else until its hold ran out.
         try:
             pack = await self.client.request("GET", PACK_ROUTE, timeout=10.0)
-        except BackendError:
-            pack = None
+        except BackendAnswered:
+            pack = None  # there, without the pack
         self.validates = isinstance(pack, dict) and pack.get("pack") == "comfyfleet"
         # A comfyfleet server with a durable queue of its own: it holds what this gateway
         # sent across its restarts until told which of it is still wanted.

@@ -67,7 +67,10 @@ class WorkerAgent:
         """Until `stopping` is set and the drain is over: 0, or 1 when refused."""
         wait = FIRST_RETRY
         headers = {"Authorization": f"Bearer {self.settings.token}"}
-        async with aiohttp.ClientSession(headers=headers) as session:
+        # Bounds on the handshake alone (the WebSocket then lives as long as it is open):
+        # a gateway behind a cut or a black hole is tried again, not waited on for minutes.
+        handshake = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30)
+        async with aiohttp.ClientSession(headers=headers, timeout=handshake) as session:
             while not self.stopping.is_set():
                 try:
                     await self._connected(session)
