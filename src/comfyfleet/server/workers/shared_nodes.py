@@ -68,6 +68,8 @@ class SharedNodes:
                 await self.tick()
             except StoreError as exc:  # the store is away: look again at the next tick
                 log.warning("could not share workers' nodes: %s", exc)
+            except Exception:  # never the end of sharing: the next tick tries again
+                log.exception("sharing workers' nodes failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poked.wait(), FOLLOW_EVERY)
             self._poked.clear()
