@@ -28,6 +28,8 @@ TERMINAL = frozenset(
 #: In a prompt's `extra_data`: sent by a gateway, it runs only while that gateway keeps
 #: saying it wants it, this many seconds at a time (see scheduler/holds.py).
 HOLD_KEY = "comfyfleet_hold"
+#: What a backend says it is (the companion pack, or comfyfleet): its features.
+PACK_ROUTE = "/comfyfleet/pack"
 #: Where a gateway says so, and the flag of `GET /comfyfleet/pack` saying it may.
 HOLDS_ROUTE = "/comfyfleet/holds"
 HOLDS_FEATURE = "holds"

@@ -245,9 +245,13 @@ class BackendClient:
                 timeout=aiohttp.ClientTimeout(total=30.0),
             ) as response:
                 raw = await _read_capped(response, MAX_JSON_BYTES, f"POST {path}")
-                return response.status, json.loads(raw) if raw.strip() else None
-        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as exc:
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        try:
+            return status, json.loads(raw) if raw.strip() else None
+        except (ValueError, RecursionError) as exc:
+            raise BackendAnswered(f"POST {path}: {type(exc).__name__}: {exc}") from exc
 
     async def model_files(self) -> dict[str, list[str]]:
         """The files of each model folder the backend lists (`GET /models/{folder}`)."""

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 
 from comfyfleet.domain.budgets import ALLOWANCE_KEY
-from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, Job, JobResult
+from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, PACK_ROUTE, Job, JobResult
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.services import Services
@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 
 
 #: The companion pack's routes (comfyfleet.comfyui_pack; comfyfleet serves them too).
-PACK_ROUTE = "/comfyfleet/pack"
 VALIDATE_ROUTE = "/comfyfleet/validate"
 #: extra_data keys a backend is not sent: this gateway routes events and sends webhooks.
 BACKEND_DROPS = frozenset({"client_id", URL_KEY, EVENTS_KEY})
@@ -214,7 +213,13 @@ class ComfyUILane:
                 return known
         try:
             prompt = await self._pusher.push_for(job.prompt, self._folders(job), job.tenant)
-            await self._submit(replace(job, prompt=prompt))
+            try:
+                await self._submit(replace(job, prompt=prompt))
+            except BackendError as exc:
+                if not (self.state.holds and _maybe_taken(exc)):
+                    raise
+                # It may hold it, unanswered: asked once reached, else lost past its hold.
+                watch.lost = True
             watch.kept_at = time.monotonic()  # it holds the prompt from its answer on
         except ForeignFile as foreign:
             return refused_result(job, foreign_file_answer(job.prompt, foreign))
@@ -377,18 +382,7 @@ class ComfyUILane:
         """Read what the backend can run: its nodes, the files of its model folders, and
         whether it has the companion pack (it then validates prompts for the gateway).
         Whether its nodes or files changed (the fleet's node union is built anew then)."""
-        # Unreachable, it is down (raised), and what it was stays known: a comfyfleet out
-        # of reach is still one whose prompts run nowhere else until its hold ran out.
-        try:
-            pack = await self.client.request("GET", PACK_ROUTE, timeout=10.0)
-        except BackendAnswered:
-            pack = None  # there, without the pack
-        self.validates = isinstance(pack, dict) and pack.get("pack") == "comfyfleet"
-        # A comfyfleet server with a durable queue of its own: it holds what this gateway
-        # sent across its restarts until told which of it is still wanted.
-        self.state.holds = (
-            self.validates and isinstance(pack, dict) and pack.get(HOLDS_FEATURE) is True
-        )
+        self.validates, self.state.holds = await pack_features(self.client)
         object_info = await self.client.json_bytes("/object_info", timeout=60.0)
         models = await self.client.model_files()
         key = KnownCapabilities.key(object_info, models)
@@ -457,7 +451,7 @@ class ComfyUILane:
         if status == 400 and isinstance(answer, dict) and isinstance(answer.get("error"), dict):
             raise PromptRefused(answer)
         if status != 200:
-            raise BackendError(f"backend {self.client.spec.name} refused the prompt: {answer}")
+            raise BackendAnswered(f"backend {self.client.spec.name} refused the prompt: {answer}")
         self.on_sent()
 
     def _folders(self, job: Job) -> Folders:
@@ -491,6 +485,26 @@ async def _nothing() -> None:
 
 def _ignore() -> None:
     return None
+
+
+async def pack_features(client: BackendClient) -> tuple[bool, bool]:
+    """Whether the backend validates for the gateway (the companion pack, or comfyfleet),
+    and whether it holds the gateway's prompts (a comfyfleet, with a durable queue of its
+    own: it runs them only while told). Unreachable, it raises: what it was stays known,
+    and a comfyfleet out of reach still holds its prompts until their hold runs out."""
+    try:
+        pack = await client.request("GET", PACK_ROUTE, timeout=10.0)
+    except BackendAnswered:
+        return False, False  # there, without the pack
+    if not isinstance(pack, dict) or pack.get("pack") != "comfyfleet":
+        return False, False
+    return True, pack.get(HOLDS_FEATURE) is True
+
+
+def _maybe_taken(exc: BackendError) -> bool:
+    """Whether a submit that failed so may still have reached the backend (its answer
+    lost): not when it answered, nor when nothing listened."""
+    return not isinstance(exc, BackendAnswered) and not _refused(exc)
 
 
 def _refused(exc: BaseException) -> bool:

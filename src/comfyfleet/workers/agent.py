@@ -5,6 +5,9 @@ backend until told to stop, reconnecting after a loss (0.5 s, doubling to 10 s).
 Stopping (SIGTERM) drains: the gateway is told, gives the worker no new job, and says
 `drained` once nothing of the worker's runs; after `grace` seconds the worker ends what
 its backend still runs, then leaves, and the gateway re-queues what was left.
+
+Cut off from the gateway, it stops what a backend that holds nothing for the gateway (a
+ComfyUI) runs: the gateway has that run elsewhere at once.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from comfyfleet.domain.jobs import HOLDS_FEATURE, PACK_ROUTE
 from comfyfleet.tunnel.ends import carry, control_of, worker_mux
 from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 
@@ -62,6 +66,7 @@ class WorkerAgent:
         self._url = connect_url(settings.gateway)
         self.stopping = asyncio.Event()
         self.refused: str | None = None  # why the gateway turned it away for good
+        self._joined = False  # welcomed on the current connection
 
     async def run(self) -> int:
         """Until `stopping` is set and the drain is over: 0, or 1 when refused."""
@@ -85,6 +90,9 @@ class WorkerAgent:
                     log.warning("connection to %s lost or refused: %s", self._url, exc)
                 if self.stopping.is_set():
                     break
+                if self._joined:
+                    self._joined = False
+                    await self._cut_off()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), wait)
                 wait = min(LAST_RETRY, wait * 2)
@@ -100,6 +108,7 @@ class WorkerAgent:
             if welcome.type != aiohttp.WSMsgType.TEXT:
                 raise TunnelBroken(f"no welcome: {welcome.data or welcome.extra or welcome.type}")
             log.info("joined the fleet as lane %s", control_of(welcome.data).get("lane"))
+            self._joined = True
             drained = asyncio.Event()
 
             async def on_control(message: dict[str, Any]) -> None:
@@ -134,6 +143,27 @@ class WorkerAgent:
             log.warning("the grace ran out: what still runs goes back to the gateway's queue")
             await self._cut_short()
         await ws.close()
+
+    async def _cut_off(self) -> None:
+        """The gateway is out of reach. A backend that holds the gateway's prompts (the
+        built-in engine) stops them itself once their hold runs out, and the gateway
+        waits for that; any other (a ComfyUI) has them run elsewhere at once, so they
+        are stopped here now rather than run in two places."""
+        if not await self._backend_holds():
+            log.warning("cut off from the gateway: the backend's prompts are stopped")
+            await self._interrupt_backend()
+
+    async def _backend_holds(self) -> bool:
+        url = self.settings.backend.rstrip("/") + PACK_ROUTE
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+                session.get(url) as answer,
+            ):
+                pack = await answer.json() if answer.status == 200 else None
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            return False
+        return isinstance(pack, dict) and pack.get(HOLDS_FEATURE) is True
 
     async def _interrupt_backend(self) -> None:
         base = self.settings.backend.rstrip("/")

@@ -9,14 +9,17 @@ import asyncio
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from comfyfleet.testing import LEDGER_ENV
 from tests.integration.fleet.harness import poll
 from tests.integration.workers.test_workers import CONFIG, WorkerProcess, ledger_prompt
+from tests.real_comfyui import comfyui_with_pack, needs_comfyui
 from tests.servers import ServerProcess, free_port
 
 HOLD = 3.0  # the gateway's hold on a worker's prompt (--backend-hold), s
@@ -144,3 +147,51 @@ def test_a_cut_off_worker_stops_its_prompt_before_another_runs_it(
 def lanes_up_named(gateway: ServerProcess, names: set[str]) -> bool:
     backends = {b["name"]: b["state"] for b in gateway.get("/api/fleet/backends")["backends"]}
     return all(backends.get(name) == "up" for name in names)
+
+
+@needs_comfyui
+async def test_a_cut_off_worker_stops_its_comfyuis_prompt_at_once(tmp_path: Path) -> None:
+    """A ComfyUI holds nothing for the gateway, which moves the prompt of a worker it
+    lost at once: the worker, cut off too, stops it there rather than let it run on."""
+    async with comfyui_with_pack(tmp_path / "comfy", {}, "TestSleep", testing_nodes=True) as url:
+        await asyncio.to_thread(cut_off_comfyui, tmp_path, url)
+
+
+def cut_off_comfyui(tmp_path: Path, comfyui: str) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(CONFIG)
+    with ServerProcess(tmp_path / "gateway", "--local-slots", "0", "--config", str(config)) as gw:
+        cable = Cable(gw.port)
+        worker = WorkerProcess(
+            f"http://127.0.0.1:{cable.port}", tmp_path / "w0", "w0", backend=comfyui
+        )
+        try:
+            poll(lambda: lanes_up_named(gw, {"worker-pool.w0"}), what="w0", timeout=60)
+            prompt = {
+                "1": {
+                    "class_type": "EmptyImage",
+                    "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
+                },
+                "2": {"class_type": "TestSleep", "inputs": {"value": ["1", 0], "seconds": 8}},
+                "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}},
+            }
+            prompt_id = gw.post("/prompt", {"prompt": prompt})["prompt_id"]
+            poll(lambda: running_there(comfyui, prompt_id), what="the run", timeout=30)
+            cable.set_cut(True)
+            poll(lambda: bool(comfyui_get(comfyui, f"/history/{prompt_id}")), what="its end")
+            ended = comfyui_get(comfyui, f"/history/{prompt_id}")[prompt_id]["status"]
+            assert ended["status_str"] == "error"  # interrupted, not run on to its end
+            assert "execution_interrupted" in [name for name, _ in ended["messages"]]
+            poll(lambda: gw.get(f"/api/jobs/{prompt_id}")["status"] == "pending", what="requeue")
+        finally:
+            worker.kill()
+            cable.close()
+
+
+def comfyui_get(url: str, path: str) -> Any:
+    with urllib.request.urlopen(url + path, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def running_there(comfyui: str, prompt_id: str) -> bool:
+    return any(item[1] == prompt_id for item in comfyui_get(comfyui, "/queue")["queue_running"])
