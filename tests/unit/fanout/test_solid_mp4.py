@@ -1,10 +1,11 @@
-"""The one-colour MP4 clips that stand in for videos: their headers, and (where PyAV is
-installed, as in ComfyUI's environment) that a decoder shows them as asked."""
+"""The one-colour MP4 clips that stand in for videos: their headers, and that a real
+decoder (PyAV, as in ComfyUI's environment) shows them as asked."""
 
 from __future__ import annotations
 
 import io
 
+import av
 import pytest
 
 from comfyfleet.fanout.mp4 import is_mp4, read_info
@@ -34,8 +35,7 @@ def test_the_headers_say_the_size_length_and_frames(
 def test_a_decoder_shows_every_frame_in_the_colour(
     width: int, height: int, rgb: tuple[int, int, int], frames: int, fps: float
 ) -> None:
-    av = pytest.importorskip("av")
-    with av.open(io.BytesIO(solid_mp4(width, height, rgb, frames, fps))) as container:
+    with av.open(io.BytesIO(solid_mp4(width, height, rgb, frames, fps)), "r") as container:
         stream = container.streams.video[0]
         assert (stream.codec_context.name, stream.width, stream.height) == ("h264", width, height)
         pictures = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
