@@ -173,7 +173,10 @@ def cut_off_comfyui(tmp_path: Path, comfyui: str) -> None:
                     "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0},
                 },
                 "2": {"class_type": "TestSleep", "inputs": {"value": ["1", 0], "seconds": 8}},
-                "3": {"class_type": "SaveImage", "inputs": {"images": ["2", 0]}},
+                "3": {
+                    "class_type": "SaveImage",
+                    "inputs": {"images": ["2", 0], "filename_prefix": "cut"},
+                },
             }
             prompt_id = gw.post("/prompt", {"prompt": prompt})["prompt_id"]
             poll(lambda: running_there(comfyui, prompt_id), what="the run", timeout=30)
