@@ -14,10 +14,12 @@ from typing import Any
 
 from tests.browser.conftest import PageLog, screenshot
 from tests.integration.gateway.wire import save_prompt, sleep_prompt
+from tests.integration.workers.test_workers import WorkerProcess
 from tests.servers import ServerProcess
 
 ROOT = "root-dashboard-token-9f8e7d"
 ALICE = "alice-dashboard-token-1a2b3c"
+WORKER_TOKEN = "pool-worker-dashboard-token-5d6e"
 AUTH = f"""
 [[auth.tokens]]
 token = "{ROOT}"
@@ -125,3 +127,37 @@ def test_the_dashboard_shows_backends_prompts_and_outputs_live(
     finally:
         gateway.kill()
         backend.kill()
+
+
+def test_a_worker_shows_where_it_connected_from_and_its_machine(
+    browser: Any, tmp_path: Path
+) -> None:
+    """A worker's row: for the admin where it connected from, for everyone when it was
+    last heard, its node classes and its devices (as its backend reports them)."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(AUTH + f'\n[[worker_tokens]]\nname = "pool"\ntoken = "{WORKER_TOKEN}"\n')
+    gateway = ServerProcess(
+        tmp_path / "gateway", "--config", str(config), "--local-slots", "0", token=ROOT
+    ).start()
+    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0", token=WORKER_TOKEN)
+    lane = "backend:worker-pool.w0"
+    row = f'tr[data-lane="{lane}"]'
+    try:
+        pages = {}
+        for token in (ROOT, ALICE):
+            page = browser.new_context(viewport={"width": 1500, "height": 950}).new_page()
+            PageLog(gateway.url).watch(page)
+            page.goto(f"{gateway.url}/fleet?token={token}")
+            page.wait_for_function(
+                f"() => document.querySelector('{row}')?.textContent.includes('(cpu)')",
+                timeout=60_000,
+            )
+            pages[token] = page.locator(row).text_content() or ""
+        root_row, alice_row = pages[ROOT], pages[ALICE]
+        assert "worker from 127.0.0.1, heard" in root_row
+        assert "node classes, cpu (cpu) " in root_row and " GB" in root_row
+        assert "from 127.0.0.1" not in alice_row  # where it is, for the admin only
+        assert "cpu (cpu)" in alice_row
+    finally:
+        worker.kill()
+        gateway.kill()

@@ -100,6 +100,8 @@ class WorkerLink:
     connected_at: float  # time.time()
     seen_at: float
     state: str = "connected"  # connected, draining, away
+    # Its devices and memory, as its backend reports them (server/workers/machine.py).
+    machine: dict[str, Any] | None = None
 
 
 @dataclass

@@ -39,6 +39,8 @@ class BackendState:
 
     holds: bool = False  # a comfyfleet: it runs this gateway's prompts only while told
     refused: bool = False  # the last connection attempt was refused: no process there
+    # Gone for good, having stopped what it ran (a worker that drained, then left).
+    gone: bool = False
     suspect_until: float = 0.0  # a hung prompt there: no new work until then
     # Since when, by its last keep's answer, its process has run without a stop (a
     # comfyfleet says; -inf: one that does not).
@@ -108,7 +110,7 @@ class PromptFollower:
         port refuses: started again, a comfyfleet holds the prompt until told); else
         once the backend's hold on it has surely run out (a paused or cut-off comfyfleet
         has stopped it by then), not before, so it never runs in two places."""
-        if not self.state.holds or self.state.refused:
+        if not self.state.holds or self.state.refused or self.state.gone:
             return True
         return now > watch.kept_at + self.settings.hold + HOLD_MARGIN
 

@@ -9,6 +9,7 @@ from aiohttp.typedefs import Middleware
 
 from comfyfleet import __version__
 from comfyfleet.folders import Folders
+from comfyfleet.lanes.settings import HOLD_MARGIN
 from comfyfleet.peers import FileRef
 from comfyfleet.server.access.auth import TokenTable, authenticate, tenant_name
 from comfyfleet.server.access.login import login_routes
@@ -104,7 +105,10 @@ def build_app(gateway: Gateway) -> web.Application:
     metrics = GatewayMetrics(gateway)
     metrics.jobs.idle_gap_listeners.append(watch.charts.idle_gap)  # measured once, there
     routes += metrics.routes()
-    workers = WorkerHub(gateway, config.worker_tokens, grace=config.lease * 2)
+    # A worker away keeps its lane past the hold on what it ran: given up on by then (it
+    # may have been cut off, still running it), that goes back to the queue first.
+    grace = max(config.lease * 2, config.backend_hold + HOLD_MARGIN + 1.0)
+    workers = WorkerHub(gateway, config.worker_tokens, grace=grace)
     routes += worker_routes(workers)
     demand = Demand(gateway, workers)
     routes += demand.routes()

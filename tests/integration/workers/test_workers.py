@@ -168,6 +168,16 @@ def test_two_workers_run_two_hundred_prompts_each_once(
         lines = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
         counted = [line["prompt_id"] for line in lines]
         assert sorted(counted) == sorted(ids)  # each once
+        # Each announced its machine: its devices and memory, as its backend reports them.
+        poll(
+            lambda: all(w["machine"] for w in gateway.get("/api/fleet/workers")["workers"]),
+            what="the workers' machines",
+        )
+        for listed in gateway.get("/api/fleet/workers")["workers"]:
+            [device] = listed["machine"]["devices"]
+            assert (device["name"], device["type"]) == ("cpu", "cpu")
+            assert device["vram_total"] > 0 and listed["machine"]["ram_total"] > 0
+            assert "argv" not in json.dumps(listed)  # its command line is its own
         backends = {children_of(worker.proc.pid)[0] for worker in workers}
         assert {line["pid"] for line in lines} == backends  # both worked, and only they
         # Only outbound connections, the workers': the gateway's own go to the loopback

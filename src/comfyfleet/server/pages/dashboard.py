@@ -233,7 +233,11 @@ def _lanes(gw: Gateway, running: list[dict[str, Any]], view: Viewer) -> list[dic
         }
         if lane.worker is not None:
             entry["kind"] = "worker"
-            entry["worker"] = {"state": lane.worker.state, "seen_at": lane.worker.seen_at}
+            entry["worker"] = {
+                "state": lane.worker.state,
+                "seen_at": lane.worker.seen_at,
+                "machine": lane.worker.machine,
+            }
             entry["node_classes"] = len(lane.capabilities.object_info)
             if view.admin:
                 entry["worker"]["address"] = lane.worker.address

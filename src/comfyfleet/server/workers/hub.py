@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,11 +29,12 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from comfyfleet.lanes.backend import BackendSpec, WorkerLink
+from comfyfleet.lanes.backend import BackendError, BackendSpec, WorkerLink
 from comfyfleet.lanes.comfyui import ComfyUILane
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
+from comfyfleet.server.workers.machine import machine_of
 from comfyfleet.server.workers.shared_nodes import SharedNodes
 from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
 from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT = 10.0  # s for a connected worker to say who it is
 HEARTBEAT = 5.0  # s between WebSocket pings; a worker silent for two is gone
+MACHINE_EVERY = 60.0  # s between reads of a worker's devices and memory
 MAX_SLOTS = 256
 PREFIX = "worker-"
 
@@ -56,6 +59,8 @@ class Worker:
     ws: WebSocketLike | None = None
     leaving: asyncio.Task[None] | None = field(default=None, repr=False)
     telling: asyncio.Task[None] | None = field(default=None, repr=False)
+    reading: asyncio.Task[None] | None = field(default=None, repr=False)  # its machine
+    machine_at: float = -math.inf  # time.monotonic() its machine was last read
 
 
 class WorkerHub:
@@ -130,7 +135,9 @@ class WorkerHub:
                 worker.leaving = None
             worker.ws = ws
             now = time.time()
-            worker.link = worker.lane.worker = WorkerLink(address, now, now)
+            machine = worker.link.machine  # known until read again on this connection
+            worker.link = worker.lane.worker = WorkerLink(address, now, now, machine=machine)
+            worker.machine_at = -math.inf
             worker.lane.draining = False  # the lane's flag: the scheduler reads it too
         return worker
 
@@ -157,6 +164,11 @@ class WorkerHub:
 
     async def _control(self, worker: Worker, message: dict[str, Any]) -> None:
         worker.link.seen_at = time.time()
+        stale = time.monotonic() - worker.machine_at > MACHINE_EVERY
+        if (worker.link.machine is None or stale) and not _busy(worker.reading):
+            worker.reading = asyncio.create_task(
+                self._read_machine(worker), name=f"machine-{worker.name}"
+            )
         if message["type"] == "drain":
             worker.lane.draining = True
             worker.link.state = "draining"
@@ -165,6 +177,16 @@ class WorkerHub:
                 worker.telling = asyncio.create_task(
                     self._tell_drained(worker), name=f"drain-{worker.name}"
                 )
+
+    async def _read_machine(self, worker: Worker) -> None:
+        """Its devices and memory, from its backend (at a beat: at join, then a minute
+        apart); tried again at the next beat when the backend does not answer."""
+        try:
+            stats = await worker.lane.fetch_json("/system_stats", timeout=10.0)
+        except BackendError:
+            return
+        worker.link.machine = machine_of(stats)
+        worker.machine_at = time.monotonic()
 
     async def _tell_drained(self, worker: Worker) -> None:
         ws = worker.ws
@@ -183,6 +205,9 @@ class WorkerHub:
             worker.link.state = "away"
             log.info("worker %s disconnected", worker.name)
             if worker.lane.draining:  # it said so: nothing to wait for
+                # It stops what it still runs before it leaves (comfyfleet.workers.agent):
+                # what its backend held goes back to the queue now, not after the hold.
+                worker.lane.state.gone = True
                 await self._remove(worker)
             else:
                 worker.leaving = asyncio.create_task(
@@ -224,7 +249,7 @@ class WorkerHub:
             self._rereading.cancel()
         await self.shared.close()
         for worker in list(self.workers.values()):
-            for task in (worker.leaving, worker.telling):
+            for task in (worker.leaving, worker.telling, worker.reading):
                 if task is not None:
                     task.cancel()
             if worker.ws is not None:
@@ -255,7 +280,12 @@ def link_json(link: WorkerLink) -> dict[str, Any]:
         "address": link.address,
         "connected_at": link.connected_at,
         "seen_at": link.seen_at,
+        "machine": link.machine,
     }
+
+
+def _busy(task: asyncio.Task[None] | None) -> bool:
+    return task is not None and not task.done()
 
 
 def _bearer(request: web.Request) -> str | None:

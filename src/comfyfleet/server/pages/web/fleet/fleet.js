@@ -5,6 +5,14 @@ const base = location.pathname.replace(/\/fleet\/?$/, "");
 const $ = (id) => document.getElementById(id);
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => ESCAPES[c]);
+const gigabytes = (bytes) => (typeof bytes === "number" ? `${(bytes / 1e9).toFixed(1)} GB` : "?");
+
+// A worker's devices as its backend reports them: "NVIDIA L4 (cuda) 23.6 GB".
+function devicesText(machine) {
+  return (machine.devices || [])
+    .map((d) => `${d.name ?? "?"} (${d.type ?? "?"}) ${gigabytes(d.vram_total)}`)
+    .join(", ");
+}
 const short = (id) => esc(String(id).slice(0, 8));
 let received = 0;
 let admin = false;
@@ -52,7 +60,8 @@ function lanes(snapshot) {
       // A worker: where it connected from, when it last spoke, what it can run.
       const seen = Math.max(0, snapshot.time - lane.worker.seen_at).toFixed(0);
       const from = lane.worker.address ? ` from ${esc(lane.worker.address)}` : "";
-      actions = `<span class="dim">worker${from}, heard ${seen} s ago, ${lane.node_classes} node classes</span>`;
+      const machine = lane.worker.machine ? `, ${esc(devicesText(lane.worker.machine))}` : "";
+      actions = `<span class="dim">worker${from}, heard ${seen} s ago, ${lane.node_classes} node classes${machine}</span>`;
     }
     return `<tr data-lane="${esc(lane.name)}"><td title="${esc(lane.url)}">${name}</td>
       <td class="state ${state}">${state}</td><td>${lane.slots}</td>
