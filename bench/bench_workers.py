@@ -23,7 +23,7 @@ connection, and a fleet of workers that come and go.
 
     .venv/bin/python bench/bench_workers.py [--workers 16] [--per-slot 8]
         [--churn-workers 20] [--churn-prompts 2000] [--churn-seconds 0.2] [--skip-churn]
-        [--skip-gap] [--keep DIR]
+        [--skip-gap] [--keep DIR] [--backend-hold 30]
 """
 
 from __future__ import annotations
@@ -328,14 +328,20 @@ class Outcome:
     fleet: Churn
 
 
-def run_fleet(size: int, prompts: int, seconds: float, root: Path, churned: bool) -> Outcome:
-    """`prompts` queued, then `size` workers start; with `churned` they come and go."""
+def run_fleet(
+    size: int, prompts: int, seconds: float, root: Path, churned: bool, hold: float
+) -> Outcome:
+    """`prompts` queued, then `size` workers start; with `churned` they come and go. A
+    SIGKILLed worker's prompt runs again once the gateway's `hold` on it has run out."""
     ledger = root / "ledger.jsonl"
     env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN, LEDGER_ENV: str(ledger)}
     port = free_port()
     config = gateway_config(root)
     gateway_process = serve(
-        root / "gateway", port, "--local-slots", "0", "--testing-nodes", "--config", str(config)
+        root / "gateway",
+        port,
+        *("--local-slots", "0", "--testing-nodes", "--config", str(config)),
+        *("--backend-hold", f"{hold:g}"),
     )
     gateway = f"http://127.0.0.1:{port}"
     fleet = Churn(gateway, size, root, env, LIFE if churned else None)
@@ -381,11 +387,11 @@ def run_fleet(size: int, prompts: int, seconds: float, root: Path, churned: bool
     )
 
 
-def churn(size: int, prompts: int, seconds: float, root: Path) -> None:
+def churn(size: int, prompts: int, seconds: float, root: Path, hold: float) -> None:
     (root / "steady").mkdir()
     (root / "churned").mkdir()
-    steady = run_fleet(size, prompts, seconds, root / "steady", churned=False)
-    churned = run_fleet(size, prompts, seconds, root / "churned", churned=True)
+    steady = run_fleet(size, prompts, seconds, root / "steady", churned=False, hold=hold)
+    churned = run_fleet(size, prompts, seconds, root / "churned", churned=True, hold=hold)
     figure("steady_seconds", steady.took, "s")
     figure("steady_efficiency", steady.efficiency, "x")
     figure("steady_side_effect_twice", len(steady.twice), "count")
@@ -416,6 +422,12 @@ def main() -> int:
     parser.add_argument("--skip-churn", action="store_true")
     parser.add_argument("--skip-gap", action="store_true")
     parser.add_argument("--keep", help="a folder to keep the processes' files in")
+    parser.add_argument(
+        "--backend-hold",
+        type=float,
+        default=30.0,
+        help="the churn gateways' --backend-hold: how long a killed worker's prompt waits",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as folder:
         root = Path(args.keep or folder)
@@ -424,7 +436,13 @@ def main() -> int:
             idle_gap(args.workers, args.per_slot, root / "gap")
         if not args.skip_churn:
             (root / "churn").mkdir()
-            churn(args.churn_workers, args.churn_prompts, args.churn_seconds, root / "churn")
+            churn(
+                args.churn_workers,
+                args.churn_prompts,
+                args.churn_seconds,
+                root / "churn",
+                args.backend_hold,
+            )
     return 0
 
 
