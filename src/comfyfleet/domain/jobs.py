@@ -37,6 +37,15 @@ HOLDS_FEATURE = "holds"
 MAX_HOLD = 3600.0
 
 
+def pack_features(pack: Any) -> tuple[bool, bool]:
+    """From a backend's answer to `GET /comfyfleet/pack`: whether it validates prompts
+    for a gateway (the companion pack, or comfyfleet), and whether it holds a gateway's
+    prompts (a comfyfleet: it runs them only while told)."""
+    if not isinstance(pack, dict) or pack.get("pack") != "comfyfleet":
+        return False, False
+    return True, pack.get(HOLDS_FEATURE) is True
+
+
 def hold_seconds(extra_data: Any) -> float | None:
     """The hold a prompt was sent with (HOLD_KEY), None when it has none: anything but a
     number of seconds in (0, MAX_HOLD] is no hold."""

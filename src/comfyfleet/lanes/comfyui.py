@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 
 from comfyfleet.domain.budgets import ALLOWANCE_KEY
-from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_FEATURE, HOLDS_ROUTE, PACK_ROUTE, Job, JobResult
+from comfyfleet.domain.jobs import HOLD_KEY, HOLDS_ROUTE, PACK_ROUTE, Job, JobResult, pack_features
 from comfyfleet.domain.webhooks import EVENTS_KEY, URL_KEY
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.services import Services
@@ -382,7 +382,7 @@ class ComfyUILane:
         """Read what the backend can run: its nodes, the files of its model folders, and
         whether it has the companion pack (it then validates prompts for the gateway).
         Whether its nodes or files changed (the fleet's node union is built anew then)."""
-        self.validates, self.state.holds = await pack_features(self.client)
+        self.validates, self.state.holds = await ask_pack(self.client)
         object_info = await self.client.json_bytes("/object_info", timeout=60.0)
         models = await self.client.model_files()
         key = KnownCapabilities.key(object_info, models)
@@ -487,18 +487,14 @@ def _ignore() -> None:
     return None
 
 
-async def pack_features(client: BackendClient) -> tuple[bool, bool]:
-    """Whether the backend validates for the gateway (the companion pack, or comfyfleet),
-    and whether it holds the gateway's prompts (a comfyfleet, with a durable queue of its
-    own: it runs them only while told). Unreachable, it raises: what it was stays known,
+async def ask_pack(client: BackendClient) -> tuple[bool, bool]:
+    """The backend's `pack_features`. Unreachable, it raises: what it was stays known,
     and a comfyfleet out of reach still holds its prompts until their hold runs out."""
     try:
         pack = await client.request("GET", PACK_ROUTE, timeout=10.0)
     except BackendAnswered:
         return False, False  # there, without the pack
-    if not isinstance(pack, dict) or pack.get("pack") != "comfyfleet":
-        return False, False
-    return True, pack.get(HOLDS_FEATURE) is True
+    return pack_features(pack)
 
 
 def _maybe_taken(exc: BackendError) -> bool:

@@ -247,7 +247,7 @@ class Fleet:
         per lane, what it lacks."""
         if self.awaits_workers:
             return None
-        if any(not node_set.missing_for(prompt) for node_set in self.elsewhere):
+        if any(node_set.can_run(prompt) for node_set in self.elsewhere):
             return None  # a worker of another gateway runs it
         reasons: dict[str, list[str]] = {}
         if self.local is not None:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from comfyfleet.domain.jobs import HOLDS_FEATURE, PACK_ROUTE
+from comfyfleet.domain.jobs import PACK_ROUTE, pack_features
 from comfyfleet.tunnel.ends import carry, control_of, worker_mux
 from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 
@@ -163,7 +163,7 @@ class WorkerAgent:
                 pack = await answer.json() if answer.status == 200 else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
             return False
-        return isinstance(pack, dict) and pack.get(HOLDS_FEATURE) is True
+        return pack_features(pack)[1]
 
     async def _interrupt_backend(self) -> None:
         base = self.settings.backend.rstrip("/")
