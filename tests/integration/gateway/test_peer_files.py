@@ -180,7 +180,7 @@ def test_a_prompt_queued_on_one_gateway_runs_on_the_other_with_its_upload(
     pair: tuple[ServerProcess, ServerProcess],
 ) -> None:
     a, b = pair
-    busy = submit(a, sleep_prompt(3.0, 7))  # a's only slot, handed over at once
+    busy = submit(a, sleep_prompt(60.0, 7))  # a's only slot, for longer than any hand-over
     poll(lambda: job(a, busy)["status"] == "in_progress", what="a busy")
     assert job(a, busy)["gateway"] == "gw-a"
     data = picture(2)
@@ -263,7 +263,8 @@ def test_a_backend_lane_pushes_an_upload_another_gateway_holds(
             lambda: all(s["state"] == "up" for s in b.get("/api/fleet/backends")["backends"]),
             what="b's backend up",
         )
-        busy = submit(a, sleep_prompt(3.0, 9))
+        # a stays busy far longer than a slow machine takes to hand the prompt to b
+        busy = submit(a, sleep_prompt(60.0, 9))
         poll(lambda: job(a, busy)["status"] == "in_progress", what="a busy")
         data = picture(6)
         upload(a, data, "pushed_in.png")
