@@ -190,23 +190,36 @@ async def wait_finished(
         await asyncio.sleep(DONE_POLL)
 
 
-async def sim_runs(urls: list[str], ids: set[str]) -> dict[str, list[tuple[float, float]]]:
-    """Per backend, (start, end) of each of `ids` it ran, from its `/sim/runs`."""
+async def sim_runs(urls: list[str], ids: set[str]) -> dict[str, list[tuple[float, float, float]]]:
+    """Per backend, (start, end, arrived) of each of `ids` it ran, from its `/sim/runs`
+    (arrived: when the gateway's submit reached it)."""
     connector = aiohttp.TCPConnector(limit=SUBMIT_CONNECTIONS)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def of(url: str) -> list[tuple[float, float]]:
+        async def of(url: str) -> list[tuple[float, float, float]]:
             runs = await get_json(session, url + "/sim/runs")
-            return sorted((r["start"], r["end"]) for r in runs if r["prompt_id"] in ids)
+            return sorted(
+                (r["start"], r["end"], r["arrived"]) for r in runs if r["prompt_id"] in ids
+            )
 
         found = await asyncio.gather(*(of(url) for url in urls))
     return dict(zip(urls, found))
 
 
-def gaps_ms(runs: dict[str, list[tuple[float, float]]]) -> list[float]:
+def gaps_ms(runs: dict[str, list[tuple[float, float, float]]]) -> list[float]:
     """Per backend: each next start minus the previous end, in ms."""
     return [
         (nxt[0] - prev[1]) * 1000
+        for backend in runs.values()
+        for prev, nxt in itertools.pairwise(backend)
+    ]
+
+
+def handovers_ms(runs: dict[str, list[tuple[float, float, float]]]) -> list[float]:
+    """The gateway's part of each gap: from the previous end until the next prompt's
+    submit reached the backend (negative: it came before the end, queued there)."""
+    return [
+        (nxt[2] - prev[1]) * 1000
         for backend in runs.values()
         for prev, nxt in itertools.pairwise(backend)
     ]
@@ -307,6 +320,7 @@ async def run_size(
         "gap50": percentile(gaps, 0.5),
         "gap99": percentile(gaps, 0.99),
         "gap_max": max(gaps, default=math.nan),
+        "handover50": percentile(handovers_ms(runs), 0.5),
         "spread": (max(firsts) - min(firsts)) * 1000 if firsts else math.nan,
         "gateway_cpu": gateway_cpu,
         "sim_cpu": sim_cpu,
@@ -364,7 +378,8 @@ def report(found: dict[str, Any], options: argparse.Namespace, base: dict[str, A
     print(
         f"        makespan {found['makespan']:.2f} s (ideal {ideal:g} s), efficiency "
         f"{found['efficiency']:.3f}; idle gap p50 {found['gap50']:.1f} ms, "
-        f"p99 {found['gap99']:.1f} ms, max {found['gap_max']:.1f} ms; start spread "
+        f"p99 {found['gap99']:.1f} ms, max {found['gap_max']:.1f} ms (p50 from an end "
+        f"until the next submit came {found['handover50']:.1f} ms); start spread "
         f"{found['spread']:.0f} ms",
         flush=True,
     )

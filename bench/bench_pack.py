@@ -20,7 +20,7 @@ Measured, with jobs of 2 s at 512x512 (0.25 MP at 1:1):
   pack as its backend): the lane it ran on (the backend: the gateway's engine has
   no ImageSharpen), wall time, and the image in the gateway's history.
 
-    .venv/bin/python bench/bench_pack.py [--latency 2] [--jobs 30]
+    .venv/bin/python bench/bench_pack.py [--latency 2] [--jobs 30] [--poll 0.5]
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from figures import figure
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 30
 RESULT_SIZE = (512, 512)
+#: The submits' poll interval (s): `--poll`; 0.5 is what issue 32's figures used.
+POLL = {"interval": 0.5}
 LOCAL_NODE = "ImageSharpen"  # ComfyUI's own node, which comfyfleet's engine does not have
 
 
@@ -76,7 +78,11 @@ def submits(prompt: dict[str, Any], url: str, jobs: int, tag: str) -> list[str]:
     """API settings and `jobs` FLUX submits with distinct seeds; returns the submit ids."""
     prompt["api"] = {
         "class_type": "APISettings",
-        "inputs": {"base_url": url, "api_key": "env:BENCH_PACK_KEY", "poll_interval": 0.1},
+        "inputs": {
+            "base_url": url,
+            "api_key": "env:BENCH_PACK_KEY",
+            "poll_interval": POLL["interval"],
+        },
     }
     ids = []
     for n in range(jobs):
@@ -428,10 +434,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per job")
     parser.add_argument("--jobs", type=int, default=30, help="submits in the batch")
+    parser.add_argument("--poll", type=float, default=0.5, help="the submits' poll interval")
     parser.add_argument(
         "--keep", type=Path, help="work in this folder and keep it (logs, journal, outputs)"
     )
     args = parser.parse_args()
+    POLL["interval"] = args.poll
     directory = os.environ.get("COMFYUI_DIR")
     if not directory:
         print("bench_pack: COMFYUI_DIR is not set (a ComfyUI checkout); skipped")

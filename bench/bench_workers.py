@@ -77,10 +77,14 @@ def until(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def drained(gateway: str) -> bool:
+def drained(gateway: str, answers: list[float] | None = None) -> bool:
     """Nothing pending or running. Asked of `GET /prompt`: `GET /queue` lists every
-    prompt, and asked ten times a second of a deep queue it is a load of its own."""
+    prompt, and asked ten times a second of a deep queue it is a load of its own. How
+    long each answer took goes to `answers` (the gateway's stalls, seen from outside)."""
+    asked = time.monotonic()
     remaining: int = get(gateway + "/prompt")["exec_info"]["queue_remaining"]
+    if answers is not None:
+        answers.append(time.monotonic() - asked)
     return remaining == 0
 
 
@@ -326,13 +330,15 @@ class Outcome:
     twice: list[str]  # prompt ids whose side effect happened more than once
     killed_past_side_effect: int  # of those: the first run's worker SIGKILLed after it
     fleet: Churn
+    polls: list[float]  # s each `GET /prompt` took meanwhile
 
 
 def run_fleet(
     size: int, prompts: int, seconds: float, root: Path, churned: bool, hold: float
 ) -> Outcome:
     """`prompts` queued, then `size` workers start; with `churned` they come and go. A
-    SIGKILLed worker's prompt runs again once the gateway's `hold` on it has run out."""
+    SIGKILLed worker's connection breaks, and its prompt runs again about 2 s later; the
+    gateway's `hold` is what a worker gone silent would cost."""
     ledger = root / "ledger.jsonl"
     env = {**os.environ, "COMFYFLEET_WORKER_TOKEN": TOKEN, LEDGER_ENV: str(ledger)}
     port = free_port()
@@ -356,7 +362,8 @@ def run_fleet(
         ids = [post(gateway + "/prompt", {"prompt": prompt})["prompt_id"] for _ in range(prompts)]
         started = time.monotonic()
         runner.start()
-        until(lambda: drained(gateway), prompts * seconds * 4 + 300, "the prompts")
+        polls: list[float] = []
+        until(lambda: drained(gateway, polls), prompts * seconds * 4 + 300, "the prompts")
         fleet.drained = time.monotonic()
         took = fleet.drained - started
         history = get(gateway + "/history")
@@ -384,6 +391,7 @@ def run_fleet(
         twice=twice,
         killed_past_side_effect=sum(1 for p in twice if fleet.killed_after(runs[p][0])),
         fleet=fleet,
+        polls=polls,
     )
 
 
@@ -408,6 +416,10 @@ def churn(size: int, prompts: int, seconds: float, root: Path, hold: float) -> N
     figure("churn_sigterms", churned.fleet.terms, "count")
     figure("churn_seconds", churned.took, "s", steady.took)
     figure("churn_efficiency", churned.efficiency, "x", steady.efficiency)
+    # The gateway's event loop under churn, seen from outside: `GET /prompt` ten times
+    # a second while workers join, drain and die.
+    figure("churn_poll_p99", percentile(churned.polls, 0.99) * 1000, "ms")
+    figure("churn_poll_max", max(churned.polls) * 1000, "ms")
 
 
 def main() -> int:
@@ -426,7 +438,7 @@ def main() -> int:
         "--backend-hold",
         type=float,
         default=30.0,
-        help="the churn gateways' --backend-hold: how long a killed worker's prompt waits",
+        help="the churn gateways' --backend-hold: how long a silent worker's prompt waits",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as folder:

@@ -288,6 +288,7 @@ class SimBackend:
         self.history: dict[str, Any] = {}
         self.sockets: dict[str, web.WebSocketResponse] = {}
         self.runs: list[dict[str, Any]] = []
+        self.arrived: dict[str, float] = {}  # prompt id -> when its POST /prompt came
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[None] | None = None
         self._interrupt = False
@@ -384,6 +385,7 @@ class SimBackend:
         for key in SENSITIVE_EXTRA_DATA_KEYS:
             extra_data.pop(key, None)
         item = [number, prompt_id, prompt, extra_data, outputs]
+        self.arrived[prompt_id] = time.time()
         heapq.heappush(self.pending, (number, prompt_id, item))
         self._broadcast(self._status())
         self._start_next()
@@ -582,7 +584,9 @@ class SimBackend:
             }
             event("execution_interrupted", data, broadcast=True)
         self.current_node = None
-        self.runs.append({"prompt_id": prompt_id, "start": start, "end": end, "status": status})
+        arrived = self.arrived.pop(prompt_id, start)
+        run = {"prompt_id": prompt_id, "arrived": arrived, "start": start, "end": end}
+        self.runs.append({**run, "status": status})
         meta = {
             n: {"node_id": n, "display_node": n, "parent_node": None, "real_node_id": n} for n in ui
         }

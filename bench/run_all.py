@@ -75,6 +75,7 @@ BENCHMARKS: list[tuple[str, str]] = [
     ("bench_managed.py", "Managed backends: start-up and scale-out"),
     ("bench_workers.py", "Workers: idle gap against push backends, and churn"),
     ("bench_fanout.py", "Fan-out of paid API jobs"),
+    ("bench_fleet_children.py", "The fleet inside one graph: children over four backends"),
     ("bench_pack.py", "Fan-out inside a real ComfyUI (the companion pack; needs COMFYUI_DIR)"),
     ("bench_ws_fanout.py", "WebSocket fan-out: 500 clients"),
     ("bench_history.py", "History at 1,000,000 entries"),

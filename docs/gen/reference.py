@@ -317,6 +317,10 @@ OTHER_VARIABLES = {
     "`--auth-token` or `--auth-token-file` is given.",
     "COMFYFLEET_AUTH_TOKEN_FILE": "A file whose first line is such a token (same rule).",
     "COMFYFLEET_WORKER_TOKEN": "`comfyfleet worker`'s token, when no `--token` is given.",
+    "COMFYFLEET_GATEWAY_URL": "Inside a real ComfyUI (the companion pack): the gateway "
+    "`Run on the Fleet` and `Tiles on the Fleet` send their children to.",
+    "COMFYFLEET_GATEWAY_TOKEN": "With it: the bearer token those children are sent with "
+    "(their tenant's).",
     "COMFYFLEET_TEST_LEDGER": "The file the testing pack's `LedgerAppend` node appends to.",
     "COMFYFLEET_TEST_POSTGRES": "Tests: the PostgreSQL server (a URL) the store tests use "
     "instead of 127.0.0.1:5432.",

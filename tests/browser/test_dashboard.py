@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.browser.conftest import PageLog, screenshot
+from tests.integration.fleet.test_fleet_children import fleet_prompt
 from tests.integration.gateway.wire import save_prompt, sleep_prompt
 from tests.integration.workers.test_workers import WorkerProcess
 from tests.servers import ServerProcess
@@ -91,6 +92,10 @@ def test_the_dashboard_shows_backends_prompts_and_outputs_live(
                 f'#recent tr[data-job="{prompt_id}"] td.state:text("completed")', timeout=30_000
             )
         alice_page.wait_for_selector('#gallery img[alt^="dash"]')
+        # Her fleet batch: its children are her prompts, each shown with its parent.
+        parent = gateway.post("/prompt", {"prompt": fleet_prompt(2, 0.2)})["prompt_id"]
+        alice_page.wait_for_selector(f'#recent tr[data-job="{parent}"]', timeout=30_000)
+        assert alice_page.locator(f'#recent [data-parent="{parent}"]').count() == 2
         alice_page.wait_for_function(
             "() => [...document.querySelectorAll('#gallery img')].every(i => i.naturalWidth > 0)"
         )

@@ -229,15 +229,25 @@ def test_with_authentication_the_editor_works_with_a_token_and_sees_only_its_ten
         server.kill()
 
 
-def fail_outside_any_node(server: ServerProcess, backend: ServerProcess, client_id: str) -> str:
-    """A job whose only backend dies while it runs: with one attempt allowed, it ends
-    failed with no node at fault (its lane lost, not a node's error)."""
-    body = {"prompt": sleep_prompt(30), "client_id": client_id}
+def fail_outside_any_node(server: ServerProcess, backend: ServerProcess, page: Any) -> str:
+    """A job of the page's client whose only backend dies while it runs: with one attempt
+    allowed, it ends failed with no node at fault (its lane lost, not a node's error)."""
+    body = {"prompt": sleep_prompt(30), "client_id": connected_client_id(page)}
     job_id: str = server.post("/api/prompt", body)["prompt_id"]
     poll(lambda: server.get(f"/api/jobs/{job_id}")["status"] == "in_progress", what="a run")
     backend.kill()
     poll(lambda: server.get(f"/api/jobs/{job_id}")["status"] == "failed", what="the failure")
     return job_id
+
+
+def connected_client_id(page: Any) -> str:
+    """The editor's client id once its socket is open: the editor may be drawn before
+    the server's first `status` frame has given it one, and frames sent before that
+    reach no one."""
+    ready = "() => app.api.clientId && app.api.socket && app.api.socket.readyState === 1"
+    page.wait_for_function(ready, timeout=30_000)
+    client_id: str = page.evaluate("() => app.api.clientId")
+    return client_id
 
 
 @contextmanager
@@ -275,7 +285,7 @@ def test_a_job_failed_outside_any_node_shows_its_message_and_is_listed(
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         page, log = open_editor(context, server)
         page.keyboard.press("Escape")  # the template browser
-        failed = fail_outside_any_node(server, backend, page.evaluate("() => app.api.clientId"))
+        failed = fail_outside_any_node(server, backend, page)
         sent = server.get(f"/history/{failed}")[failed]["status"]["messages"][-1]
         assert (sent[0], sent[1]["node_id"]) == ("execution_error", None)
         page.get_by_text("comfyfleet.LaneFailure", exact=True).wait_for()

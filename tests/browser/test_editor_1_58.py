@@ -262,7 +262,7 @@ def test_a_job_failed_outside_any_node_is_listed_with_the_others(
         page, log, _ = open_new_editor(context, server, frames)
         # It fails while the editor is open: its `execution_error` frame (node_id null,
         # as /history keeps it) reaches the editor too.
-        failed = fail_outside_any_node(server, backend, page.evaluate("() => app.api.clientId"))
+        failed = fail_outside_any_node(server, backend, page)
         sent = server.get(f"/history/{failed}")[failed]["status"]["messages"][-1]
         assert (sent[0], sent[1]["node_id"]) == ("execution_error", None)
         sent_to_editor = False

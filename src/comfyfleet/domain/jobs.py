@@ -69,7 +69,9 @@ class NewJob:
     """
 
     prompt_id: str
-    number: float  # as ComfyUI reports it (front jobs: the negated counter)
+    # As ComfyUI reports it (front jobs: the negated counter); None: counted, the store
+    # takes the counter's next value as it queues the job (see `numbered`).
+    number: float | None
     front: bool
     prompt: dict[str, Any]
     extra_data: dict[str, Any]
@@ -80,11 +82,17 @@ class NewJob:
     # Submitted under an Idempotency-Key: the store records the key with the job.
     idempotency: IdempotentRequest | None = None
 
+    def numbered(self, counter: int) -> NewJob:
+        """A counted job with the counter's value `counter` (negated for front, as in
+        ComfyUI)."""
+        return replace(self, number=-counter if self.front else counter)
+
     def pending(self, seq: int, created_at: float) -> Job:
-        """The job as queued (before the store assigns `seq`, 0 stands in)."""
+        """The job as queued (before the store assigns `seq` and the number of a counted
+        job, 0 stands in)."""
         return Job(
             prompt_id=self.prompt_id,
-            number=self.number,
+            number=0 if self.number is None else self.number,
             front=self.front,
             seq=seq,
             prompt=self.prompt,

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from comfyfleet.children.remote import RemoteChildJobs
 from comfyfleet.engine.registry import NodeRegistry
 from comfyfleet.fanout import SecretVault
 from comfyfleet.in_comfyui.comfyui import ComfyUI, from_running_comfyui
@@ -50,7 +51,7 @@ def install(server: Any) -> Mappings:
 def node_mappings(comfy: ComfyUI, registry: NodeRegistry) -> tuple[Mappings, Bridge]:
     """The ComfyUI classes of comfyfleet's nodes, on a fan-out loop started for them."""
     host = FanoutHost(comfy.user_dir)
-    bridge = Bridge(host, host.start(), comfy)
+    bridge = Bridge(host, host.start(), comfy, RemoteChildJobs.from_environment())
     classes: dict[str, type] = {}
     names: dict[str, str] = {}
     for node in exposed(registry, comfy.own_nodes):

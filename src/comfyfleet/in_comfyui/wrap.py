@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from comfyfleet.children.jobs import CHILD_JOBS, ChildJobs
 from comfyfleet.engine.context import (
     InterruptProcessingException,
     NodeContext,
@@ -65,11 +66,19 @@ def exposed(registry: NodeRegistry, taken: Iterable[str]) -> list[NodeDef]:
 class Bridge:
     """Runs comfyfleet's node code for ComfyUI prompts, on the fan-out loop."""
 
-    def __init__(self, host: FanoutHost, service: FanoutService, comfy: ComfyUI) -> None:
+    def __init__(
+        self,
+        host: FanoutHost,
+        service: FanoutService,
+        comfy: ComfyUI,
+        children: ChildJobs | None = None,
+    ) -> None:
         self.host = host
         self.service = service
         self.comfy = comfy
         self._services = service.services()
+        if children is not None:  # where "Run on the Fleet" sends its children
+            self._services.add(CHILD_JOBS, children)
         self._controls: OrderedDict[str, PromptControl] = OrderedDict()
 
     @contextlib.contextmanager
@@ -177,6 +186,10 @@ def wrap(node: NodeDef, bridge: Bridge) -> type:
         "run": run,
     }
     attrs.update({name: getattr(original, name) for name in _COPIED if hasattr(original, name)})
+    lazy = getattr(original, "check_lazy_status", None)
+    if lazy is not None and not inspect.iscoroutinefunction(lazy):
+        # Which lazy inputs to evaluate (the fleet nodes: none; their children make them).
+        attrs["check_lazy_status"] = lambda _self, **inputs: original().check_lazy_status(**inputs)
     if node.is_changed is not None:
         attrs["IS_CHANGED"] = staticmethod(_in_scope(node.is_changed, bridge, boundary.to_array))
     if node.validate_fn is not None:

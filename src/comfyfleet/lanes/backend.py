@@ -25,6 +25,7 @@ from comfyfleet.engine.events import EngineEvent, Message, PreviewImage, Progres
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol import frames
 from comfyfleet.protocol.events import END_EVENTS
+from comfyfleet.protocol.prompt import queue_item_ids
 
 log = logging.getLogger(__name__)
 
@@ -278,20 +279,11 @@ class BackendClient:
         queue = await self.request("GET", "/queue")
         if not isinstance(queue, dict):
             raise BackendError("/queue is not a JSON object")
-        return self._ids(queue.get("queue_running"), mine), self._ids(
-            queue.get("queue_pending"), mine
+        client_id = self.client_id if mine else None
+        return (
+            set(queue_item_ids(queue.get("queue_running"), client_id)),
+            set(queue_item_ids(queue.get("queue_pending"), client_id)),
         )
-
-    def _ids(self, items: Any, mine: bool) -> set[str]:
-        """The prompt ids of `/queue` items: `[number, prompt_id, prompt, extra_data, ...]`."""
-        found = set()
-        for item in items if isinstance(items, list) else []:
-            if not (isinstance(item, list) and len(item) > 1 and isinstance(item[1], str)):
-                continue
-            extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
-            if not mine or extra.get("client_id") == self.client_id:
-                found.add(item[1])
-        return found
 
     async def interrupt(self, prompt_id: str) -> None:
         await self.request("POST", "/interrupt", json={"prompt_id": prompt_id})

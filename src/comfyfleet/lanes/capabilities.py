@@ -15,6 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from comfyfleet.children.graph import GATEWAY_ONLY_CLASSES
 from comfyfleet.lanes.affinity import MODEL_SUFFIXES
 from comfyfleet.protocol.prompt import is_link, unwrap_value
 
@@ -49,6 +50,8 @@ class Capabilities:
     def from_object_info(
         cls, object_info: dict[str, Any], models: dict[str, list[str]] | None = None
     ) -> Capabilities:
+        # A backend that is itself a gateway lists nodes that only run where the queue is.
+        object_info = {k: v for k, v in object_info.items() if k not in GATEWAY_ONLY_CLASSES}
         combos: dict[tuple[str, str], frozenset[Any]] = {}
         for class_type, info in object_info.items():
             inputs = info.get("input", {}) if isinstance(info, dict) else {}

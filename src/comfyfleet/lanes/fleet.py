@@ -242,15 +242,19 @@ class Fleet:
                     return verdict
         return None
 
-    def unrunnable(self, prompt: dict[str, Any]) -> dict[str, list[str]] | None:
+    def unrunnable(
+        self, prompt: dict[str, Any], *, child: bool = False
+    ) -> dict[str, list[str]] | None:
         """None when some lane can run `prompt` (or a worker may join that can); else,
-        per lane, what it lacks."""
+        per lane, what it lacks. A `child` prompt never runs on the local lane."""
         if self.awaits_workers:
             return None
         if any(node_set.can_run(prompt) for node_set in self.elsewhere):
             return None  # a worker of another gateway runs it
         reasons: dict[str, list[str]] = {}
-        if self.local is not None:
+        if self.local is not None and child:
+            reasons[self.local.name] = ["child prompts run on backends and workers"]
+        elif self.local is not None:
             missing = [
                 f"node #{node_id}: class {node.get('class_type')} is not installed"
                 for node_id, node in prompt.items()

@@ -41,6 +41,9 @@ class BackendState:
     refused: bool = False  # the last connection attempt was refused: no process there
     # Gone for good, having stopped what it ran (a worker that drained, then left).
     gone: bool = False
+    # By when (time.monotonic()) a worker whose connection broke has stopped what it
+    # ran unless it came back (comfyfleet.workers.agent); inf while it is connected.
+    released_by: float = math.inf
     suspect_until: float = 0.0  # a hung prompt there: no new work until then
     # Since when, by its last keep's answer, its process has run without a stop (a
     # comfyfleet says; -inf: one that does not).
@@ -109,10 +112,11 @@ class PromptFollower:
         ComfyUI (it forgets its queue when it dies) and for a process that is gone (its
         port refuses: started again, a comfyfleet holds the prompt until told); else
         once the backend's hold on it has surely run out (a paused or cut-off comfyfleet
-        has stopped it by then), not before, so it never runs in two places."""
+        has stopped it by then), or a worker has let go of it, not before, so it never
+        runs in two places."""
         if not self.state.holds or self.state.refused or self.state.gone:
             return True
-        return now > watch.kept_at + self.settings.hold + HOLD_MARGIN
+        return now > min(watch.kept_at + self.settings.hold + HOLD_MARGIN, self.state.released_by)
 
     def interrupt_soon(self, watch: PromptWatch) -> None:
         """Out of the backend's queue if it has not started there, else interrupted."""

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 
+from comfyfleet.children.graph import PARENT_KEY
 from comfyfleet.domain.jobs import Job, JobResult, JobStatus, OutputFile
 from comfyfleet.engine.events import EventSink
 from comfyfleet.engine.executor import Engine
@@ -55,6 +56,9 @@ class LocalLane:
         return None  # in-process work does not outlive the process
 
     def can_run(self, job: Job) -> bool:
+        # A child prompt never runs here: its parent waits here, holding a slot.
+        if PARENT_KEY in job.extra_data:
+            return False
         registry = self.engine.registry
         return all(node.get("class_type") in registry for node in job.prompt.values())
 

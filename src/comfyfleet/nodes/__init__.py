@@ -11,9 +11,9 @@ from comfyfleet.engine.registry import NodeRegistry
 
 def builtin_packs(*, testing: bool = False) -> list[ModuleType]:
     """The packs every engine loads, plus the `testing` pack when asked for."""
-    from comfyfleet.nodes import core, fanout, providers
+    from comfyfleet.nodes import core, fanout, fleet, providers
 
-    packs: list[ModuleType] = [core, providers, fanout]
+    packs: list[ModuleType] = [core, providers, fanout, fleet]
     if testing:
         from comfyfleet.nodes import testing as testing_pack
 

@@ -5,9 +5,13 @@ by the gateway asked: the local file if it has one, else a peer's. Two gateways 
 both counted `ComfyUI_00001_.png` from their own folders would each serve their own
 image for one name. So a gateway of a shared store takes each saved file's counter
 from the store (`reserve_file_counter`), keyed by the folder relative to its data dir
-and the name: no two gateways ever write one name. Counters come in blocks
-(`BLOCK`), so saves go on from the block through a short store outage; numbers a
-gateway did not use are skipped, as ComfyUI skips none but no client relies on.
+and the name: no two gateways ever write one name. Counters come in blocks, so saves
+go on from the block through a short store outage; numbers a gateway did not use are
+skipped, as ComfyUI skips none but no client relies on. A block is `BLOCK` counters,
+twice the last one's when that lasted under GROW_WITHIN (up to BLOCK_MAX): a folder
+saved into hundreds of times a second asks the store a few times a second, not once
+every eight saves. Saves that find the blocks used up at once each reserve one, and
+every block reserved is kept, used in order.
 
 When the store does not answer within a second (an outage), a save takes a *spare*
 counter instead: each gateway holds a block of counters from SPARE_COUNTERS_FROM up
@@ -22,6 +26,7 @@ answer.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import hashlib
 import logging
@@ -39,8 +44,12 @@ log = logging.getLogger(__name__)
 PATIENCE = 60.0
 #: Longest wait between two tries (s).
 RETRY_MAX = 2.0
-#: Counters reserved at once per folder and name.
+#: Counters reserved at once per folder and name, at first and after a quiet while.
 BLOCK = 8
+#: The most reserved at once, for a folder saved into quickly.
+BLOCK_MAX = 256
+#: A block used up within this long (s) after it was asked for: the next is twice as big.
+GROW_WITHIN = 1.0
 #: The folder types whose files are named from the store. Previews (temp) carry a
 #: random prefix per node already.
 SHARED_TYPES = frozenset({"output"})
@@ -52,6 +61,20 @@ SPARE_BLOCK = 256
 SPARE_KEY = "spare counters"
 
 
+class BlockSizes:
+    """How many counters each key's next reservation asks for: BLOCK, doubled (up to
+    BLOCK_MAX) while each block lasts under GROW_WITHIN."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, float]] = {}  # key -> (size, when asked)
+
+    def next(self, key: str, now: float) -> int:
+        size, asked = self._last.get(key, (0, -GROW_WITHIN))
+        size = min(BLOCK_MAX, size * 2) if now - asked < GROW_WITHIN else BLOCK
+        self._last[key] = (size, now)
+        return size
+
+
 class FleetNames:
     def __init__(
         self, store: GatewayLeases, data_dir: Path, loop: asyncio.AbstractEventLoop
@@ -59,7 +82,8 @@ class FleetNames:
         self._store = store
         self._root = os.path.realpath(data_dir)
         self._loop = loop
-        self._blocks: dict[str, tuple[int, int]] = {}  # key -> (next, end) reserved here
+        self._blocks: dict[str, list[range]] = {}  # key -> counters reserved here, unused
+        self._sizes = BlockSizes()
         self._spares: list[range] = []  # spare counters reserved here, not used yet
         self._refilling: concurrent.futures.Future[None] | None = None
         self._lock = threading.Lock()
@@ -82,12 +106,11 @@ class FleetNames:
         # Hashed: a prefix may be very long, or hold anything; the key stays small.
         key = hashlib.sha256(f"{relative}\x00{name}".encode("utf-8", "surrogatepass")).hexdigest()
         with self._lock:
-            start, end = self._blocks.get(key, (0, 0))
-            start = max(start, floor)
-            if start + count <= end:
-                self._blocks[key] = (start + count, end)
-                return start
-        reserving = self._store.reserve_file_counter(key, floor, max(count, BLOCK))
+            taken = self._take(key, floor, count)
+            if taken is not None:
+                return taken
+            size = max(count, self._sizes.next(key, time.monotonic()))
+        reserving = self._store.reserve_file_counter(key, floor, size)
         asked = asyncio.run_coroutine_threadsafe(reserving, self._loop)
         try:
             start = asked.result(timeout=QUICK)
@@ -97,10 +120,24 @@ class FleetNames:
             if spare is not None:
                 log.warning("the store does not answer (%s): a spare file counter", exc)
                 return spare
-            start = self._from_store(key, floor, max(count, BLOCK))
+            start = self._from_store(key, floor, size)
         with self._lock:
-            self._blocks[key] = (start + count, start + max(count, BLOCK))
+            # In order among the blocks saves meanwhile reserved or left: the lowest first.
+            blocks = self._blocks.setdefault(key, [])
+            bisect.insort(blocks, range(start + count, start + size), key=lambda r: r.start)
         return start
+
+    def _take(self, key: str, floor: int, count: int) -> int | None:
+        """`count` consecutive counters from the blocks reserved for `key` (under the lock),
+        none below `floor`; None when they are used up."""
+        blocks = self._blocks.get(key, [])
+        while blocks:
+            start = max(blocks[0].start, floor)
+            if start + count <= blocks[0].stop:
+                blocks[0] = range(start + count, blocks[0].stop)
+                return start
+            blocks.pop(0)  # too few left in it (or all below the floor)
+        return None
 
     def _spare(self, count: int) -> int | None:
         """`count` consecutive spare counters, or None when none are left; asks for more

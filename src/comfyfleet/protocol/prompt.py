@@ -36,3 +36,17 @@ def unwrap_value(value: Any) -> Any:
 def node_inputs(prompt: Prompt, node_id: str) -> dict[str, Any]:
     inputs = prompt[node_id].get("inputs", {})
     return inputs if isinstance(inputs, dict) else {}
+
+
+def queue_item_ids(items: Any, client_id: str | None = None) -> list[str]:
+    """The prompt ids of `GET /queue` items (`[number, prompt_id, prompt, extra_data,
+    ...]`), in order; with `client_id`, only those submitted under it. Anything out of
+    that shape is passed over (the answer comes from another process)."""
+    found = []
+    for item in items if isinstance(items, list) else []:
+        if not (isinstance(item, list) and len(item) > 1 and isinstance(item[1], str)):
+            continue
+        extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
+        if client_id is None or extra.get("client_id") == client_id:
+            found.append(item[1])
+    return found

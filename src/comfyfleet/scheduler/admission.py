@@ -115,6 +115,7 @@ class Admission:
         job = new.pending(0, 0.0)
         wanted = Warmth.of(new.prompt)
         best = (True, wanted.best())
+        cold = (True, (0, 0))  # starts it at once, sharing nothing with it
         chosen: LaneSlots | None = None
         chosen_rank = (False, (-1, -1))
         for entry in state.free.values():  # a parked slot holds no job: its lane is free
@@ -125,8 +126,10 @@ class Admission:
             rank = (not entry.would_queue, entry.warmth.score(wanted))  # at once, then warmest
             if rank > chosen_rank:
                 chosen, chosen_rank = entry, rank
-                if rank == best:
-                    break  # none can beat it: a fleet of idle backends is not scanned
+                # None can beat it: a fleet of idle backends is not scanned. Nor can one
+                # that starts it at once, cold, when no free lane is warm for it.
+                if rank == best or (rank == cold and not state.warm_and_free(wanted)):
+                    break
         if chosen is None:
             return None
         return chosen, chosen.parked.popleft()

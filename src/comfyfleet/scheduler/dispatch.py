@@ -134,6 +134,8 @@ class Dispatcher:
         back: it is about to be queued again."""
         if entry.would_queue:
             return False  # it would only wait in this backend's queue instead
+        if not self._state.stacked:
+            return False  # no backend runs two: none has one waiting behind another
         runs = self._state.running.values()
         started = {r.lane for r in runs if _runs_there(r)}
         waiting = [

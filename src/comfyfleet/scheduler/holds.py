@@ -79,6 +79,15 @@ class Holds:
             self._until[prompt_id] = until
         return kept
 
+    def release(self, prompt_ids: Iterable[str]) -> list[str]:
+        """Their gateway let go of them: none may run from now on until kept again.
+        Returns those held here."""
+        now = self._clock()
+        released = [p for p in dict.fromkeys(prompt_ids) if p in self._until]
+        for prompt_id in released:
+            self._until[prompt_id] = now  # lapsed: given back, then kept or forgotten
+        return released
+
     def allows(self, prompt_id: str, extra_data: Mapping[str, Any]) -> bool:
         """Whether the job may start now (always, when it is not held)."""
         if hold_seconds(extra_data) is None:

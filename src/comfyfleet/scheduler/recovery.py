@@ -39,6 +39,7 @@ class Recovery:
         self.lease = lease  # this gateway's lease on its jobs (`store.join` made it)
         self._keeper: asyncio.Task[None] | None = None
         self._unowned: dict[str, float] = {}  # set aside for a lane not here: since when
+        self._recovered = False  # `recover` has run: lanes added from now on recover alone
 
     async def recover(self) -> None:
         """Before the slots start: follow or re-queue what was running here (or for a
@@ -64,6 +65,31 @@ class Recovery:
         for entry in state.lanes.values():
             await self._recover(entry.lane, [job for job in running if job.lane == entry.lane.name])
         state.pending = (await store.counts()).get(JobStatus.PENDING, 0)
+        self._recovered = True
+
+    async def recover_lane(self, lane: Lane) -> None:
+        """A backend's lane added after the start (a backend this gateway took over, a
+        worker that joined): what this gateway recorded running there before a restart,
+        and no one here follows, is followed now (its end read from the backend), as
+        `recover` does for the lanes it starts with."""
+        state, store = self._state, self._state.store
+        if not self._recovered or lane.in_process:
+            return
+        try:
+            running, _total = await store.jobs(statuses=[JobStatus.RUNNING], newest_first=False)
+        except StoreError as exc:  # the lane works on; what it ran is not followed
+            log.warning("lane %s: could not read what ran there: %s", lane.name, exc)
+            return
+        await self._recover(
+            lane,
+            [
+                job
+                for job in running
+                if job.lane == lane.name
+                and job.owner == store.owner
+                and job.prompt_id not in state.running
+            ],
+        )
 
     async def _recover(self, lane: Lane, jobs: list[Job]) -> None:
         """Jobs recorded as running on `lane` when the gateway stopped."""

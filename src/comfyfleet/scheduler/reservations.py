@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 #: A reservation that has waited this many times as long as a slot's last run goes to
 #: that slot even if it has one of its own: no job waits long behind a long prompt.
 RESERVATION_PATIENCE = 1.5
+#: Reservations being made at once (each is a look through the queue and a write).
+RESERVING = 8
 
 
 class Reservations:
@@ -87,22 +89,31 @@ class Reservations:
 
     def reserve_ahead(self) -> None:
         """A backend queued a slot's prompt, work arrived, or a reservation went
-        elsewhere: busy slots whose backend has their prompt set their next job aside."""
-        for entry in list(self._state.accepting):  # the lanes whose backends hold a prompt
-            if not self._reserve_for(entry):
-                return
-
-    def _reserve_for(self, entry: LaneSlots) -> bool:
-        """Let the lane's accepted slots set their next job aside; False when no job is
-        left to set aside (nor for any other lane)."""
+        elsewhere: busy slots whose backend has their prompt set their next job aside.
+        No more start than there are pending jobs not set aside nor about to be claimed
+        by a free lane (which a reservation leaves to it), and at most RESERVING at once:
+        a job that arrives starts one reservation at most, not one for each of a thousand
+        busy lanes (all but one of which would find nothing), and while lanes come free
+        and busy again by the hundred, few look for what those claim."""
         state = self._state
-        if state.pending - len(state.reserved) <= 0:
-            return False
-        held = state.reserved.held_by(entry)
+        unclaimed = state.pending - len(state.reserved) - len(state.free)
+        budget = min(unclaimed, RESERVING) - len(self._reserving)
+        for entry in state.accepting:  # the lanes whose backends hold a prompt
+            if budget <= 0:
+                return
+            budget -= self._reserve_for(entry, budget)
+
+    def _reserve_for(self, entry: LaneSlots, most: int) -> int:
+        """Let the lane's accepted slots set their next job aside, `most` of them at
+        most; how many started to."""
+        held = self._state.reserved.held_by(entry)
+        started = 0
         if held < entry.lane.slots:  # a lane holding all it may is passed at once
             for slot in entry.accepted:
-                self._reserve_soon(entry, slot, held)
-        return True
+                if started >= most:
+                    break
+                started += self._reserve_soon(entry, slot, held)
+        return started
 
     def make_way_for(self, job: Job) -> None:
         """A new job ahead of reserved ones in queue order: those whose lane could run it
@@ -141,22 +152,23 @@ class Reservations:
     def drop_all(self) -> None:
         self._state.reserved.clear()
 
-    def _reserve_soon(self, entry: LaneSlots, slot: Slot, held: int) -> None:
+    def _reserve_soon(self, entry: LaneSlots, slot: Slot, held: int) -> bool:
         """Set the slot's next job aside (it holds `held` already), if there is one no
-        free slot is about to take."""
+        free slot is about to take; whether it started to."""
         state = self._state
         if state.stopping or entry.retiring or not state.lease.held:
-            return
+            return False
         if slot.reserving is not None and not slot.reserving.done():
-            return
+            return False
         if state.pending - len(state.reserved) <= 0 or entry.busy < entry.lane.slots:
-            return
+            return False
         if held >= entry.lane.slots:
-            return
+            return False
         task = asyncio.create_task(self._reserve(entry), name=f"reserve-{entry.lane.name}")
         slot.reserving = task
         self._reserving.add(task)
         task.add_done_callback(self._reserving.discard)
+        return True
 
     async def _reserve(self, entry: LaneSlots) -> None:
         lane = entry.lane.name
@@ -171,6 +183,10 @@ class Reservations:
             return
         if job is not None:
             self._state.reserved.add(Reservation(job, entry, time.monotonic()))
+            # Done: the next reservation that RESERVING kept waiting starts now (one that
+            # found nothing starts none, so a look that finds nothing is not repeated).
+            self._reserving.difference_update({asyncio.current_task()})
+            self.reserve_ahead()
 
     def _set_free(self, reservations: list[Reservation]) -> list[str]:
         """Out of the pool at once (no slot takes them now); `_unreserve` tells the store."""

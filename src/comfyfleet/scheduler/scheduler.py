@@ -146,6 +146,17 @@ class Scheduler:
             self.state.wake()
         return kept
 
+    def release_holds(self, prompt_ids: Sequence[str]) -> list[str]:
+        """Let go of these held prompts now: running ones are given back to the queue at
+        once (as a lapsed hold's are). Returns those held here."""
+        released = self.state.holds.release(prompt_ids)
+        self._give_back_lapsed()
+        return released
+
+    def _give_back_lapsed(self) -> None:
+        for entry in self.state.holds.lapsed(self.state.running.values()):
+            log.warning("gave back %s: its gateway no longer keeps it", entry.job.prompt_id)
+
     def awake_for(self) -> float:
         """How long this process has run without a stop (see scheduler/holds.py)."""
         return self.state.holds.awake_for()
@@ -157,8 +168,7 @@ class Scheduler:
         while True:
             await asyncio.sleep(HOLD_CHECK)
             state.holds.checked()
-            for entry in state.holds.lapsed(state.running.values()):
-                log.warning("gave back %s: its gateway no longer keeps it", entry.job.prompt_id)
+            self._give_back_lapsed()
             unclaimed = state.holds.unclaimed(state.running)
             if unclaimed:
                 dropped = await self._admission.delete_pending(unclaimed)
@@ -174,6 +184,7 @@ class Scheduler:
             raise ValueError(f"lane {lane.name} already exists")
         entry = LaneSlots(lane)
         self.state.add_lane(entry)
+        await self._recovery.recover_lane(lane)  # before it connects and sorts out its queue
         await self._start_lane(entry)
         self.state.wake()
 

@@ -46,6 +46,9 @@ class SchedulerState:
         self.reserved = ReservedJobs()
         # The lanes with a slot whose backend holds its prompt (see `accept`).
         self.accepting: set[LaneSlots] = set()
+        # The lanes running more than one job: only there can one wait in the backend's
+        # queue behind another (see Dispatcher._take_back_for).
+        self.stacked: set[LaneSlots] = set()
         # Pending jobs in the store, as counted here (recounted now and then).
         self.pending = 0
         self.running_elsewhere = 0  # by other gateways, at the last recount
@@ -89,6 +92,14 @@ class SchedulerState:
         entry.warmth = warmth
         for key in entry.warmth.marks():
             self._warm_lanes.setdefault(key, set()).add(entry)
+
+    def warm_and_free(self, wanted: Warmth) -> bool:
+        """Whether a free lane shares a model file or root node with `wanted`."""
+        return any(
+            entry.lane.name in self.free
+            for key in wanted.marks()
+            for entry in self._warm_lanes.get(key, ())
+        )
 
     def warm_for(self, wanted: Warmth) -> set[LaneSlots]:
         """The lanes that share a model file or root node with `wanted`."""
@@ -164,6 +175,7 @@ class SchedulerState:
         if self.free.get(name) is entry:
             del self.free[name]
         self.accepting.discard(entry)
+        self.stacked.discard(entry)
         self.warmed(entry, Warmth())  # out of the warm-lane index
 
     def retire(self, entry: LaneSlots) -> None:
@@ -175,10 +187,14 @@ class SchedulerState:
         entry.busy += 1
         if entry.busy >= entry.lane.slots:
             self.free.pop(entry.lane.name, None)
+        if entry.busy > 1:
+            self.stacked.add(entry)
 
     def released(self, entry: LaneSlots) -> None:
         """One job fewer runs on the lane."""
         entry.busy -= 1
+        if entry.busy <= 1:
+            self.stacked.discard(entry)
         name = entry.lane.name
         if entry.busy < entry.lane.slots and not entry.retiring and self.lanes.get(name) is entry:
             self.free[name] = entry

@@ -8,6 +8,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from comfyfleet import __version__
+from comfyfleet.children.jobs import CHILD_JOBS
 from comfyfleet.folders import Folders
 from comfyfleet.lanes.settings import HOLD_MARGIN
 from comfyfleet.peers import FileRef
@@ -22,6 +23,7 @@ from comfyfleet.server.comfy_api_v2.events import v2_event_routes
 from comfyfleet.server.comfy_api_v2.jobs import v2_job_routes
 from comfyfleet.server.comfy_api_v2.live import PROGRESS_READS, ProgressReads
 from comfyfleet.server.comfy_api_v2.outputs import v2_asset_routes
+from comfyfleet.server.comfyui_api.children import GatewayChildren
 from comfyfleet.server.comfyui_api.follow import follow_routes
 from comfyfleet.server.comfyui_api.prompts import prompt_routes
 from comfyfleet.server.comfyui_api.system import system_routes
@@ -101,6 +103,7 @@ def build_app(gateway: Gateway) -> web.Application:
     dashboards = DashboardFeed(gateway, watch)
     waits = PromptWaits(gateway.store)  # POST /prompt?wait=
     gateway.scheduler.observers.add(waits)
+    gateway.engine.services.add(CHILD_JOBS, GatewayChildren(gateway, waits))
     routes += dashboard_routes(dashboards)
     metrics = GatewayMetrics(gateway)
     metrics.jobs.idle_gap_listeners.append(watch.charts.idle_gap)  # measured once, there

@@ -32,15 +32,10 @@ import asyncpg
 
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
-    TERMINAL,
     Job,
-    JobResult,
     JobStatus,
     NewJob,
     order_key,
-)
-from comfyfleet.domain.webhooks import (
-    EVENT_OF,
 )
 from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_large
@@ -59,8 +54,9 @@ from comfyfleet.store.postgres_parts.access import DRIVER_ERRORS, Q, dumps, load
 from comfyfleet.store.postgres_parts.assets import PostgresAssets
 from comfyfleet.store.postgres_parts.backends import PostgresBackends
 from comfyfleet.store.postgres_parts.claims import PostgresClaims
-from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter
+from comfyfleet.store.postgres_parts.counter import COUNTER_MAX, PostgresCounter, resume_counter
 from comfyfleet.store.postgres_parts.event_log import PostgresEventLog
+from comfyfleet.store.postgres_parts.finishes import PostgresFinishes
 from comfyfleet.store.postgres_parts.gateways import PostgresGateways
 from comfyfleet.store.postgres_parts.history import PostgresHistory
 from comfyfleet.store.postgres_parts.journal import PostgresJournal
@@ -105,6 +101,7 @@ _dumps, _loads = dumps, loads
 
 class PostgresStore(
     PostgresClaims,
+    PostgresFinishes,
     PostgresAssets,
     PostgresHistory,
     PostgresCounter,
@@ -150,11 +147,6 @@ class PostgresStore(
         self._pool: Any = None  # asyncpg.Pool once open
         #: Every write's time until committed (metrics read it).
         self.commit_times = CommitTimes()
-        # ComfyUI's counter is a sequence; numbers stored from elsewhere raise this floor,
-        # which the next `next_number` applies (under the lock, so no other call of this
-        # process runs between reading the sequence and moving it).
-        self._counter = asyncio.Lock()
-        self._counter_floor = 0
         self._admit_margin = 0  # read on `open` (see `submit`)
         self.owner = owner or f"gateway-{uuid.uuid4().hex[:12]}"
         self._owner_db = to_db(self.owner)
@@ -164,6 +156,7 @@ class PostgresStore(
         )
         self._wakes: list[WorkWake] = []
         self._event_wakes: list[EventsWake] = []
+        self._batch_finishes()
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self._url)!r}, schema={self._schema!r})"
@@ -192,7 +185,7 @@ class PostgresStore(
             with self._wrapped("cannot prepare the schema"):
                 async with pool.acquire() as conn, conn.transaction():
                     await _prepare(conn, self._schema, self._clock())
-                    counted = await conn.fetchval(Q["max_counted_number"])
+                    await resume_counter(conn)
                     connections = int(await conn.fetchval("SHOW max_connections"))
         except BaseException:
             await pool.close()
@@ -200,9 +193,6 @@ class PostgresStore(
         self._pool = pool
         # No more submits can be under way at once than the server takes connections.
         self._admit_margin = connections
-        self._counter_floor = 0
-        if counted is not None:  # resume past every counter value stored
-            self._raise_counter(int(counted) + 1)
 
     async def close(self) -> None:
         """Release every connection (each change was committed when it returned)."""
@@ -232,19 +222,23 @@ class PostgresStore(
             inserted = await self._insert(job, claim_for, now, replace(admit, margin=None))
         if isinstance(inserted, _Refusal):
             raise admit.refused(inserted)
-        queued = job.pending(inserted, now)
+        seq, counted = inserted
+        if counted is not None:
+            job = job.numbered(counted)
+        queued = job.pending(seq, now)
         if claim_for is None:
             return queued
         return queued.started(claim_for, 1, now, self.owner)
 
     async def _insert(
         self, job: NewJob, claim_for: str | None, now: float, admit: _Admit
-    ) -> int | _Refusal:
-        """The insert of `submit`: the job's seq, or the limit that refused it."""
+    ) -> tuple[int, int | None] | _Refusal:
+        """The insert of `submit`: the job's seq and the counter's number it took (when
+        counted), or the limit that refused it."""
         params = await _insert_params(job, now, claim_for, self._owner_db, admit)
         keyed = job.idempotency
 
-        async def insert(db: Any) -> int | IdempotentRequest | _Refusal:
+        async def insert(db: Any) -> tuple[int, int | None] | IdempotentRequest | _Refusal:
             if keyed is not None:
                 taken = await idempotency.claim(db, job.tenant, keyed, job.prompt_id, now)
                 if taken is not None:
@@ -254,7 +248,7 @@ class PostgresStore(
             except asyncpg.UniqueViolationError as exc:
                 raise DuplicateJob(f"prompt {job.prompt_id!r} already exists") from exc
             if row[0] is not None:
-                return int(row[0])
+                return int(row[0]), row[4]
             refusal = _Refusal(row[3])
             if keyed is not None:  # refused: the key is not taken either
                 raise _Refused(refusal)
@@ -325,27 +319,6 @@ class PostgresStore(
         ids = to_db_all(prompt_ids)
         if ids:
             await self._commit(lambda db: db.execute(Q["unreserve_jobs"], ids, self._owner_db))
-
-    async def finish(self, prompt_id: str, attempt: int, result: JobResult) -> bool:
-        """Record how an attempt ended, in one transaction; False if the attempt is stale."""
-        if result.status not in TERMINAL:
-            raise ValueError(f"a finished attempt needs a terminal status, not {result.status}")
-        now = self._clock()
-        encoded = _ResultParams(result)
-        params = (
-            to_db(prompt_id),
-            attempt,
-            encoded.status,
-            now,
-            encoded.error,
-            encoded.historic,
-            encoded.outputs,
-            encoded.meta,
-            *encoded.events,
-            *encoded.files,
-            EVENT_OF[result.status].value,
-        )
-        return bool(await self._commit(lambda db: db.fetchval(Q["finish_job"], *params)))
 
     async def requeue(
         self, prompt_id: str, attempt: int, reason: dict[str, Any] | None = None
@@ -564,16 +537,18 @@ async def _insert_params(
         encoded = await asyncio.to_thread(_job_params, job, now, claim_for)
     else:
         encoded = _job_params(job, now, claim_for)
-    return (*encoded, owner, ahead, admit.limit, admit.margin, admit.cap)
+    counted = job.number is None
+    return (*encoded, owner, ahead, admit.limit, admit.margin, admit.cap, counted)
 
 
 def _job_params(job: NewJob, now: float, claim_for: str | None) -> tuple[Any, ...]:
     """The insert_job parameters: a pending job, or one already running on `claim_for`."""
     claimed = claim_for is not None
+    number = 0 if job.number is None else job.number  # counted: the statement numbers it
     return (
         to_db(job.prompt_id),
-        _dumps(job.number),
-        order_key(job.front, job.number),
+        _dumps(number),
+        order_key(job.front, number),
         job.front,
         (JobStatus.RUNNING if claimed else JobStatus.PENDING).value,
         to_db_or_none(job.client_id),
@@ -587,28 +562,6 @@ def _job_params(job: NewJob, now: float, claim_for: str | None) -> tuple[Any, ..
         now if claimed else None,
         to_db(job.tenant),
     )
-
-
-class _ResultParams:
-    """A JobResult encoded for the finish transaction (events and files as columns)."""
-
-    def __init__(self, result: JobResult) -> None:
-        self.status = result.status.value
-        self.historic = result.historic
-        self.error = None if result.error is None else _dumps(result.error)
-        self.outputs = _dumps(result.outputs)
-        self.meta = _dumps(result.meta)
-        messages = result.messages
-        self.events = (
-            list(range(len(messages))),
-            [to_db(str(kind)) for kind, _ in messages],
-            [_dumps(data) for _, data in messages],
-        )
-        self.files = (
-            [to_db(f.filename) for f in result.files],
-            [to_db(f.subfolder) for f in result.files],
-            [to_db(f.type) for f in result.files],
-        )
 
 
 async def _candidates(rows: list[Any]) -> list[Job]:

@@ -16,7 +16,9 @@
 -- only while fewer of its tenant's are pending, checked first (see migration_14). No
 -- row is inserted (seq NULL) when it is refused; the last column says what refused it:
 -- 1 the tenant's cap, 2 the pending limit (CASE checks in order, so the locks are
--- taken in order).
+-- taken in order). A counted job ($21) is numbered here, by the counter's next value
+-- (negated for front), not by $2 and $3: the submit needs no round trip of its own for
+-- it. The number is the last column (NULL when not counted or refused).
 WITH admitted AS (
     SELECT CASE WHEN NOT comfyfleet_admit_tenant($15, $20::bigint) THEN 1
                 WHEN $18::bigint IS NULL THEN 0
@@ -24,13 +26,19 @@ WITH admitted AS (
                     CASE WHEN comfyfleet_admit_near($18::bigint) THEN 0 ELSE 2 END
                 WHEN comfyfleet_admit_far($18::bigint, $19::bigint) THEN 0
                 ELSE 2 END AS refused
+), counted AS (
+    SELECT CASE WHEN $21::boolean THEN nextval('job_number') END AS number
+    FROM admitted WHERE refused = 0
 ), job AS (
     INSERT INTO jobs (prompt_id, number_json, order_key, front, status, client_id, prompt,
                       extra_data, outputs, node_errors, attempt, lane, created_at, started_at,
                       tenant, owner)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+    SELECT $1, COALESCE((CASE WHEN $4 THEN -number ELSE number END)::text, $2::text),
+           COALESCE((CASE WHEN $4 THEN 0 ELSE number END)::double precision,
+                    $3::double precision),
+           $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
            CASE WHEN $5 = 'running' THEN $16 END
-    FROM admitted WHERE refused = 0
+    FROM counted
     RETURNING seq, front, order_key
 ), counter AS (
     SELECT setval('job_number', $17::bigint, false)
@@ -42,7 +50,7 @@ WITH admitted AS (
     FROM job WHERE $5 = 'pending'
 )
 SELECT (SELECT seq FROM job), (SELECT count(*) FROM counter), (SELECT count(*) FROM wake),
-       (SELECT refused FROM admitted)
+       (SELECT refused FROM admitted), (SELECT number FROM counted)
 
 -- name: claimable
 -- What a claim or a reservation may take: pending and set aside for no lane, in order.
@@ -145,30 +153,44 @@ WITH given AS (
 )
 SELECT pg_notify('comfyfleet_work', $2) FROM (SELECT count(*) AS n FROM given) g WHERE n > 0
 
--- name: finish_job
--- One statement, one round trip: the update fenced on the attempt and, only when it
--- changed the job, the history entry ($6: whether the status makes one), the attempt's
--- messages (seq, type, data side by side), the files it wrote, in the order given, and
--- the webhook deliveries of its event ($15; see postgres_parts/webhooks_sql.py).
-WITH job AS (
-    UPDATE jobs SET status = $3, finished_at = $4, error = $5
-    WHERE prompt_id = $1 AND status = 'running' AND attempt = $2
-    RETURNING prompt_id, tenant, extra_data, $15::text AS event, $4::double precision AS at
+-- name: finish_jobs
+-- The ends of many attempts in one statement (a group commit, postgres_parts/batches.py).
+-- Per attempt, side by side: prompt_id, attempt, status, error, whether the status makes
+-- a history entry, outputs, meta and the event of its webhook deliveries ($1-$8); its
+-- messages ($10-$13: place in the batch, seq, type, data) and the files it wrote
+-- ($14-$17: place in the batch, filename, subfolder, type) flattened; $9 the time. Each
+-- update is fenced on its attempt, and only an attempt it changed gets its history entry
+-- (in batch order), messages, files (in the order given) and webhook deliveries (see
+-- postgres_parts/webhooks_sql.py). The attempts it changed come back.
+WITH batch AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::boolean[],
+                         $6::text[], $7::text[], $8::text[])
+        WITH ORDINALITY AS b (prompt_id, attempt, status, error, historic, outputs, meta,
+                              event, n)
+), job AS (
+    UPDATE jobs SET status = b.status, finished_at = $9, error = b.error
+    FROM batch b
+    WHERE jobs.prompt_id = b.prompt_id AND jobs.status = 'running'
+      AND jobs.attempt = b.attempt
+    RETURNING jobs.prompt_id, jobs.tenant, jobs.extra_data, b.event,
+              $9::double precision AS at, b.n, b.attempt, b.status AS ended, b.historic,
+              b.outputs, b.meta
 ), entry AS (
     INSERT INTO history (prompt_id, status, outputs, meta, completed_at)
-    SELECT prompt_id, $3, $7, $8, $4 FROM job WHERE $6::boolean
+    SELECT prompt_id, ended, outputs, meta, at FROM job WHERE historic ORDER BY n
 ), messages AS (
     INSERT INTO events (prompt_id, attempt, seq, type, data)
-    SELECT job.prompt_id, $2, e.seq, e.type, e.data
-    FROM job, unnest($9::bigint[], $10::text[], $11::text[]) AS e (seq, type, data)
+    SELECT job.prompt_id, job.attempt, e.seq, e.type, e.data
+    FROM job JOIN unnest($10::bigint[], $11::bigint[], $12::text[], $13::text[])
+        AS e (n, seq, type, data) ON e.n = job.n
 ), files AS (
     INSERT INTO outputs (prompt_id, filename, subfolder, type)
     SELECT job.prompt_id, f.filename, f.subfolder, f.type
-    FROM job, unnest($12::text[], $13::text[], $14::text[])
-        WITH ORDINALITY AS f (filename, subfolder, type, n)
-    ORDER BY f.n
+    FROM job JOIN unnest($14::bigint[], $15::text[], $16::text[], $17::text[])
+        WITH ORDINALITY AS f (n, filename, subfolder, type, k) ON f.n = job.n
+    ORDER BY f.k
 ), hooks AS ({webhook_deliveries})
-SELECT count(*) = 1 FROM job
+SELECT prompt_id, attempt FROM job
 
 -- name: requeue_job
 -- The update fenced on the attempt and, when it changed the job and a reason ($3) is
@@ -322,9 +344,12 @@ SELECT max(abs(number_json::numeric)) FROM jobs WHERE number_json ~ '^-?[0-9]+$'
 -- name: next_number
 SELECT nextval('job_number')
 
--- name: set_number
--- The counter has handed out $1 (a number stored from elsewhere was ahead of it).
-SELECT setval('job_number', $1)
+-- name: raise_number
+-- On open: the counter hands out $1 next unless it is past it already (a database whose
+-- jobs were numbered before the sequence kept up with them).
+SELECT setval('job_number', $1::bigint, false)
+WHERE $1::bigint > (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+                    FROM job_number)
 
 -- name: history_at_rank
 -- Retention: the entry at the count limit ...
@@ -686,7 +711,7 @@ SELECT key FROM fleet_keys WHERE name = $1
 -- next_at, delivered_at, last_status, last_error, body, lease.
 
 -- name: webhook_deliveries
--- Not a statement: the CTE body that the job-ending statements (finish_job, cancel_jobs,
+-- Not a statement: the CTE body that the job-ending statements (finish_jobs, cancel_jobs,
 -- cancel_pending) put in place of `{webhook_deliveries}`, so the deliveries commit with
 -- the end. It reads their CTE `job` (prompt_id, tenant, extra_data, event, at). The job's
 -- own webhook is only looked for (JSON parsed) when its extra_data names one, and not at

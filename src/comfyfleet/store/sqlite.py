@@ -313,6 +313,8 @@ class SQLiteStore(
         that lane); StoreError if the id exists, IdempotencyKeyTaken if the job's key is,
         QueuedLimitReached or PendingLimitReached past `max_queued` or `max_pending`."""
         now = self._clock()
+        if job.number is None:  # counted: the counter's next value
+            job = job.numbered(await self.next_number())
         if is_large(job.prompt):
             params = await asyncio.to_thread(_job_params, job, now)
         else:
@@ -595,6 +597,7 @@ class SQLiteStore(
 def _job_params(job: NewJob, now: float) -> tuple[Any, ...]:
     """Encode on the caller's thread: bad JSON fails there, and the writer stays busy
     only with SQL."""
+    assert job.number is not None  # a counted job was numbered by `submit`
     return (
         job.prompt_id,
         _dumps(job.number),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,13 @@ log = logging.getLogger(__name__)
 
 #: Control messages (JSON text) are small: anything longer ends the tunnel.
 MAX_CONTROL = 16 * 1024
+#: The tunnel's protocol, said in the worker's hello and the gateway's welcome: 2 has
+#: per-stream credit (mux.CREDIT). Both ends speak the same one, or part.
+PROTOCOL = 2
+#: A worker whose connection broke (Ending.BROKEN) and is not welcomed back within this
+#: many seconds lets go of what its backend runs for the gateway, which then runs it
+#: elsewhere (s).
+RETURN_WINDOW = 1.0
 
 OnControl = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -30,26 +38,53 @@ class WebSocketLike(Protocol):
     async def send_bytes(self, data: bytes) -> None: ...
     async def send_str(self, data: str) -> None: ...
     async def close(self, *, code: int = ..., message: bytes = ...) -> bool: ...
-    def __aiter__(self) -> Any: ...
+    async def receive(self, timeout: float | None = None) -> aiohttp.WSMessage: ...
+    def exception(self) -> BaseException | None: ...
 
 
-async def carry(ws: WebSocketLike, mux: Mux, on_control: OnControl) -> None:
+class Ending(enum.Enum):
+    """How a tunnel's connection ended, which tells what the other end knows."""
+
+    CLOSED = "closed"  # a close frame: ended on purpose, by one end or the other
+    # Dropped without one: the other process died (its kernel closed the connection),
+    # or something between reset it, and then the other end sees the same at once.
+    BROKEN = "broken"
+    # No answer to a ping within the heartbeat: the other end or the path is silent,
+    # and the other end may not know yet.
+    SILENT = "silent"
+    REFUSED = "refused"  # the other end broke the protocol (TunnelBroken)
+
+
+async def carry(ws: WebSocketLike, mux: Mux, on_control: OnControl) -> Ending:
     """Read the WebSocket until it closes: binary messages are the streams', text ones
     the control messages (JSON objects). Every stream ends with it."""
+    ending = Ending.BROKEN
     try:
-        async for message in ws:
+        while True:
+            message = await ws.receive()
             if message.type == aiohttp.WSMsgType.BINARY:
                 await mux.feed(message.data)
             elif message.type == aiohttp.WSMsgType.TEXT:
                 await on_control(control_of(message.data))
             else:
-                break  # closed or an error: the tunnel is gone
+                ending = _ending(message.type, ws.exception())
+                break
     except TunnelBroken as exc:
         log.warning("tunnel ended: %s", exc)
+        ending = Ending.REFUSED
     finally:
         await mux.close()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.close()
+    return ending
+
+
+def _ending(kind: aiohttp.WSMsgType, exc: BaseException | None) -> Ending:
+    if kind in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING):
+        return Ending.CLOSED
+    if isinstance(exc, TimeoutError):  # aiohttp's heartbeat: no pong in time
+        return Ending.SILENT
+    return Ending.BROKEN
 
 
 def control_of(text: str) -> dict[str, Any]:

@@ -7,7 +7,12 @@ Stopping (SIGTERM) drains: the gateway is told, gives the worker no new job, and
 its backend still runs, then leaves, and the gateway re-queues what was left.
 
 Cut off from the gateway, it stops what a backend that holds nothing for the gateway (a
-ComfyUI) runs: the gateway has that run elsewhere at once.
+ComfyUI) runs: the gateway has that run elsewhere at once. When its connection broke
+(Ending.BROKEN: the gateway sees the same, and takes it for a worker that died) and it
+is not welcomed back by the same gateway within RETURN_WINDOW, a backend that holds the
+gateway's prompts lets go of them (the gateway runs them elsewhere from then on);
+unless every attempt to reconnect was refused (the gateway's process is down: nothing
+runs them elsewhere before the hold).
 """
 
 from __future__ import annotations
@@ -23,15 +28,27 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from comfyfleet.domain.jobs import PACK_ROUTE, pack_features
-from comfyfleet.tunnel.ends import carry, control_of, worker_mux
+from comfyfleet.domain.jobs import HOLDS_ROUTE, PACK_ROUTE, pack_features
+from comfyfleet.protocol.prompt import queue_item_ids
+from comfyfleet.tunnel.ends import (
+    PROTOCOL,
+    RETURN_WINDOW,
+    Ending,
+    carry,
+    control_of,
+    worker_mux,
+)
 from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 
 log = logging.getLogger(__name__)
 
 CONNECT_PATH = "/api/workers/connect"
-HEARTBEAT = 5.0
+HEARTBEAT = 5.0  # s between WebSocket pings: no pong within half of it, it is silent
+#: s between its beats: a path reset on the gateway's side only is noticed here at the
+#: next one, well within RETURN_WINDOW.
+BEAT = 0.5
 FIRST_RETRY, LAST_RETRY = 0.5, 10.0
+MAX_IDS = 10_000  # prompt ids released at once (the holds route's cap)
 
 
 @dataclass
@@ -66,7 +83,12 @@ class WorkerAgent:
         self._url = connect_url(settings.gateway)
         self.stopping = asyncio.Event()
         self.refused: str | None = None  # why the gateway turned it away for good
-        self._joined = False  # welcomed on the current connection
+        self._welcomed = asyncio.Event()  # on the current connection
+        self._gateway = ""  # the id of the gateway that welcomed it last
+        # Since the connection broke: None before an attempt failed, then whether every
+        # failed attempt was refused.
+        self._only_refused: bool | None = None
+        self._letting_go: asyncio.Task[None] | None = None
 
     async def run(self) -> int:
         """Until `stopping` is set and the drain is over: 0, or 1 when refused."""
@@ -76,39 +98,87 @@ class WorkerAgent:
         # a gateway behind a cut or a black hole is tried again, not waited on for minutes.
         handshake = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30)
         async with aiohttp.ClientSession(headers=headers, timeout=handshake) as session:
-            while not self.stopping.is_set():
-                try:
-                    await self._connected(session)
-                    wait = FIRST_RETRY
-                except aiohttp.WSServerHandshakeError as exc:
-                    if exc.status in (401, 403):
-                        self.refused = f"the gateway refused the token ({exc.status})"
-                        log.error("%s", self.refused)
+            try:
+                while not self.stopping.is_set():
+                    ending = Ending.BROKEN
+                    try:
+                        ending = await self._connected(session)
+                        wait = FIRST_RETRY
+                    except aiohttp.WSServerHandshakeError as exc:
+                        if exc.status in (401, 403):
+                            self.refused = f"the gateway refused the token ({exc.status})"
+                            log.error("%s", self.refused)
+                            return 1
+                        log.warning("could not connect to %s: %s", self._url, exc)
+                        self._only_refused = False  # an answer: the gateway runs
+                    except (aiohttp.ClientError, OSError, TimeoutError, TunnelBroken) as exc:
+                        log.warning("connection to %s lost or refused: %s", self._url, exc)
+                        first = self._only_refused is None
+                        self._only_refused = _refused(exc) and (first or self._only_refused)
+                    if self.refused is not None:
                         return 1
-                    log.warning("could not connect to %s: %s", self._url, exc)
-                except (aiohttp.ClientError, OSError, TimeoutError, TunnelBroken) as exc:
-                    log.warning("connection to %s lost or refused: %s", self._url, exc)
-                if self.stopping.is_set():
-                    break
-                if self._joined:
-                    self._joined = False
-                    await self._cut_off()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), wait)
-                wait = min(LAST_RETRY, wait * 2)
+                    if self.stopping.is_set():
+                        break
+                    if self._welcomed.is_set():
+                        await self._lost(ending)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), wait)
+                    wait = min(LAST_RETRY, wait * 2)
+            finally:
+                if self._letting_go is not None:
+                    await self._letting_go  # it lets go before it leaves
         return 0
 
-    async def _connected(self, session: aiohttp.ClientSession) -> None:
+    async def _lost(self, ending: Ending) -> None:
+        """Its connection ended, not by its own stop. A backend that holds nothing for
+        the gateway (a ComfyUI) has its work run elsewhere at once: it is stopped now.
+        One that holds it (the built-in engine) goes on until its hold runs out, unless
+        the connection broke (below)."""
+        self._welcomed.clear()
+        deadline = asyncio.get_running_loop().time() + RETURN_WINDOW  # as the gateway counts
+        if not await self._backend_holds():
+            log.warning("cut off from the gateway: the backend's prompts are stopped")
+            await self._interrupt_backend()
+        elif ending is Ending.BROKEN:
+            self._only_refused = None
+            if self._letting_go is None or self._letting_go.done():
+                self._letting_go = asyncio.create_task(self._let_go_unless_back(deadline))
+
+    async def _let_go_unless_back(self, deadline: float) -> None:
+        """The gateway saw the break too: unless welcomed back by it by `deadline` (the
+        loop's time), it runs what it sent here elsewhere, so it must not run here any
+        more. Another gateway (behind the same address) does not follow it either."""
+        left = self._gateway
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(deadline):
+                await self._welcomed.wait()
+        back = self._welcomed.is_set() and self._gateway == left
+        if back or (self._only_refused and not self._welcomed.is_set()):
+            return
+        log.warning("the connection broke: the backend lets go of the gateway's prompts")
+        await self._release_held()
+
+    async def _connected(self, session: aiohttp.ClientSession) -> Ending:
         async with session.ws_connect(
             self._url, heartbeat=HEARTBEAT, max_msg_size=MAX_MESSAGE
         ) as ws:
-            hello = {"type": "hello", "name": self.settings.name, "slots": self.settings.slots}
-            await ws.send_str(json.dumps(hello))
-            welcome = await ws.receive(timeout=30)
-            if welcome.type != aiohttp.WSMsgType.TEXT:
-                raise TunnelBroken(f"no welcome: {welcome.data or welcome.extra or welcome.type}")
-            log.info("joined the fleet as lane %s", control_of(welcome.data).get("lane"))
-            self._joined = True
+            settings = self.settings
+            hello = {"type": "hello", "name": settings.name, "slots": settings.slots}
+            await ws.send_str(json.dumps({**hello, "tunnel": PROTOCOL}))
+            answer = await ws.receive(timeout=30)
+            if answer.type != aiohttp.WSMsgType.TEXT:
+                raise TunnelBroken(f"no welcome: {answer.data or answer.extra or answer.type}")
+            welcome = control_of(answer.data)
+            if welcome.get("tunnel") != PROTOCOL:
+                self.refused = (
+                    f"the gateway speaks another tunnel protocol than {PROTOCOL}: "
+                    "run the same comfyfleet version on both"
+                )
+                log.error("%s", self.refused)
+                return Ending.CLOSED
+            log.info("joined the fleet as lane %s", welcome.get("lane"))
+            self._gateway = str(welcome.get("gateway", ""))
+            self._welcomed.set()
             drained = asyncio.Event()
 
             async def on_control(message: dict[str, Any]) -> None:
@@ -124,7 +194,8 @@ class WorkerAgent:
                 await self._drain(ws, drained, carrying)
             stop.cancel()
             beats.cancel()
-            await asyncio.gather(carrying, stop, beats, return_exceptions=True)
+            await asyncio.gather(stop, beats, return_exceptions=True)
+            return await carrying
 
     async def _drain(
         self, ws: aiohttp.ClientWebSocketResponse, drained: asyncio.Event, carrying: Any
@@ -144,15 +215,6 @@ class WorkerAgent:
             await self._cut_short()
         await ws.close()
 
-    async def _cut_off(self) -> None:
-        """The gateway is out of reach. A backend that holds the gateway's prompts (the
-        built-in engine) stops them itself once their hold runs out, and the gateway
-        waits for that; any other (a ComfyUI) has them run elsewhere at once, so they
-        are stopped here now rather than run in two places."""
-        if not await self._backend_holds():
-            log.warning("cut off from the gateway: the backend's prompts are stopped")
-            await self._interrupt_backend()
-
     async def _backend_holds(self) -> bool:
         url = self.settings.backend.rstrip("/") + PACK_ROUTE
         try:
@@ -164,6 +226,20 @@ class WorkerAgent:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
             return False
         return pack_features(pack)[1]
+
+    async def _release_held(self) -> None:
+        """A comfyfleet backend lets go of the gateway's prompts it holds: those that run
+        are given back to its queue at once, to wait for a keep (scheduler/holds.py)."""
+        base = self.settings.backend.rstrip("/")
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            try:
+                async with session.get(base + "/queue") as answer:
+                    queue = await answer.json()
+                ids = _queued_ids(queue)
+                async with session.post(base + HOLDS_ROUTE, json={"release": ids}) as answer:
+                    answer.raise_for_status()
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                log.warning("could not release the backend's prompts: %s", exc)
 
     async def _interrupt_backend(self) -> None:
         base = self.settings.backend.rstrip("/")
@@ -177,9 +253,25 @@ class WorkerAgent:
                     log.warning("could not stop the backend's work (%s): %s", path, exc)
 
 
+def _refused(exc: BaseException) -> bool:
+    """Whether nothing listens at the gateway's address (its process is down)."""
+    return isinstance(exc, aiohttp.ClientConnectorError) and isinstance(
+        exc.os_error, ConnectionRefusedError
+    )
+
+
+def _queued_ids(queue: Any) -> list[str]:
+    """The prompt ids of a `GET /queue` answer (running and pending)."""
+    if not isinstance(queue, dict):
+        raise ValueError("a queue that is not a JSON object")
+    ids = queue_item_ids(queue.get("queue_running")) + queue_item_ids(queue.get("queue_pending"))
+    return ids[:MAX_IDS]
+
+
 async def _beat(ws: aiohttp.ClientWebSocketResponse) -> None:
-    """Its last word, every heartbeat: the gateway shows when it last heard from it."""
+    """Its last word, every BEAT: the gateway shows when it last heard from it, and a
+    reset on the gateway's side of the path shows here as a failed send."""
     while not ws.closed:
-        await asyncio.sleep(HEARTBEAT)
+        await asyncio.sleep(BEAT)
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.send_str(json.dumps({"type": "beat"}))

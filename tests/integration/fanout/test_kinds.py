@@ -163,7 +163,10 @@ async def test_429s_on_job_creation_leave_accepted_jobs_running(
     rig: Rig, emulator: Emulator
 ) -> None:
     emulator.settings.latency = 0.5
-    emulator.settings.rate_limit = 20.0  # 20 jobs at once, the other 10 hear 429
+    # 10 jobs a second: the 30 submit nodes run faster than that, so some hear 429. How
+    # many depends on the machine: a slow one spreads the submits over seconds, and
+    # after the first 429 the provider's cooldown holds the rest.
+    emulator.settings.rate_limit = 10.0
     graph = Graph(emulator.url)
     submits = [graph.submit(f"s{n}", "limited", seed=n) for n in range(30)]
     graph.collect("c", submits, mode="placeholder")
@@ -171,8 +174,8 @@ async def test_429s_on_job_creation_leave_accepted_jobs_running(
     assert result.status == "success", result.error
     slots = status_of(result, "c")["slots"]
     assert [s["state"] for s in slots].count("success") == 30
-    assert emulator.stats()["rate_limited"] >= 3
-    # The provider's cooldown after the burst of 429s (5 s) holds the submits that
+    assert emulator.stats()["rate_limited"] >= 1
+    # The provider's cooldown after a 429 (5 s) holds the submits that
     # were refused; it must not hold the polls and downloads of the jobs accepted
     # at once, which end about half a second after they start.
     quick = [s for s in slots if s["running_seconds"] < 2.5]

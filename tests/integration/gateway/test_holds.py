@@ -77,3 +77,28 @@ async def test_a_held_prompt_no_one_keeps_is_given_back_and_runs_again_once_kept
         entry = await served.wait_history(prompt_id)
         assert entry["status"]["status_str"] == "success"
         assert (await served.job(prompt_id))["attempt"] == 2
+
+
+async def test_a_released_prompt_is_given_back_at_once_and_waits_for_a_keep(
+    tmp_path: Path,
+) -> None:
+    """A worker whose gateway connection broke lets go of what its backend holds: a
+    running prompt goes back to the queue now, not when its hold runs out."""
+    async with serve(tmp_path, local_slots=1) as served:
+        prompt_id = await held(served, sleep_prompt(5.0), 60.0)
+        await status_of(served, prompt_id, "in_progress")
+        for bad in ({"release": "x"}, {"release": [1]}, {"release": ["a"] * 10_001}):
+            refused = await served.request("POST", "/comfyfleet/holds", bad)
+            assert refused.status == 400 and refused.json["error"]["type"] == "invalid_request"
+        started = asyncio.get_running_loop().time()
+        released = await served.request(
+            "POST", "/comfyfleet/holds", {"release": [prompt_id, "not-held"]}
+        )
+        assert released.json == {"released": [prompt_id]}
+        await status_of(served, prompt_id, "pending")
+        assert asyncio.get_running_loop().time() - started < 2.0  # not its 60 s hold
+        await asyncio.sleep(1.0)
+        assert (await served.job(prompt_id))["status"] == "pending"  # and it waits
+        await served.request("POST", "/comfyfleet/holds", {"keep": [prompt_id], "seconds": 30})
+        entry = await served.wait_history(prompt_id)
+        assert entry["status"]["status_str"] == "success"

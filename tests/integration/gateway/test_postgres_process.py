@@ -5,8 +5,11 @@ password shows nowhere."""
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+import pytest
 
 from tests.integration.gateway.processes import Frames, poll, submit
 from tests.integration.gateway.wire import save_prompt, sleep_prompt
@@ -84,4 +87,11 @@ def test_a_restart_finds_the_queue_and_history_in_postgres(
         assert list(second.get("/history")) == [done, waiting]
         # The counter goes on past every number the first process handed out.
         assert second.post("/prompt", {"prompt": save_prompt(4, "next")})["number"] == 3
+        # A refused prompt advances it too, as in ComfyUI, though an accepted one is
+        # numbered as it is stored.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            second.post("/prompt", {"prompt": {"1": {"class_type": "NoSuchNode"}}})
+        refused.value.close()
+        assert refused.value.code == 400
+        assert second.post("/prompt", {"prompt": save_prompt(5, "last")})["number"] == 5
     assert f"re-queued {running}: gateway" in second.log.read_text()

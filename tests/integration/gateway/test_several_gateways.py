@@ -98,9 +98,11 @@ def test_a_killed_gateways_prompts_are_taken_over_none_lost_none_twice(
         history = survivor.get("/history")
         assert all(history[p]["status"]["status_str"] == "success" for p in ids)
         # None ran twice to completion: one end recorded each (fenced by attempt), and only
-        # what the killed gateway was running (its 4 slots) started again, on the survivor.
+        # what the killed gateway had running started again, on the survivor: a prompt in
+        # each of its 4 slots, and each one that had ended before it whose end was still
+        # being recorded (a slot takes its next prompt meanwhile; the done signal waits).
         again = {p for p, record in records.items() if record["attempt"] > 1}
-        assert 1 <= len(again) <= 4, again
+        assert 1 <= len(again) <= 2 * 4, again
         assert all(records[p]["attempt"] == 2 for p in again)
         for prompt_id in again:
             assert records[prompt_id]["gateway"] == "gw-1"

@@ -8,19 +8,21 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
 from comfyfleet.server.config import AuthToken
 from comfyfleet.server.workers.hub import HEARTBEAT
-from comfyfleet.tunnel.mux import CHUNK, DATA, OPEN, frame
+from comfyfleet.tunnel.ends import PROTOCOL
+from comfyfleet.tunnel.mux import CHUNK, CREDIT, DATA, OPEN, frame
 from comfyfleet.workers.tokens import WorkerToken
 from tests.servers import start_in_process
 
 WORKER = "worker-token-5e8a1c0f93b2d7"
 CLIENT = "client-token-0a9f8e7d6c5b"
-HELLO = json.dumps({"type": "hello", "name": "w1", "slots": 1})
+HELLO = json.dumps({"type": "hello", "name": "w1", "slots": 1, "tunnel": PROTOCOL})
 
 
 @pytest.fixture
@@ -68,7 +70,11 @@ async def connected(
     ws = await session.ws_connect(f"{gateway}/api/workers/connect", headers=bearer(WORKER))
     await ws.send_str(HELLO)
     welcome = await ws.receive(timeout=10)
-    assert json.loads(welcome.data) == {"type": "welcome", "lane": "backend:worker-pool.w1"}
+    lane = "backend:worker-pool.w1"
+    said = json.loads(welcome.data)
+    gateway_id = said.pop("gateway")  # which gateway took it
+    assert said == {"type": "welcome", "lane": lane, "tunnel": PROTOCOL}
+    assert isinstance(gateway_id, str) and gateway_id
     return ws
 
 
@@ -87,6 +93,7 @@ async def ends(ws: aiohttp.ClientWebSocketResponse) -> None:
         frame(9, 1),  # no such kind
         b"\x02",  # shorter than a header
         frame(DATA, 1, b"x" * (CHUNK + 1)),  # past the message size
+        frame(CREDIT, 1, b"\x00\x01"),  # a count is 4 bytes
         "not json",
         json.dumps({"no": "type"}),
     ],
@@ -105,20 +112,24 @@ async def test_what_the_protocol_does_not_allow_ends_the_connection(
 
 
 @pytest.mark.parametrize(
-    "hello",
+    ("hello", "why"),
     [
-        json.dumps({"type": "hello", "name": "../x", "slots": 1}),
-        json.dumps({"type": "hello", "slots": 0}),
-        json.dumps({"type": "hello", "slots": True}),
-        json.dumps({"type": "drain"}),
+        ({"type": "hello", "name": "../x", "slots": 1, "tunnel": PROTOCOL}, "name"),
+        ({"type": "hello", "slots": 0, "tunnel": PROTOCOL}, "slots"),
+        ({"type": "hello", "slots": True, "tunnel": PROTOCOL}, "slots"),
+        ({"type": "drain"}, "hello"),
+        # A worker of another version: told why, in the close frame.
+        ({"type": "hello", "name": "w1", "slots": 1}, "tunnel protocol"),
+        ({"type": "hello", "name": "w1", "slots": 1, "tunnel": PROTOCOL + 1}, "tunnel protocol"),
     ],
 )
-async def test_a_bad_hello_is_refused(gateway: str, hello: str) -> None:
+async def test_a_bad_hello_is_refused(gateway: str, hello: dict[str, Any], why: str) -> None:
     async with aiohttp.ClientSession() as session:
         ws = await session.ws_connect(f"{gateway}/api/workers/connect", headers=bearer(WORKER))
-        await ws.send_str(hello)
+        await ws.send_str(json.dumps(hello))
         message = await ws.receive(timeout=10)
         assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 4400
+        assert why in (message.extra or "")
         async with session.get(f"{gateway}/api/fleet/workers", headers=bearer(CLIENT)) as answer:
             assert (await answer.json()) == {"workers": []}
 

@@ -23,6 +23,7 @@ import pytest
 from PIL import Image
 
 from comfyfleet.testing import LEDGER_ENV
+from comfyfleet.tunnel.ends import RETURN_WINDOW
 from tests.integration.fleet.harness import poll
 from tests.servers import ServerProcess
 
@@ -264,30 +265,74 @@ def handed_back_once(gateway: ServerProcess, worker: WorkerProcess, tmp_path: Pa
     assert [line["tag"] for line in lines] == ["long"]
 
 
+@pytest.mark.parametrize("survivor_first", [False, True], ids=["joins-after", "up-already"])
 def test_a_worker_killed_mid_prompt_loses_nothing_and_runs_nothing_twice(
-    gateway: ServerProcess, tmp_path: Path
+    gateway: ServerProcess, tmp_path: Path, survivor_first: bool
 ) -> None:
     doomed = WorkerProcess(gateway.url, tmp_path / "w0", "w0")
+    survivor = None
     try:
         poll(lambda: lanes_up(gateway, 1), what="the first worker", timeout=60)
-        prompt_id = gateway.post("/prompt", {"prompt": ledger_prompt("once", 1.5)})["prompt_id"]
+        # Long enough to outlast the second worker's start on a slow machine.
+        seconds = 10.0 if survivor_first else 1.5
+        prompt = ledger_prompt("once", seconds)
+        prompt_id = gateway.post("/prompt", {"prompt": prompt})["prompt_id"]
         poll(lambda: gateway.get(f"/api/jobs/{prompt_id}")["status"] == "in_progress", what="a run")
-        doomed.kill()  # spot preemption: the worker and its backend, at once
-        survivor = WorkerProcess(gateway.url, tmp_path / "w1", "w1")
-        try:
-            poll(
-                lambda: bool(gateway.get(f"/history/{prompt_id}")),
-                what="the prompt to end on the other worker",
-                timeout=90,
-            )
-            entry = gateway.get(f"/history/{prompt_id}")[prompt_id]
-            assert entry["status"]["status_str"] == "success"
-            lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
-            assert [json.loads(line)["tag"] for line in lines] == ["once"]
-        finally:
-            survivor.kill()
+        if survivor_first:
+            survivor = WorkerProcess(gateway.url, tmp_path / "w1", "w1")
+            poll(lambda: lanes_up(gateway, 2), what="the second worker", timeout=60)
+            assert gateway.get(f"/api/jobs/{prompt_id}")["status"] == "in_progress"
+        doomed.kill()  # the worker and its backend, at once
+        killed_at = time.time()
+        if survivor is None:
+            survivor = WorkerProcess(gateway.url, tmp_path / "w1", "w1")
+        poll(
+            lambda: bool(gateway.get(f"/history/{prompt_id}")),
+            what="the prompt to end on the other worker",
+            timeout=90,
+        )
+        entry = gateway.get(f"/history/{prompt_id}")[prompt_id]
+        assert entry["status"]["status_str"] == "success"
+        lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+        assert [json.loads(line)["tag"] for line in lines] == ["once"]
+        if survivor_first:
+            # Its connection broke (no close frame): it is dead, or lets go unless back
+            # within RETURN_WINDOW; the prompt does not wait out the 30 s hold.
+            rerun = gateway.get(f"/api/jobs/{prompt_id}")
+            took = rerun["execution_start_time"] / 1000 - killed_at
+            assert RETURN_WINDOW <= took < RETURN_WINDOW + 5, f"rerun {took:.2f} s after"
     finally:
         doomed.kill()
+        if survivor is not None:
+            survivor.kill()
+
+
+@pytest.mark.parametrize("seconds", [6.0, 1.0], ids=["running-on", "ended-meanwhile"])
+def test_a_gateway_killed_and_started_again_finds_its_workers_prompt(
+    gateway: ServerProcess, tmp_path: Path, seconds: float
+) -> None:
+    """Its worker's connection broke, but every attempt to reconnect was refused (the
+    gateway's process was down): it does not let go, and the prompt runs once, on. The
+    gateway started again follows it on the worker's lane when that joins (after its
+    recovery): still running there, or ended there meanwhile (read from its history)."""
+    worker = WorkerProcess(gateway.url, tmp_path / "w0", "w0")
+    try:
+        poll(lambda: lanes_up(gateway, 1), what="the worker", timeout=60)
+        prompt = ledger_prompt("once", seconds)
+        prompt_id = gateway.post("/prompt", {"prompt": prompt})["prompt_id"]
+        poll(lambda: gateway.get(f"/api/jobs/{prompt_id}")["status"] == "in_progress", what="a run")
+        gateway.kill()
+        time.sleep(2 * RETURN_WINDOW)
+        gateway.start()
+        poll(lambda: bool(gateway.get(f"/history/{prompt_id}")), what="its end", timeout=90)
+        entry = gateway.get(f"/history/{prompt_id}")[prompt_id]
+        assert entry["status"]["status_str"] == "success"
+        lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+        assert [json.loads(line)["tag"] for line in lines] == ["once"]
+        assert gateway.get(f"/api/jobs/{prompt_id}")["attempt"] == 1
+        assert "lets go" not in worker.log()
+    finally:
+        worker.kill()
 
 
 ALICE, BOB = "alice-client-token-31f5", "bob-client-token-8e0c"

@@ -187,7 +187,8 @@ def test_a_wide_prompt_does_not_rescan_its_waiting_nodes_for_each_node_it_starts
 def test_a_wide_prompt_of_plain_nodes_picks_without_scanning_what_is_ready() -> None:
     # N/2 constants, each shown by its own output node: after each output runs, every
     # waiting constant is ready and none is an output. Scanning them all for each node
-    # started (as ComfyUI does) took 18 s of a 10,000-node prompt; the bound is generous.
+    # started (as ComfyUI does) took 18 s of a 10,000-node prompt; the bound (5 s) is
+    # generous (one clean-clone run on a busy machine took 1.01 s).
     width = 5_000
     inputs: dict[str, dict[str, tuple[str, bool]]] = {}
     kinds: dict[str, str] = {}
@@ -208,4 +209,4 @@ def test_a_wide_prompt_of_plain_nodes_picks_without_scanning_what_is_ready() -> 
     elapsed = time.perf_counter() - started
     assert order[:4] == ["p0", "v0", "p1", "v1"]  # each output as soon as it can run
     assert len(order) == 2 * width
-    assert elapsed < 1.0, f"{2 * width} nodes took {elapsed:.2f} s"
+    assert elapsed < 5.0, f"{2 * width} nodes took {elapsed:.2f} s"

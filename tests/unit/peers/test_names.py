@@ -5,13 +5,21 @@ the outage)."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from comfyfleet.lanes.outputs import fleet_name
 from comfyfleet.nodes.core.saving import SPARE_COUNTERS_FROM
-from comfyfleet.peers.names import SPARE_BLOCK, FleetNames
+from comfyfleet.peers.names import (
+    BLOCK,
+    BLOCK_MAX,
+    GROW_WITHIN,
+    SPARE_BLOCK,
+    BlockSizes,
+    FleetNames,
+)
 from comfyfleet.store.sqlite import SQLiteStore
 
 
@@ -43,6 +51,35 @@ async def test_counters_come_from_the_store_and_spares_through_an_outage(tmp_pat
     assert await asyncio.to_thread(reserve, output / "new", "img", 1, 1) == 1
     again = await store.reserve_file_counter("spare counters", SPARE_COUNTERS_FROM, 1)
     assert again >= first + SPARE_BLOCK
+    await store.close()
+
+
+def test_a_folder_saved_into_quickly_reserves_bigger_blocks() -> None:
+    sizes = BlockSizes()
+    quick = [sizes.next("k", n * GROW_WITHIN / 2) for n in range(8)]
+    assert quick == [BLOCK * 2**n for n in range(6)] + [BLOCK_MAX, BLOCK_MAX]
+    assert sizes.next("other", 4 * GROW_WITHIN) == BLOCK  # each key its own
+    assert sizes.next("k", 10 * GROW_WITHIN) == BLOCK  # after a quiet while
+
+
+async def test_saves_racing_for_a_block_lose_no_counter(tmp_path: Path) -> None:
+    """Eight threads find the blocks used up at once, each reserves one: every block is
+    kept and used, lowest first. So the saves that follow fill every gap the race left
+    below its highest number (a block lost to the race would leave one for good)."""
+    store, names, output = await fleet_names(tmp_path)
+
+    def saves(n: int) -> list[int]:
+        return [names.reserve(output, "img", 1, 1) for _ in range(n)]
+
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(8) as pool:
+        numbered = await asyncio.gather(*(loop.run_in_executor(pool, saves, 50) for _ in range(8)))
+    handed = [n for numbers in numbered for n in numbers]
+    assert len(set(handed)) == 400
+    highest = max(handed)
+    while (latest := await asyncio.to_thread(names.reserve, output, "img", 1, 1)) < highest:
+        handed.append(latest)
+    assert sorted(handed) == list(range(1, highest + 1))
     await store.close()
 
 

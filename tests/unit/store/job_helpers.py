@@ -9,7 +9,7 @@ from comfyfleet.store.base import JobStore
 from tests.unit.store.stores import claim_next
 
 
-def new_job(prompt_id: str, number: float = 1, *, front: bool = False, **kw: Any) -> NewJob:
+def new_job(prompt_id: str, number: float | None = 1, *, front: bool = False, **kw: Any) -> NewJob:
     prompt = kw.pop("prompt", {"1": {"class_type": "Noop", "inputs": {"tag": prompt_id}}})
     return NewJob(prompt_id, number, front, prompt, kw.pop("extra_data", {}), ["1"], **kw)
 

@@ -542,6 +542,26 @@ async def test_next_number_never_goes_back_after_pruning(
         await store.close()
 
 
+async def test_a_counted_job_takes_the_counters_next_value_as_it_is_queued(
+    store: JobStore, reopen: Callable[[JobStore], Any]
+) -> None:
+    assert await store.next_number() == 0  # a request refused before the store
+    plain = await store.submit(new_job("a", None))
+    first = await store.submit(new_job("b", None, front=True))
+    explicit = await store.submit(new_job("c", 7.5))
+    handed = await store.submit(new_job("d", None), claim_for="lane")
+    assert [j.number for j in (plain, first, explicit, handed)] == [1, -2, 7.5, 3]
+    assert handed.status is JobStatus.RUNNING
+    stored = [await store.get(p) for p in "abcd"]
+    assert [j.number for j in stored if j is not None] == [1, -2, 7.5, 3]
+    assert [j.prompt_id for j in await store.candidates(10)] == ["b", "a", "c"]
+    store = await reopen(store)
+    try:
+        assert await store.next_number() == 4
+    finally:
+        await store.close()
+
+
 async def test_counter_survives_a_restart_past_rejected_prompts(
     store: JobStore, reopen: Callable[[JobStore], Any]
 ) -> None:

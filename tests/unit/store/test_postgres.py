@@ -14,7 +14,7 @@ import pytest
 
 from comfyfleet.domain.gateways import GatewayRecord
 from comfyfleet.domain.idempotency import IDEMPOTENCY_WINDOW, IdempotentRequest
-from comfyfleet.domain.jobs import DispatchKey, Job, JobStatus, NewJob
+from comfyfleet.domain.jobs import DispatchKey, Job, JobResult, JobStatus, NewJob, OutputFile
 from comfyfleet.domain.prompt_events import EventsAppended, NewPromptEvent
 from comfyfleet.domain.remote_jobs import NewRemoteJob
 from comfyfleet.store import postgres as postgres_module
@@ -24,10 +24,11 @@ from comfyfleet.store.postgres import PostgresStore
 from comfyfleet.store.postgres_parts import wakeups as wakeups_module
 from comfyfleet.store.postgres_parts.access import Q as QUERIES
 from tests.postgres import RoundTrips, killed_sessions_settled, schema_for
+from tests.unit.store.job_helpers import result
 from tests.unit.store.stores import Clock, claim_next, kill_while_submitting
 
 
-def new_job(prompt_id: str, number: float = 1) -> NewJob:
+def new_job(prompt_id: str, number: float | None = 1) -> NewJob:
     return NewJob(prompt_id, number, False, {"1": {"class_type": "Noop", "inputs": {}}}, {}, ["1"])
 
 
@@ -39,6 +40,15 @@ def schema(tmp_path: Path) -> str:
 @pytest.fixture
 async def store(postgres_url: str, schema: str) -> AsyncIterator[PostgresStore]:
     opened = PostgresStore(postgres_url, schema=schema)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def other(postgres_url: str, schema: str) -> AsyncIterator[PostgresStore]:
+    """Another gateway's store on the same schema (owner "other")."""
+    opened = PostgresStore(postgres_url, schema=schema, owner="other")
     await opened.open()
     yield opened
     await opened.close()
@@ -513,6 +523,90 @@ async def test_a_store_call_is_one_round_trip(postgres_url: str, schema: str) ->
             await store.close()
 
 
+async def test_a_counted_submit_is_one_round_trip(postgres_url: str, schema: str) -> None:
+    """The queue number comes from the insert's own statement, not a call before it."""
+    proxy = RoundTrips(postgres_url)
+    async with proxy as url:
+        store = PostgresStore(url, schema=schema, pool_size=1)
+        await store.open()
+        try:
+            await store.submit(new_job("p0", None))  # prepares the statement
+            before = proxy.count
+            assert (await store.submit(new_job("p1", None))).number == 1
+            assert proxy.count - before == 1
+        finally:
+            await store.close()
+
+
+async def test_ends_recorded_together_are_each_their_own(postgres_url: str, schema: str) -> None:
+    """Forty attempts end at once: a few statements record them all (group commit), each
+    with its own messages and files in order; a stale attempt among them changes nothing."""
+    proxy = RoundTrips(postgres_url)
+    async with proxy as url:
+        store = PostgresStore(url, schema=schema)
+        await store.open()
+        try:
+            jobs = []
+            for n in range(40):
+                await store.submit(new_job(f"p{n}"))
+                claimed = await claim_next(store, "lane", only=f"p{n}")
+                assert claimed is not None
+                jobs.append(claimed)
+            stale = jobs[7].attempt + 1
+
+            def ending(n: int) -> JobResult:
+                messages = [["execution_start", {"n": n}], ["execution_success", {"n": n}]]
+                files = [OutputFile(f"{n}_{k}.png", "", "output") for k in range(n % 3)]
+                return replace(result(messages=messages, files=files), outputs={"9": {"n": n}})
+
+            await store.finish("p0", jobs[0].attempt, ending(0))  # prepares the statement
+            before = proxy.count
+            ended = await asyncio.gather(
+                *(
+                    store.finish(j.prompt_id, stale if n == 7 else j.attempt, ending(n))
+                    for n, j in enumerate(jobs)
+                    if n > 0
+                )
+            )
+            assert proxy.count - before <= 10
+            assert ended == [n != 7 for n in range(1, 40)]
+            for n in range(40):
+                entry = await store.history_entry(f"p{n}")
+                if n == 7:
+                    assert entry is None and (await store.get("p7")).status is JobStatus.RUNNING  # type: ignore[union-attr]
+                    continue
+                assert entry is not None
+                assert entry.result.outputs == {"9": {"n": n}}
+                assert entry.result.messages == ending(n).messages
+                assert [f.filename for f in entry.result.files] == [
+                    f"{n}_{k}.png" for k in range(n % 3)
+                ]
+        finally:
+            await store.close()
+
+
+async def test_an_end_the_statement_refuses_fails_alone(
+    postgres_url: str, schema: str, store: PostgresStore
+) -> None:
+    """A batch the database refuses is recorded again one end at a time: only the end
+    that cannot be recorded fails."""
+    for n in range(6):
+        await store.submit(new_job(f"p{n}"))
+    jobs = [await claim_next(store, "lane", only=f"p{n}") for n in range(6)]
+    # p3 has a history entry already: its end's insert breaks the batch's statement.
+    await sql(
+        postgres_url,
+        schema,
+        "INSERT INTO history (prompt_id, status, outputs, meta, completed_at)"
+        " VALUES ('p3', 'success', '{}', '{}', 0)",
+    )
+    ends = [store.finish(j.prompt_id, j.attempt, result()) for j in jobs if j is not None]
+    ended = await asyncio.gather(*ends, return_exceptions=True)
+    assert isinstance(ended[3], StoreError)
+    assert [e for n, e in enumerate(ended) if n != 3] == [True] * 5
+    assert (await store.get("p3")).status is JobStatus.RUNNING  # type: ignore[union-attr]
+
+
 async def test_looking_up_and_recording_a_new_remote_job_are_one_round_trip_each(
     postgres_url: str, schema: str
 ) -> None:
@@ -593,17 +687,24 @@ async def test_a_work_payload_keeps_the_exact_key_whatever_the_server_prints(
 
 
 async def test_a_number_stored_by_one_gateway_moves_every_gateways_counter(
-    postgres_url: str, schema: str, store: PostgresStore
+    store: PostgresStore, other: PostgresStore
 ) -> None:
-    other = PostgresStore(postgres_url, schema=schema, owner="other")
-    await other.open()
-    try:
-        assert await store.next_number() == 0
-        await other.submit(new_job("imported", 500))
-        assert await store.next_number() == 501
-        assert await other.next_number() == 502
-    finally:
-        await other.close()
+    assert await store.next_number() == 0
+    await other.submit(new_job("imported", 500))
+    assert await store.next_number() == 501
+    assert await other.next_number() == 502
+
+
+async def test_gateways_number_counted_jobs_from_one_counter(
+    store: PostgresStore, other: PostgresStore
+) -> None:
+    numbers = []
+    for n in range(6):
+        gateway = (store, other)[n % 2]
+        numbers.append((await gateway.submit(new_job(f"p{n}", None))).number)
+        if n == 2:
+            await other.next_number()  # a request refused on the other gateway
+    assert numbers == [0, 1, 2, 4, 5, 6]
 
 
 async def listener_sessions(url: str) -> list[int]:

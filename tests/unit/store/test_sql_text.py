@@ -38,7 +38,7 @@ UPDATE t SET a = 1
 
 def test_the_shipped_files_have_their_blocks() -> None:
     queries = load_blocks("postgres_queries.sql")
-    assert {"insert_job", "claimable", "claim_job", "finish_job"} <= set(queries)
+    assert {"insert_job", "claimable", "claim_job", "finish_jobs"} <= set(queries)
     assert "migration_1" in load_blocks("postgres_schema.sql")
     assert {"insert_job", "claim_candidate", "finish_job"} <= set(load_blocks("sqlite_queries.sql"))
     assert "migration_1" in load_blocks("sqlite_schema.sql")

@@ -50,14 +50,15 @@ def idempotency_key(request: web.Request) -> str | None:
 
 async def body_digest(request: web.Request, body: Any) -> str:
     """SHA-256 of the body's canonical JSON: key order and spacing do not count."""
-
-    def digest() -> str:
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
     if len(await request.read()) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(digest)
-    return digest()
+        return await asyncio.to_thread(canonical_digest, body)
+    return canonical_digest(body)
+
+
+def canonical_digest(body: Any) -> str:
+    """SHA-256 of `body` as canonical JSON (keys sorted, no spaces, ASCII)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
 def reused_key() -> web.Response:

@@ -13,6 +13,16 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from comfyfleet import comfyui_pack
+from comfyfleet.children.graph import (
+    PARENT_KEY,
+    ChildGraph,
+    ChildGraphError,
+    ChildGraphTooLarge,
+    needs_split,
+    probe_child,
+    result_node,
+    split_parent,
+)
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken, IdempotentRequest
 from comfyfleet.domain.jobs import (
     HOLD_KEY,
@@ -98,20 +108,58 @@ async def post_prompt(request: web.Request) -> web.Response:
 async def submit_prompt(
     request: web.Request, gw: Gateway, body: dict[str, Any], keyed: tuple[str, str] | None
 ) -> dict[str, Any] | web.Response:
-    """Validate and queue the prompt of `body` (a `POST /prompt` body): ComfyUI's answer,
-    or the error response. With `keyed` (key, body digest), the key is stored with the job
-    (IdempotencyKeyTaken when the tenant used it meanwhile). The Comfy API v2 submits
-    through here too."""
+    """Validate and queue the prompt of `body` (a `POST /prompt` body) for the request's
+    tenant: see `submit_as`. The Comfy API v2 submits through here too."""
+    return await submit_as(tenant_name(request), gw, body, keyed)
+
+
+async def submit_as(
+    tenant: str,
+    gw: Gateway,
+    body: dict[str, Any],
+    keyed: tuple[str, str] | None,
+    parent: dict[str, Any] | None = None,
+) -> dict[str, Any] | web.Response:
+    """Validate and queue the prompt of `body` (a `POST /prompt` body) as `tenant`'s:
+    ComfyUI's answer, or the error response. With `keyed` (key, body digest), the key is
+    stored with the job (IdempotencyKeyTaken when the tenant used it meanwhile). With
+    `parent`, the job is a child prompt of the parent it names (children.graph)."""
     try:
-        number, front = await _queue_number(gw, body)
+        # A keyed request's answer (with its number) is stored as the job is queued: its
+        # number is taken first. Any other is numbered by the store as it queues it.
+        number, front = await _queue_number(gw, body, counted_now=keyed is not None)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
         return bad_request(
             "invalid_prompt", "number must be a number", _short_repr(body.get("number"))
         )
-    checked = await _validated(request, gw, body)
+    accepted = await _accepted(tenant, gw, body, number, front)
+    if isinstance(accepted, web.Response):
+        if number is None:
+            await _count_refused(gw)
+        return accepted
+    new, node_errors = accepted
+    if parent is not None:
+        new = replace(new, extra_data={**new.extra_data, PARENT_KEY: parent})
+    return await _queued(gw, new, node_errors, keyed)
+
+
+async def _count_refused(gw: Gateway) -> None:
+    """Advance the counter for a counted request refused before the store saw it, as
+    ComfyUI does for every request refused."""
+    try:
+        await gw.store.next_number()
+    except StoreError as exc:
+        log.warning("the counter did not advance for a refused prompt: %s", exc)
+
+
+async def _accepted(
+    tenant: str, gw: Gateway, body: dict[str, Any], number: float | None, front: bool
+) -> tuple[NewJob, dict[str, Any]] | web.Response:
+    """The job to queue and its node errors, once checked (valid, its webhook allowed, its
+    budget not spent); else the error response."""
+    checked = await _validated(tenant, gw, body)
     if isinstance(checked, web.Response):
         return checked
-    tenant = tenant_name(request)
     new = _new_job(body, checked.prompt, checked.outputs, checked.node_errors, number, front)
     if isinstance(new, web.Response):
         return new
@@ -122,13 +170,20 @@ async def submit_prompt(
     refused = await budget_refusal(gw, checked, new.extra_data, tenant)
     if refused is not None:
         return refused
-    answer = {"prompt_id": new.prompt_id, "number": number, "node_errors": checked.node_errors}
+    return replace(new, tenant=tenant), checked.node_errors
+
+
+async def _queued(
+    gw: Gateway, new: NewJob, node_errors: dict[str, Any], keyed: tuple[str, str] | None
+) -> dict[str, Any] | web.Response:
+    """ComfyUI's answer once `new` is queued, or the error response."""
+    answer = {"prompt_id": new.prompt_id, "number": new.number, "node_errors": node_errors}
     keyed_request = None if keyed is None else IdempotentRequest(*keyed, answer)
-    keyed_job = replace(new, tenant=tenant, idempotency=keyed_request)
+    keyed_job = replace(new, idempotency=keyed_request)
     # Typed keys stay out of storage.
     new = await _walking(new.prompt, lambda: scrub_new_job(gw.engine, keyed_job))
     try:
-        await gw.scheduler.submit(new)
+        queued = await gw.scheduler.submit(new)
     except DuplicateJob:
         return bad_request(
             "duplicate_prompt_id", "A prompt with this prompt_id already exists", new.prompt_id
@@ -144,6 +199,7 @@ async def submit_prompt(
         return web.json_response(
             prompt_error_body(err), status=503, headers={"Retry-After": str(STORE_RETRY_AFTER)}
         )
+    answer["number"] = queued.number  # a counted job's, from the store
     return answer
 
 
@@ -179,10 +235,10 @@ async def _answered(
 
 
 async def _validated(
-    request: web.Request, gw: Gateway, body: dict[str, Any]
+    tenant: str, gw: Gateway, body: dict[str, Any]
 ) -> ValidationResult | web.Response:
-    """The prompt of a `POST /prompt` body validated (for the caller's tenant), or the
-    400 that ComfyUI would answer, or `no_lane_can_run`."""
+    """The prompt of a `POST /prompt` body validated for `tenant`, or the 400 that ComfyUI
+    would answer, or `no_lane_can_run`."""
     if "prompt" not in body:
         return bad_request("no_prompt", "No prompt provided", "No prompt provided")
     limit = gw.config.max_prompt_nodes
@@ -197,20 +253,59 @@ async def _validated(
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
     ):
         return bad_request("invalid_prompt", "partial_execution_targets must be a list of node ids")
-    checked = await gw.validate(body["prompt"], targets, tenant_name(request))
+    prompt = body["prompt"]
+    if needs_split(prompt):  # what fleet nodes' children run is theirs to check and run
+        try:
+            prompt, graphs = await _walking(prompt, lambda: split_parent(prompt, limit))
+        except ChildGraphTooLarge:  # each fleet node keeps its children's graph
+            details = f"with the graphs its fleet nodes keep, at most {limit} (max_prompt_nodes)"
+            return bad_request("prompt_too_large", "The prompt has too many nodes", details)
+        except ChildGraphError as exc:
+            return bad_request("invalid_prompt", str(exc))
+        for node_id, graph in graphs.items():
+            refused = await _child_refused(tenant, gw, node_id, graph)
+            if refused is not None:
+                return refused
+    checked = await gw.validate(prompt, targets, tenant)
     if not checked.ok:
         return web.json_response(
             prompt_error_body(checked.error or {}, checked.node_errors), status=400
         )
+    return await _no_lane(gw, checked) or checked
+
+
+async def _no_lane(
+    gw: Gateway, checked: ValidationResult, *, child: bool = False
+) -> web.Response | None:
+    """The 400 when no lane can run what the validated outputs need."""
+    needed = checked.prompt
     lacking = await _walking(
-        checked.prompt,
-        lambda: gw.fleet.unrunnable({k: checked.prompt[k] for k in _needed(checked)}),
+        needed,
+        lambda: gw.fleet.unrunnable({k: needed[k] for k in _needed(checked)}, child=child),
     )
-    if lacking is not None:
-        details = "; ".join(f"{lane}: {', '.join(why)}" for lane, why in lacking.items())
-        err = error("no_lane_can_run", "No lane can run this prompt", details, lanes=lacking)
-        return web.json_response(prompt_error_body(err), status=400)
-    return checked
+    if lacking is None:
+        return None
+    details = "; ".join(f"{lane}: {', '.join(why)}" for lane, why in lacking.items())
+    err = error("no_lane_can_run", "No lane can run this prompt", details, lanes=lacking)
+    return web.json_response(prompt_error_body(err), status=400)
+
+
+async def _child_refused(
+    tenant: str, gw: Gateway, node_id: str, graph: ChildGraph
+) -> web.Response | None:
+    """The 400 when the children of fleet node `node_id` could not be queued: their
+    nodes' errors under their ids in the parent, the child's output named as the node."""
+    checked = await gw.validate(probe_child(graph, node_id), None, tenant)
+    if checked.ok:
+        return await _no_lane(gw, checked, child=True)
+    result = result_node(node_id)
+    for entry in checked.node_errors.values():
+        outputs = entry.get("dependent_outputs") or []
+        entry["dependent_outputs"] = [node_id if o == result else o for o in outputs]
+    checked.node_errors.pop(result, None)
+    return web.json_response(
+        prompt_error_body(checked.error or {}, checked.node_errors), status=400
+    )
 
 
 async def validate_only(request: web.Request) -> web.Response:
@@ -221,7 +316,7 @@ async def validate_only(request: web.Request) -> web.Response:
     body = await read_json(request, gw.config.max_prompt_bytes)
     if not isinstance(body, dict):
         return bad_request("invalid_prompt", "The request body must be a JSON object")
-    checked = await _validated(request, gw, body)
+    checked = await _validated(tenant_name(request), gw, body)
     if isinstance(checked, web.Response):
         return checked
     prompt_id = body.get("prompt_id")
@@ -244,7 +339,7 @@ async def post_cost(request: web.Request) -> web.Response:
     extra = body.get("extra_data", {})
     if not isinstance(extra, dict):
         return bad_request("invalid_prompt", "extra_data must be a JSON object")
-    checked = await _validated(request, gw, body)
+    checked = await _validated(tenant_name(request), gw, body)
     if isinstance(checked, web.Response):
         return checked
     answer = await cost_answer(gw, checked, extra, tenant_name(request))
@@ -278,25 +373,33 @@ async def keep_holds(request: web.Request) -> web.Response:
     """`POST /comfyfleet/holds {"keep": [prompt ids], "seconds": S}`: the gateway that
     sent these prompts (with `extra_data.comfyfleet_hold`) still wants them; each may
     run S more seconds (see scheduler/holds.py). Answers those held here, and how long
-    this process has run without a stop."""
+    this process has run without a stop.
+
+    `{"release": [prompt ids]}`: let go of them now (a worker whose gateway is out of
+    reach, and will run them elsewhere): running ones are given back to the queue at
+    once, where they wait for a keep. Answers those released."""
     gw = request.app[GATEWAY]
     body = await read_json(request)
-    ids = body.get("keep") if isinstance(body, dict) else None
+    releasing = isinstance(body, dict) and "release" in body
+    ids = body.get("release" if releasing else "keep") if isinstance(body, dict) else None
     seconds = hold_seconds({HOLD_KEY: body.get("seconds")}) if isinstance(body, dict) else None
     if (
         not isinstance(ids, list)
         or len(ids) > MAX_KEPT
         or not all(isinstance(i, str) for i in ids)
-        or seconds is None
+        or (seconds is None and not releasing)
     ):
         return bad_request(
             "invalid_request",
-            f"keep must be a list of at most {MAX_KEPT} prompt ids, and seconds a number "
-            f"of seconds up to {MAX_HOLD:g}",
+            f"keep (or release) must be a list of at most {MAX_KEPT} prompt ids, and "
+            f"seconds (with keep) a number of seconds up to {MAX_HOLD:g}",
         )
     if scope(request) is not None:  # only the caller's own
         jobs = [await gw.store.get(p) for p in ids]
         ids = [j.prompt_id for j in jobs if j is not None and visible(request, j.tenant)]
+    if releasing:
+        return web.json_response({"released": gw.scheduler.release_holds(ids)})
+    assert seconds is not None
     kept = gw.scheduler.keep_holds(ids, seconds)
     return web.json_response({"kept": kept, "awake": round(gw.scheduler.awake_for(), 3)})
 
@@ -326,8 +429,12 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-async def _queue_number(gw: Gateway, body: dict[str, Any]) -> tuple[float, bool]:
-    """ComfyUI's numbering: an explicit number as a float, else the counter (negated for front).
+async def _queue_number(
+    gw: Gateway, body: dict[str, Any], *, counted_now: bool
+) -> tuple[float | None, bool]:
+    """ComfyUI's numbering: an explicit number as a float, else the counter (negated for
+    front): taken now with `counted_now`, else None (the store takes it as it queues the
+    job, `submit_prompt` if the request is refused).
 
     The counter advances on every request without a number, accepted or not.
     """
@@ -339,8 +446,10 @@ async def _queue_number(gw: Gateway, body: dict[str, Any]) -> tuple[float, bool]
         if not math.isfinite(number):  # NaN and Infinity are not JSON: replies would break
             raise ValueError("number")
         return number, False
-    counter = await gw.store.next_number()
     front = bool(body.get("front"))
+    if not counted_now:
+        return None, front
+    counter = await gw.store.next_number()
     return (-counter if front else counter), front
 
 
@@ -349,7 +458,7 @@ def _new_job(
     prompt: dict[str, Any],
     outputs: list[str],
     node_errors: dict[str, Any],
-    number: float,
+    number: float | None,
     front: bool,
 ) -> NewJob | web.Response:
     extra = body.get("extra_data", {})
@@ -358,7 +467,10 @@ def _new_job(
     client_id = body.get("client_id")
     if client_id is not None and not (isinstance(client_id, str) and len(client_id) <= 200):
         return bad_request("invalid_prompt", "client_id must be a string of at most 200 characters")
-    extra = {k: v for k, v in extra.items() if k not in SENSITIVE_EXTRA_DATA_KEYS}
+    # Only the gateway names a prompt's parent (a child prompt never runs on its engine).
+    extra = {
+        k: v for k, v in extra.items() if k not in SENSITIVE_EXTRA_DATA_KEYS and k != PARENT_KEY
+    }
     if client_id:
         extra["client_id"] = client_id
     prompt_id = body.get("prompt_id") or str(uuid.uuid4())

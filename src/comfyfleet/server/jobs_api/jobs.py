@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from comfyfleet.children.graph import PARENT_KEY
 from comfyfleet.domain.jobs import HistoryEntry, Job, JobStatus
 from comfyfleet.server.access.auth import scope, visible
 from comfyfleet.server.comfyui_api.prompts import clamp_to_sql, own_ids
@@ -86,8 +87,18 @@ def job_summary(job: Job, outputs: OutputsSummary = NONE) -> dict[str, Any]:
         # ComfyUI's fields, which the editor's queue and assets panels require.
         "priority": job.number,
         "workflow_id": _workflow_id(extra),
+        # A child prompt of "Run on the Fleet" / "Tiles on the Fleet": its parent's id.
+        "parent": parent_of(extra),
         **outputs.fields(),
     }
+
+
+def parent_of(extra_data: Any) -> str | None:
+    """The parent a child prompt's extra_data names, else None."""
+    if not isinstance(extra_data, dict):
+        return None
+    named = extra_data.get(PARENT_KEY)
+    return str(named["prompt_id"]) if isinstance(named, dict) and "prompt_id" in named else None
 
 
 def job_detail(job: Job, entry: HistoryEntry | None) -> dict[str, Any]:

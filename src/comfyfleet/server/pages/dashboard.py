@@ -39,7 +39,7 @@ from comfyfleet.scheduler.scheduler import Scheduler
 from comfyfleet.server.access.auth import request_tenant, scope, tenant_name
 from comfyfleet.server.admin.fleet_api import backend_state, tenants_json
 from comfyfleet.server.gateway import GATEWAY, Gateway
-from comfyfleet.server.jobs_api.jobs import API_STATUS
+from comfyfleet.server.jobs_api.jobs import API_STATUS, parent_of
 from comfyfleet.server.pages.charts import STEP, Samples
 from comfyfleet.server.plumbing.routing import Route
 
@@ -141,6 +141,7 @@ class FleetWatch(JobObserver):
                 "tenant": job.tenant,
                 "status": API_STATUS[status],
                 "lane": job.lane,
+                "parent": parent_of(job.extra_data),
                 "finished": now,
                 "seconds": round(now - (job.started_at or job.created_at), 3),
             }
@@ -201,6 +202,7 @@ def _running(gw: Gateway, watch: FleetWatch, view: Viewer, now: float) -> list[d
         progress = watch.progress.get(job.prompt_id, _Progress())
         entry: dict[str, Any] = {
             "id": job.prompt_id,
+            "parent": parent_of(job.extra_data),
             "lane": job.lane,
             # A backend's prompt may wait in its queue (prefetch) until its first event.
             "state": "running" if progress.started or job.lane == local else "sent",

@@ -2,10 +2,12 @@
 worker, which carries the tunnel to its backend (comfyfleet.tunnel) and a few control
 messages (JSON text):
 
-    worker -> gateway   {"type": "hello", "name": "gpu-7", "slots": 1}   first, within 10 s
-                        {"type": "beat"}       every heartbeat: its last word is recorded
+    worker -> gateway   {"type": "hello", "name": "gpu-7", "slots": 1, "tunnel": 2}
+                                               first, within 10 s
+                        {"type": "beat"}       every 0.5 s: its last word is recorded
                         {"type": "drain"}      SIGTERM: take no new work
-    gateway -> worker   {"type": "welcome", "lane": "worker-pool.gpu-7"}
+    gateway -> worker   {"type": "welcome", "lane": "worker-pool.gpu-7", "tunnel": 2,
+                         "gateway": "gw-..."}
                         {"type": "drained"}    nothing of the worker's runs any more
 
 A worker's lane is this gateway's own (like a managed backend's): a ComfyUI lane whose
@@ -13,6 +15,12 @@ URL is a loopback port of the gateway that leads through the tunnel. When the
 connection drops, the lane's backend is down and what ran there is handled as for any
 backend that went away; a worker that comes back under its name gets its lane again,
 and one that stays away past `grace` has its lane removed.
+
+How the connection ended tells how long what ran there waits: a connection that broke
+(no close frame: the worker's process died, or something between reset it and the
+worker saw that too) is given RETURN_WINDOW to come back, after which the worker has
+let go of it (comfyfleet.workers.agent) and it runs elsewhere; a silent one (no pong)
+waits out the backend's hold, as the worker may not know yet.
 """
 
 from __future__ import annotations
@@ -31,12 +39,21 @@ from aiohttp import WSMsgType, web
 
 from comfyfleet.lanes.backend import BackendError, BackendSpec, WorkerLink
 from comfyfleet.lanes.comfyui import ComfyUILane
+from comfyfleet.lanes.settings import HOLD_MARGIN
 from comfyfleet.protocol.errors import error, prompt_error_body
 from comfyfleet.server.gateway import Gateway
 from comfyfleet.server.plumbing.routing import Route
 from comfyfleet.server.workers.machine import machine_of
 from comfyfleet.server.workers.shared_nodes import SharedNodes
-from comfyfleet.tunnel.ends import GatewayEnd, WebSocketLike, carry, control_of
+from comfyfleet.tunnel.ends import (
+    PROTOCOL,
+    RETURN_WINDOW,
+    Ending,
+    GatewayEnd,
+    WebSocketLike,
+    carry,
+    control_of,
+)
 from comfyfleet.tunnel.mux import MAX_MESSAGE, TunnelBroken
 from comfyfleet.workers.tokens import NAME, WorkerToken, holder, reread
 
@@ -102,17 +119,29 @@ class WorkerHub:
             await ws.close(code=4400, message=str(exc)[:120].encode())
             return ws
         log.info("worker %s connected (%d slots)", worker.name, worker.lane.spec.slots)
-        await ws.send_str(json.dumps({"type": "welcome", "lane": worker.lane.name}))
+        welcome = {
+            "type": "welcome",
+            "lane": worker.lane.name,
+            "tunnel": PROTOCOL,
+            "gateway": self.gw.store.owner,  # to tell a hop to another gateway
+        }
+        await ws.send_str(json.dumps(welcome))
         mux = worker.end.attach(ws)
+        ending = Ending.BROKEN
         try:
-            await carry(ws, mux, lambda message: self._control(worker, message))
+            ending = await carry(ws, mux, lambda message: self._control(worker, message))
         finally:
-            await self._left(worker, ws)
+            await self._left(worker, ws, ending)
         return ws
 
     async def _arrive(
         self, token: WorkerToken, hello: dict[str, Any], ws: WebSocketLike, address: str
     ) -> Worker:
+        if hello.get("tunnel") != PROTOCOL:
+            raise ValueError(
+                f"this gateway speaks tunnel protocol {PROTOCOL}, the worker another: "
+                "run the same comfyfleet version on both"
+            )
         own = hello.get("name") or ""
         if own and (not isinstance(own, str) or not NAME.fullmatch(own)):
             raise ValueError("a worker's name: 1 to 64 letters, digits, '.', '_' or '-'")
@@ -139,6 +168,7 @@ class WorkerHub:
             worker.link = worker.lane.worker = WorkerLink(address, now, now, machine=machine)
             worker.machine_at = -math.inf
             worker.lane.draining = False  # the lane's flag: the scheduler reads it too
+            worker.lane.state.released_by = math.inf  # back: what it runs is followed
         return worker
 
     async def _new(self, name: str, slots: int, token: WorkerToken) -> Worker:
@@ -197,19 +227,22 @@ class WorkerHub:
                 return
             await asyncio.sleep(0.1)
 
-    async def _left(self, worker: Worker, ws: WebSocketLike) -> None:
+    async def _left(self, worker: Worker, ws: WebSocketLike, ending: Ending) -> None:
         async with self._lock:
             if worker.ws is not ws:
                 return  # it came back on another connection meanwhile
             worker.ws = None
             worker.link.state = "away"
-            log.info("worker %s disconnected", worker.name)
+            log.info("worker %s disconnected (%s)", worker.name, ending.value)
             if worker.lane.draining:  # it said so: nothing to wait for
                 # It stops what it still runs before it leaves (comfyfleet.workers.agent):
                 # what its backend held goes back to the queue now, not after the hold.
                 worker.lane.state.gone = True
                 await self._remove(worker)
             else:
+                if ending is Ending.BROKEN:  # died, or lets go unless back in time
+                    deadline = time.monotonic() + RETURN_WINDOW + HOLD_MARGIN
+                    worker.lane.state.released_by = deadline
                 worker.leaving = asyncio.create_task(
                     self._remove_later(worker), name=f"leave-{worker.name}"
                 )

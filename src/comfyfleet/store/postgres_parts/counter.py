@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 from comfyfleet.store.postgres_parts.access import PostgresAccess, Q
 
@@ -11,24 +11,18 @@ COUNTER_MAX = 2**62
 
 
 class PostgresCounter(PostgresAccess):
-    """`next_number` from the sequence, never behind a number stored from elsewhere."""
-
-    # The floor is applied under the lock, so no other call of this process runs
-    # between reading the sequence and moving it.
-    _counter: asyncio.Lock
-    _counter_floor: int
+    """`next_number` from the sequence. A counted submit takes its number in its own
+    statement (see insert_job); this is for the requests refused before that."""
 
     async def next_number(self) -> int:
         """The next value of ComfyUI's submission counter (advances on every call)."""
-        async with self._counter:
-            number: int = await self._run(lambda db: db.fetchval(Q["next_number"]))
-            if number < self._counter_floor:  # a number stored from elsewhere is ahead
-                number = self._counter_floor
-                await self._commit(lambda db: db.execute(Q["set_number"], number))
-            self._counter_floor = number + 1
+        number: int = await self._run(lambda db: db.fetchval(Q["next_number"]))
         return number
 
-    def _raise_counter(self, at_least: int) -> None:
-        """Make the counter hand out at least `at_least` next (it never goes back)."""
-        if at_least <= COUNTER_MAX:
-            self._counter_floor = max(self._counter_floor, at_least)
+
+async def resume_counter(conn: Any) -> None:
+    """On open, in its transaction: the counter past every number stored (a database
+    whose jobs were numbered before the sequence kept up with them)."""
+    counted = await conn.fetchval(Q["max_counted_number"])
+    if counted is not None and int(counted) + 1 <= COUNTER_MAX:
+        await conn.execute(Q["raise_number"], int(counted) + 1)

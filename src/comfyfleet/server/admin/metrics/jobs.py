@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from comfyfleet.domain.jobs import Job, JobResult
 from comfyfleet.scheduler.observers import JobObserver
-from comfyfleet.server.admin.metrics.labels import BoundedLabel
+from comfyfleet.server.admin.metrics.labels import BoundedLabel, Children
 
 #: Distinct lanes and tenants given their own series; the rest are `other`.
 MAX_LANES = 200
@@ -105,8 +105,14 @@ class JobMetrics(JobObserver):
             registry=registry,
         )
 
+        self._submitted = Children(self.submitted)
+        self._finished = Children(self.finished)
+        self._attempts = Children(self.attempts)
+        self._run_time = Children(self.run_time)
+        self._idle_gap = Children(self.idle_gap)
+
     def job_submitted(self, job: Job) -> None:
-        self.submitted.labels(self._tenant(job.tenant)).inc()
+        self._submitted(self._tenant(job.tenant)).inc()
 
     def job_started(self, job: Job) -> None:
         now = self._clock()
@@ -116,10 +122,10 @@ class JobMetrics(JobObserver):
         gap = None
         if lane.running == 0 and lane.idle_since is not None:
             gap = max(0.0, now - max(lane.idle_since, ready))
-            self.idle_gap.labels(self._lane(lane_name)).observe(gap)
+            self._idle_gap(self._lane(lane_name)).observe(gap)
         lane.running += 1
         self._on_lane[job.prompt_id] = lane_name
-        self.attempts.labels(self._lane(lane_name)).inc()
+        self._attempts(self._lane(lane_name)).inc()
         if job.attempt == 1:
             started = job.started_at if job.started_at is not None else now
             self.queue_wait.observe(max(0.0, started - job.created_at))
@@ -135,10 +141,10 @@ class JobMetrics(JobObserver):
         self._ready[job.prompt_id] = self._clock()
 
     def job_finished(self, job: Job, result: JobResult) -> None:
-        self.finished.labels(result.status.value, self._tenant(job.tenant)).inc()
+        self._finished(result.status.value, self._tenant(job.tenant)).inc()
         if job.started_at is not None:
             seconds = max(0.0, self._clock() - job.started_at)
-            self.run_time.labels(self._lane(job.lane or "unknown")).observe(seconds)
+            self._run_time(self._lane(job.lane or "unknown")).observe(seconds)
         self._ended(job)
 
     def job_stopped(self, job: Job) -> None:

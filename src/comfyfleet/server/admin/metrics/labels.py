@@ -9,6 +9,8 @@ so a busy gateway's answer stays the same size however long it runs.
 
 from __future__ import annotations
 
+from typing import Any
+
 #: The value every value past a label's limit is counted under.
 OTHER = "other"
 #: Characters kept of a value.
@@ -35,3 +37,19 @@ class BoundedLabel:
             self._seen.add(value)
             return value
         return OTHER
+
+
+class Children:
+    """A metric's labelled series, each looked up once: prometheus-client's `labels`
+    checks and locks on every call, which every job's start and end paid. The label
+    values come bounded (BoundedLabel), so the series kept here are too."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child

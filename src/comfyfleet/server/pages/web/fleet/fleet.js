@@ -83,10 +83,18 @@ function pending(queue) {
     <td>${button("cancel", "POST", `/api/jobs/${encodeURIComponent(job.id)}/cancel`, job.own)}</td></tr>`).join("");
 }
 
+// A prompt's id, and for a child prompt (Run on the Fleet, Tiles on the Fleet) its parent's.
+function promptCell(job) {
+  const parent = job.parent
+    ? ` <span class="dim" data-parent="${esc(job.parent)}">of <code>${short(job.parent)}</code></span>`
+    : "";
+  return `<td><code>${short(job.id)}</code>${parent}</td>`;
+}
+
 function running(jobs) {
   return jobs.map((job) => {
     const share = job.max > 0 ? Math.min(100, (100 * job.value) / job.max) : 0;
-    return `<tr data-job="${esc(job.id)}"><td><code>${short(job.id)}</code></td><td>${esc(job.lane)}</td>
+    return `<tr data-job="${esc(job.id)}">${promptCell(job)}<td>${esc(job.lane)}</td>
       <td class="state ${esc(job.state)}">${esc(job.state)}</td><td>${esc(job.node)}</td>
       <td><span class="bar"><span style="width:${share}%"></span></span></td>
       <td>${job.seconds.toFixed(1)} s</td>
@@ -119,7 +127,7 @@ function tenants(list) {
 }
 
 function recent(list) {
-  return list.map((job) => `<tr data-job="${esc(job.id)}"><td><code>${short(job.id)}</code></td>
+  return list.map((job) => `<tr data-job="${esc(job.id)}">${promptCell(job)}
     <td class="state ${esc(job.status)}">${esc(job.status)}</td><td>${esc(job.lane)}</td>
     <td>${job.seconds.toFixed(2)}</td></tr>`).join("");
 }

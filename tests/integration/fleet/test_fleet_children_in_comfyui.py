@@ -1,0 +1,114 @@
+""" "Run on the Fleet" inside a real ComfyUI (the companion pack): a prompt queued on
+that ComfyUI sends its children to the gateway `COMFYFLEET_GATEWAY_URL` names, and
+collects their images there.
+
+Needs COMFYUI_DIR and COMFY_VENV (as `make conformance` does); skipped without them.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from PIL import Image
+
+from comfyfleet.children.remote import ORIGIN_KEY, URL_ENV
+from tests.integration.fleet.test_fleet_children import COLOR, fleet_prompt
+from tests.integration.gateway.wire import poll, serve
+from tests.real_comfyui import comfyui_with_pack, needs_comfyui
+
+pytestmark = needs_comfyui
+
+
+def parent_prompt(count: int) -> dict[str, Any]:
+    """fleet_prompt with ImageInvert (a node every ComfyUI has) in place of Sleep."""
+    prompt = fleet_prompt(count, 0.0)
+    prompt["2"] = {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}}
+    return prompt
+
+
+@pytest.mark.timeout(300)
+async def test_a_comfyui_prompt_runs_its_children_on_the_gateway(tmp_path: Path) -> None:
+    async with serve(tmp_path / "gateway", local_slots=4) as served:
+        env = {URL_ENV: served.url}
+        async with (
+            comfyui_with_pack(tmp_path / "comfyui", env, "Run on the Fleet") as url,
+            aiohttp.ClientSession() as session,
+        ):
+            async with session.post(f"{url}/prompt", json={"prompt": parent_prompt(4)}) as r:
+                assert r.status == 200, await r.text()
+                prompt_id = (await r.json())["prompt_id"]
+            entry: dict[str, Any] = {}
+
+            async def ended() -> bool:
+                async with session.get(f"{url}/history/{prompt_id}") as r:
+                    entry.update((await r.json()).get(prompt_id) or {})
+                return bool(entry.get("status", {}).get("completed") is not None and entry)
+
+            await poll(ended, what="the parent to end in ComfyUI", timeout=120)
+            assert entry["status"]["status_str"] == "success", entry["status"]
+            found = []
+            for ref in entry["outputs"]["5"]["images"]:
+                async with session.get(f"{url}/view", params=ref) as r:
+                    pixel = np.asarray(Image.open(io.BytesIO(await r.read())).convert("RGB"))
+                found.append(tuple(int(v) for v in pixel[0, 0]))
+            colors = [COLOR + i for i in range(4)]
+            inverted = [tuple(255 - (c >> s & 0xFF) for s in (16, 8, 0)) for c in colors]
+            assert all(abs(a - b) <= 1 for f, e in zip(found, inverted) for a, b in zip(f, e))
+            jobs = (await served.get("/api/jobs?limit=50"))["jobs"]
+            details = [await served.get(f"/api/jobs/{job['id']}") for job in jobs]
+            origins = sorted(
+                d["extra_data"][ORIGIN_KEY]["index"]
+                for d in details
+                if ORIGIN_KEY in d["extra_data"]
+            )
+            assert origins == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(400)
+async def test_children_run_on_four_comfyui_backends(tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack:
+        urls = [
+            await stack.enter_async_context(
+                comfyui_with_pack(tmp_path / f"comfyui{i}", {}, "TestSleep", testing_nodes=True)
+            )
+            for i in range(4)
+        ]
+        backends = tuple({"url": url, "name": f"c{i}"} for i, url in enumerate(urls))
+        served = await stack.enter_async_context(
+            serve(tmp_path / "gateway", local_slots=1, backends=backends)
+        )
+
+        async def all_up() -> bool:
+            listed = (await served.get("/api/fleet/backends"))["backends"]
+            return [b["state"] for b in listed] == ["up"] * 4
+
+        await poll(all_up, what="four ComfyUI backends up", timeout=60)
+        prompt = parent_prompt(8)
+        prompt["2"] = {"class_type": "TestSleep", "inputs": {"value": ["1", 0], "seconds": 1.0}}
+        started = time.monotonic()
+        answer = await served.post("/prompt", {"prompt": prompt})
+        assert answer.status == 200, answer.text
+        parent = answer.json["prompt_id"]
+
+        async def ended() -> bool:
+            job = await served.get(f"/api/jobs/{parent}")
+            return job["status"] in ("completed", "failed")
+
+        await poll(ended, what="the parent to end", timeout=120)
+        elapsed = time.monotonic() - started
+        entry = (await served.get(f"/history/{parent}"))[parent]
+        assert entry["status"]["status_str"] == "success", entry["status"]
+        jobs = (await served.get("/api/jobs?limit=50"))["jobs"]
+        children = [job for job in jobs if job["parent"] == parent]
+        assert len(children) == 8 and {c["lane"] for c in children} == {
+            f"backend:c{i}" for i in range(4)
+        }
+        assert len(entry["outputs"]["5"]["images"]) == 8
+        assert elapsed < 6.0, elapsed  # serial: 8 s; BENCHMARKS.md has the figure
