@@ -96,6 +96,40 @@ CASES: dict[str, tuple[str, Prompt]] = {
             "8": save("6", "valid_out"),
         },
     ),
+    "save-latent": (
+        "SaveLatent of an empty 64x64 latent, batch 2: the `.latent` file (safetensors) and "
+        "the `latents` list of its executed frame and history.",
+        {
+            "1": {
+                "class_type": "EmptyLatentImage",
+                "inputs": {"width": 64, "height": 64, "batch_size": 2},
+            },
+            "2": {
+                "class_type": "SaveLatent",
+                "inputs": {"samples": ["1", 0], "filename_prefix": "latents/rec"},
+            },
+        },
+    ),
+    "save-video": (
+        "SaveVideo of four 64x64 frames made into a video at 8 fps: the MP4 file ComfyUI "
+        "writes (PyAV) and its executed frame and history (`images`, `animated`).",
+        {
+            "1": {
+                "class_type": "EmptyImage",
+                "inputs": {"width": 64, "height": 64, "batch_size": 4, "color": 0x336699},
+            },
+            "2": {"class_type": "CreateVideo", "inputs": {"images": ["1", 0], "fps": 8.0}},
+            "3": {
+                "class_type": "SaveVideo",
+                "inputs": {
+                    "video": ["2", 0],
+                    "filename_prefix": "video/rec",
+                    "format": "auto",
+                    "codec": "auto",
+                },
+            },
+        },
+    ),
 }
 
 
@@ -175,7 +209,7 @@ def record(client: Client, name: str, description: str, prompt: Prompt) -> dict[
     case["history"] = entry
     case["files"] = {}
     for ui in entry.get("outputs", {}).values():
-        for item in ui.get("images", []):
+        for item in [*ui.get("images", []), *ui.get("latents", [])]:
             query = urllib.parse.urlencode({k: item[k] for k in ("filename", "subfolder", "type")})
             data = client.raw(f"/view?{query}")
             key = f"{item['type']}/{item['subfolder']}/{item['filename']}"
@@ -192,11 +226,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", default="http://127.0.0.1:8199")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--only", nargs="*", help="record only these cases")
     args = parser.parse_args()
     client = Client(args.url)
     stats = client.call("GET", "/system_stats")[1]["system"]
     args.out.mkdir(parents=True, exist_ok=True)
     for name, (description, prompt) in CASES.items():
+        if args.only and name not in args.only:
+            continue
         case = record(client, name, description, prompt)
         case = {
             "comfyui_version": stats.get("comfyui_version"),

@@ -1,11 +1,13 @@
 """Splitting a parent prompt and building its children: pure functions, no I/O.
 
-A "Run on the Fleet" node's `image` input is made by its children, never by the parent.
-When the parent is queued, the part upstream of that input is cut out of it and kept in
-the node as its `graph` input (JSON: the nodes and the source link), so the parent is
-validated, routed and run without it (`split_parent`). Each child is that part copied,
-with one integer input varied (`seed` + i by default) and a PreviewImage on the source
-output, so that the child's history names the image it made (`child_prompts`).
+A "Run on the Fleet" node's linked `image`, `latent` or `video` input is made by its
+children, never by the parent. When the parent is queued, the part upstream of that
+input is cut out of it and kept in the node as its `graph` input (JSON: the nodes, the
+source link and the kind of result), so the parent is validated, routed and run without
+it (`split_parent`). Each child is that part copied, with one integer input varied
+(`seed` + i by default) and a node on the source output that keeps the result (a
+PreviewImage, SaveLatent or SaveVideo), so that the child's history names the file it
+made (`child_prompts`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,39 @@ from comfyfleet.errors import ComfyfleetError
 from comfyfleet.protocol.prompt import is_link
 
 FLEET_CLASS, TILES_CLASS, TILE_CLASS = "Run on the Fleet", "Tiles on the Fleet", "Fleet Tile"
-#: Each fleet node class -> its input whose upstream its children run.
-DELEGATED_INPUTS = {FLEET_CLASS: "image", TILES_CLASS: "tile"}
+IMAGE, LATENT, VIDEO = "image", "latent", "video"
+
+
+@dataclass(frozen=True)
+class ResultKind:
+    """How a child keeps a result of one kind: the node it ends with (`node_class`, its
+    result on `input`, `settings` for the rest), and the key under which that node's
+    files are listed in the child's history outputs."""
+
+    node_class: str
+    input: str
+    settings: dict[str, Any]
+    listed_as: str
+
+
+#: Children's outputs are kept in the output folder under this prefix (images: temp).
+KEPT_PREFIX = "fleet/child"
+KINDS = {
+    IMAGE: ResultKind("PreviewImage", "images", {}, "images"),
+    LATENT: ResultKind("SaveLatent", "samples", {"filename_prefix": KEPT_PREFIX}, "latents"),
+    VIDEO: ResultKind(
+        "SaveVideo",
+        "video",
+        {"filename_prefix": KEPT_PREFIX, "format": "auto", "codec": "auto"},
+        "images",
+    ),
+}
+#: Each fleet node class -> its inputs whose upstream its children run (one linked), and
+#: the kind of result each stands for.
+DELEGATED_INPUTS = {
+    FLEET_CLASS: {IMAGE: IMAGE, LATENT: LATENT, VIDEO: VIDEO},
+    TILES_CLASS: {"tile": IMAGE},
+}
 #: Node classes that run where the gateway's queue is, never on a backend: they queue
 #: child prompts there (and a Fleet Tile is replaced in every child).
 GATEWAY_ONLY_CLASSES = frozenset({*DELEGATED_INPUTS, TILE_CLASS})
@@ -43,7 +76,6 @@ MAX_CHILDREN = 64
 MAX_FLEET_NODES = 64
 #: Seeds and other varied integers wrap here (ComfyUI's largest seed is 2**64 - 1).
 WRAP = 2**64
-RESULT_CLASS = "PreviewImage"
 
 
 class ChildGraphError(ComfyfleetError, ValueError):
@@ -56,13 +88,15 @@ class ChildGraphTooLarge(ChildGraphError):
 
 @dataclass(frozen=True)
 class ChildGraph:
-    """What a fleet node's children run: `nodes` (a prompt), ending at `source`."""
+    """What a fleet node's children run: `nodes` (a prompt), ending at `source`, whose
+    result is of `kind` (a key of KINDS)."""
 
     nodes: dict[str, Any]
     source: tuple[str, int]
+    kind: str = IMAGE
 
     def to_json(self) -> str:
-        return json.dumps({"nodes": self.nodes, "source": list(self.source)})
+        return json.dumps({"nodes": self.nodes, "source": list(self.source), "kind": self.kind})
 
     @property
     def tile_node(self) -> str | None:
@@ -74,19 +108,19 @@ class ChildGraph:
     def from_json(cls, text: str) -> ChildGraph:
         try:
             data = json.loads(text)
-            nodes, source = data["nodes"], data["source"]
-        except (ValueError, TypeError, KeyError) as exc:
+            nodes, source, kind = data["nodes"], data["source"], data.get("kind", IMAGE)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ChildGraphError(f"the graph input is not a child graph: {exc}") from None
         if not isinstance(nodes, dict) or not is_link(source) or source[0] not in nodes:
             raise ChildGraphError("the graph input is not a child graph")
-        return cls(nodes, (source[0], _output_index(source[1])))
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise ChildGraphError(f"a child graph's results are {', '.join(KINDS)}, not {kind!r}")
+        return cls(nodes, (source[0], _output_index(source[1])), kind)
 
 
 def needs_split(prompt: Any) -> bool:
     """Whether `prompt` has a fleet node whose delegated input is linked."""
-    return isinstance(prompt, dict) and any(
-        is_link(_delegated(node)[1]) for node in prompt.values()
-    )
+    return isinstance(prompt, dict) and any(_linked(node) for node in prompt.values())
 
 
 def split_parent(
@@ -101,9 +135,13 @@ def split_parent(
     order = {node_id: index for index, node_id in enumerate(prompt)}
     budget = most  # the copies the fleet nodes keep, together
     for node_id, node in prompt.items():
-        delegated, link = _delegated(node)
-        if delegated is None or not is_link(link) or link[0] not in prompt:
+        linked = _linked(node)
+        if len(linked) > 1:
+            names = " or ".join(DELEGATED_INPUTS[str(_class(node))])
+            raise ChildGraphError(f"node #{node_id}: link its {names}, not {len(linked)} of them")
+        if not linked or linked[0][1][0] not in prompt:
             continue
+        delegated, link = linked[0]
         if len(graphs) == MAX_FLEET_NODES:
             raise ChildGraphError(f"a prompt may hold at most {MAX_FLEET_NODES} fleet nodes")
         source = (link[0], _output_index(link[1]))
@@ -111,7 +149,8 @@ def split_parent(
         if budget is not None:
             budget -= len(upstream)
         nodes = {n: prompt[n] for n in sorted(upstream, key=order.__getitem__)}
-        graphs[node_id] = graph = ChildGraph(nodes, source)
+        kind = DELEGATED_INPUTS[str(_class(node))][delegated]
+        graphs[node_id] = graph = ChildGraph(nodes, source, kind)
         if (delegated == "tile") != (graph.tile_node is not None):
             raise ChildGraphError(
                 f"node #{node_id}: one Fleet Tile must feed what makes its tile"
@@ -202,12 +241,11 @@ def _with_values(
 
 
 def _ending(graph: ChildGraph, node_id: str) -> dict[str, Any]:
-    """A copy of `graph` ending in a PreviewImage of its source."""
+    """A copy of `graph` ending in the node that keeps its source's result."""
     child = copy.deepcopy(graph.nodes)
-    child[result_node(node_id)] = {
-        "class_type": RESULT_CLASS,
-        "inputs": {"images": list(graph.source)},
-    }
+    kind = KINDS[graph.kind]
+    inputs = {**kind.settings, kind.input: list(graph.source)}
+    child[result_node(node_id)] = {"class_type": kind.node_class, "inputs": inputs}
     return child
 
 
@@ -235,7 +273,7 @@ def probe_child(graph: ChildGraph, node_id: str) -> dict[str, Any]:
 
 
 def result_node(node_id: str) -> str:
-    """The id of the PreviewImage a child of `node_id` ends with."""
+    """The id of the node that keeps a child's result (see `_ending`)."""
     return f"fleet_result_{node_id}"
 
 
@@ -246,10 +284,11 @@ def _output_index(value: float) -> int:
     return int(value)
 
 
-def _delegated(node: Any) -> tuple[str | None, Any]:
-    """(the delegated input's name, its value) of a fleet node; (None, None) otherwise."""
-    name = DELEGATED_INPUTS.get(_class(node) or "")
-    return (name, _inputs(node).get(name)) if name is not None else (None, None)
+def _linked(node: Any) -> list[tuple[str, Any]]:
+    """(name, link) of each delegated input of a fleet node that is linked."""
+    inputs = _inputs(node)
+    names = DELEGATED_INPUTS.get(_class(node) or "", {})
+    return [(name, inputs[name]) for name in names if is_link(inputs.get(name))]
 
 
 def _class(node: Any) -> str | None:

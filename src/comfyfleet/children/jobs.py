@@ -43,8 +43,9 @@ class ChildJobs(Protocol):
         """Once the child ends: its history entry (ChildFailed unless it succeeded)."""
         ...
 
-    async def image(self, prompt_id: str, ref: dict[str, Any]) -> Any:
-        """An image of the child's outputs (`filename`, `subfolder`, `type`) as an array."""
+    async def file(self, prompt_id: str, ref: dict[str, Any]) -> bytes:
+        """A file the child made (`filename`, `subfolder`, `type` as its history lists
+        it), read whole; ChildFailed if it is gone or too large."""
         ...
 
     async def put_input(self, parent: str, name: str, data: bytes) -> str:

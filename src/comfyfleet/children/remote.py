@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 
-from comfyfleet import imaging
 from comfyfleet.children.jobs import ChildFailed, ChildRequest
 
 URL_ENV, TOKEN_ENV = "COMFYFLEET_GATEWAY_URL", "COMFYFLEET_GATEWAY_TOKEN"
@@ -65,13 +64,15 @@ class RemoteChildJobs:
             raise ChildFailed(f"child {prompt_id} ended {job['status']}")
         return entry
 
-    async def image(self, prompt_id: str, ref: dict[str, Any]) -> Any:
+    async def file(self, prompt_id: str, ref: dict[str, Any]) -> bytes:
         query = {k: str(ref.get(k) or "") for k in ("filename", "subfolder", "type")}
-        async with self._open().get(self._url("/view"), params=query) as response:
-            if response.status != 200:
-                raise ChildFailed(f"child {prompt_id}: its image answered {response.status}")
-            data = await _read_capped(response)
-        return (await asyncio.to_thread(imaging.decode, data))[0]
+        try:
+            async with self._open().get(self._url("/view"), params=query) as response:
+                if response.status != 200:
+                    raise ChildFailed(f"child {prompt_id}: its file answered {response.status}")
+                return await _read_capped(response)
+        except aiohttp.ClientError as exc:
+            raise ChildFailed(f"the gateway at {self._base} did not answer: {exc}") from None
 
     async def put_input(self, parent: str, name: str, data: bytes) -> str:
         form = aiohttp.FormData()

@@ -1,8 +1,9 @@
 """Values crossing between ComfyUI and comfyfleet's nodes, the one place they change form.
 
 ComfyUI passes IMAGE and MASK values as torch tensors ([batch, height, width,
-channels] float32 in 0..1); comfyfleet's nodes take and return numpy arrays of
-the same shape and range. A VIDEO result goes out as ComfyUI's own video value
+channels] float32 in 0..1), and LATENT values as dicts holding tensors;
+comfyfleet's nodes take and return numpy arrays of the same shape and range
+(in dicts alike). A VIDEO result goes out as ComfyUI's own video value
 (`VideoFromFile` on the same file), which ComfyUI's video nodes take (Save Video,
 Get Video Components); no node of comfyfleet's that ComfyUI shows takes a VIDEO.
 Everything else (tasks, API settings, strings) passes through unchanged, except
@@ -53,6 +54,10 @@ class Boundary:
             return np.ascontiguousarray(array, dtype=np.float32)
         if isinstance(value, list | tuple):
             return type(value)(self.to_array(item) for item in value)
+        if isinstance(value, dict):  # a LATENT: its tensors, one level down (a prompt: as is)
+            return {
+                k: self.to_array(v) if self.tensors.is_tensor(v) else v for k, v in value.items()
+            }
         return value
 
     def to_comfy(self, value: Any) -> Any:
@@ -67,6 +72,10 @@ class Boundary:
             return video
         if isinstance(value, list):
             return [self.to_comfy(item) for item in value]
+        if isinstance(value, dict):  # a LATENT: its arrays, one level down
+            return {
+                k: self.to_comfy(v) if isinstance(v, np.ndarray) else v for k, v in value.items()
+            }
         return value
 
     def result(self, returned: Any) -> Any:

@@ -1,7 +1,8 @@
 """The fleet as a provider inside one graph: "Run on the Fleet" runs the part of the
-graph upstream of its `image` input as N child prompts through the gateway's own queue
-(each a real job: routed, retried, cancelled like any), and "Collect from the Fleet"
-gathers their images in order into one batch.
+graph upstream of its `image`, `latent` or `video` input as N child prompts through the
+gateway's own queue (each a real job: routed, retried, cancelled like any), and a
+collector gathers their results in order: images or latents into one batch, videos
+into a list.
 
 The parent never runs that upstream part itself (its input is lazy and never asked
 for), and it holds no lane slot of its children: it waits on the gateway's engine.
@@ -17,10 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from comfyfleet import imaging
+from comfyfleet import imaging, latents
 from comfyfleet.children.graph import (
     GRAPH_INPUT,
+    IMAGE,
+    KINDS,
+    LATENT,
     MAX_CHILDREN,
+    VIDEO,
     ChildGraph,
     ChildGraphError,
     child_prompts,
@@ -33,18 +38,21 @@ from comfyfleet.children.jobs import CHILD_JOBS, ChildFailed, ChildJobs, ChildRe
 from comfyfleet.children.tiles import MAX_TILES_PER_SIDE, Box, TilingError, boxes, cut, stitch
 from comfyfleet.engine.context import NodeContext, current_node
 from comfyfleet.engine.services import service
+from comfyfleet.fanout import service as pools
 from comfyfleet.fanout.collect import FAIL_FAST, FAILURE_MODES, collect
-from comfyfleet.fanout.service import IMAGE
 from comfyfleet.fanout.task import UNUSABLE, Task
+from comfyfleet.fanout.video import placeholder_clip, video_from_bytes
 from comfyfleet.nodes.fanout import PLACEHOLDER_RED, PLACEHOLDER_SIZE
 from comfyfleet.nodes.providers.common import failure_epoch, fanout
 
 
 @dataclass(frozen=True)
 class FleetBatch:
-    """What "Run on the Fleet" outputs (FLEET_BATCH): one task per child, in order."""
+    """What "Run on the Fleet" outputs (FLEET_BATCH): one task per child, in order, each
+    making a result of `kind` (children.graph.KINDS)."""
 
     tasks: tuple[Task, ...]
+    kind: str = IMAGE
 
 
 class _FleetNode:
@@ -71,23 +79,29 @@ class _FleetNode:
 
     @staticmethod
     async def _queue(
-        jobs: ChildJobs, here: NodeContext, node_id: str, prompts: list[dict[str, Any]]
+        jobs: ChildJobs,
+        here: NodeContext,
+        node_id: str,
+        prompts: list[dict[str, Any]],
+        kind: str = IMAGE,
     ) -> list[Task | None]:
         """Each child prompt as a task of the fan-out pool, in order."""
         pool, tasks = fanout(), []
         for index, child in enumerate(prompts):
             request = ChildRequest(here.prompt_id, node_id, index, child)
-            tasks.append(await pool.submit_local(IMAGE, _child(jobs, request), here))
+            tasks.append(await pool.submit_local(pools.IMAGE, _child(jobs, request, kind), here))
         return list(tasks)
 
 
 class RunOnFleet(_FleetNode):
     DESCRIPTION = (
-        "Runs everything upstream of `image` on the fleet `count` times, as child prompts "
-        "queued like any other, with the integer input named `vary` set to its value + i "
-        "in the i-th child (i from 0); or, with values (a JSON list), one child per value "
-        "with `vary` set to it. Wire `batch` into Collect from the Fleet. The "
-        "gateway fills `graph` from what feeds `image` when the prompt is queued."
+        "Runs everything upstream of `image` (or `latent`, or `video`: link one) on the "
+        "fleet `count` times, as child prompts queued like any other, with the integer "
+        "input named `vary` set to its value + i in the i-th child (i from 0); or, with "
+        "values (a JSON list), one child per value with `vary` set to it. Wire `batch` "
+        "into the collector of its kind (Collect from the Fleet for images, Collect "
+        "Latents or Collect Videos from the Fleet). The gateway fills `graph` from what "
+        "feeds the linked input when the prompt is queued."
     )
     RETURN_TYPES = ("FLEET_BATCH",)
     RETURN_NAMES = ("batch",)
@@ -101,6 +115,8 @@ class RunOnFleet(_FleetNode):
             },
             "optional": {
                 "image": ("IMAGE", {"lazy": True}),
+                "latent": ("LATENT", {"lazy": True}),
+                "video": ("VIDEO", {"lazy": True}),
                 # A JSON list: one child per value, `vary` set to it (count is not used).
                 "values": ("STRING", {"default": ""}),
                 GRAPH_INPUT: ("STRING", {"default": "", "forceInput": True}),
@@ -125,13 +141,16 @@ class RunOnFleet(_FleetNode):
         prompt: Any = None,
         graph: str = "",
         image: Any = None,
+        latent: Any = None,
+        video: Any = None,
         values: str = "",
     ) -> tuple[FleetBatch]:
-        here = self._here()
-        parsed = _graph(graph, prompt, str(unique_id), "its image input")
-        children = child_prompts(parsed, str(unique_id), count, vary, parse_values(values))
-        tasks = await self._queue(service(CHILD_JOBS), here, str(unique_id), children)
-        return (FleetBatch(tuple(t for t in tasks if t is not None)),)
+        here, node_id = self._here(), str(unique_id)
+        parsed = _graph(graph, prompt, node_id, "its image, latent or video input")
+        children = child_prompts(parsed, node_id, count, vary, parse_values(values))
+        jobs = service(CHILD_JOBS)
+        tasks = await self._queue(jobs, here, node_id, children, parsed.kind)
+        return (FleetBatch(tuple(t for t in tasks if t is not None), parsed.kind),)
 
 
 def _graph(graph: str, prompt: Any, node_id: str, delegated: str) -> ChildGraph:
@@ -145,8 +164,10 @@ def _graph(graph: str, prompt: Any, node_id: str, delegated: str) -> ChildGraph:
     return found
 
 
-def _child(jobs: ChildJobs, request: ChildRequest) -> Callable[[], Awaitable[Any]]:
-    """A child as a task of the fan-out pool: queued, waited for, its image read; its
+def _child(
+    jobs: ChildJobs, request: ChildRequest, kind: str = IMAGE
+) -> Callable[[], Awaitable[Any]]:
+    """A child as a task of the fan-out pool: queued, waited for, its result read; its
     job cancelled when the task is (the parent interrupted, or a fail_fast collector)."""
 
     async def call() -> Any:
@@ -156,14 +177,35 @@ def _child(jobs: ChildJobs, request: ChildRequest) -> Callable[[], Awaitable[Any
         except asyncio.CancelledError:
             await asyncio.shield(jobs.cancel([prompt_id]))
             raise
-        images = (entry.get("outputs") or {}).get(result_node(request.node_id), {})
-        refs = images.get("images") or []
-        if not refs:
-            raise ChildFailed(f"child {request.index + 1} ({prompt_id}) made no image")
-        arrays = [await jobs.image(prompt_id, ref) for ref in refs]
-        return await asyncio.to_thread(np.concatenate, arrays) if len(arrays) > 1 else arrays[0]
+        kept = (entry.get("outputs") or {}).get(result_node(request.node_id)) or {}
+        refs = kept.get(KINDS[kind].listed_as) if isinstance(kept, dict) else None
+        if not isinstance(refs, list) or not refs or (kind == VIDEO and len(refs) != 1):
+            raise ChildFailed(f"child {request.index + 1} ({prompt_id}) made no {kind}")
+        files = [await jobs.file(prompt_id, ref) for ref in refs]
+        try:
+            return await asyncio.to_thread(_READERS[kind], files)
+        except (ValueError, OSError) as exc:  # not an image, latent or video after all
+            raise ChildFailed(f"child {request.index + 1} ({prompt_id}): {exc}") from None
 
     return call
+
+
+def _images(files: list[bytes]) -> Any:
+    arrays = [imaging.decode(data)[0] for data in files]
+    return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+
+
+def _latents(files: list[bytes]) -> Any:
+    samples = [latents.decode(data)[latents.SAMPLES] for data in files]
+    return {latents.SAMPLES: np.concatenate(samples) if len(samples) > 1 else samples[0]}
+
+
+#: How a child's kept files (blocking: decodes) become the value its parent collects.
+_READERS: dict[str, Callable[[list[bytes]], Any]] = {
+    IMAGE: _images,
+    LATENT: _latents,
+    VIDEO: lambda files: video_from_bytes(files[0]),
+}
 
 
 class FleetTile:
@@ -256,13 +298,12 @@ async def _put_tiles(
     return names
 
 
-class CollectFromFleet:
-    DESCRIPTION = (
-        "Waits for every child of a Run on the Fleet node and outputs their images as one "
-        "batch, in order; status reports every child as JSON."
-    )
-    RETURN_TYPES = ("IMAGE", "STRING")
-    RETURN_NAMES = ("images", "status")
+class _FleetCollector:
+    """What the three collectors share: waiting for every child of a batch of their kind,
+    in order, and the status report; each says how its results are put together."""
+
+    KIND = IMAGE
+    RETURN_NAMES: tuple[str, ...]
     OUTPUT_NODE = True
     FUNCTION = "collect"
     CATEGORY = "fleet"
@@ -280,31 +321,116 @@ class CollectFromFleet:
     async def collect(self, batch: FleetBatch, failure_mode: str = FAIL_FAST) -> Any:
         if not isinstance(batch, FleetBatch):
             raise TypeError(f"batch is a {type(batch).__name__}, not a fleet batch")
+        if batch.kind != self.KIND:
+            raise TypeError(
+                f"the batch is of {batch.kind}s: wire it into {COLLECTOR_OF[batch.kind]}"
+            )
         tasks: list[Task | None] = list(batch.tasks)
         collected = await collect(fanout(), tasks, failure_mode, current_node(), _no_placeholder)
         failed = [t is not None and t.state in UNUSABLE for t in tasks]
         # In a worker thread: 64 large images make a batch of gigabytes.
-        images = await asyncio.to_thread(_batch, collected.values, failed)
-        return {"ui": {"text": [collected.status]}, "result": (images, collected.status)}
+        results = await asyncio.to_thread(self.together, collected.values, failed)
+        return {"ui": {"text": [collected.status]}, "result": (results, collected.status)}
+
+    @staticmethod
+    def together(values: list[Any], failed: list[bool]) -> Any:
+        raise NotImplementedError
+
+
+class CollectFromFleet(_FleetCollector):
+    DESCRIPTION = (
+        "Waits for every child of a Run on the Fleet node and outputs their images as one "
+        "batch, in order; status reports every child as JSON."
+    )
+    RETURN_TYPES = ("IMAGE", "STRING")
+    RETURN_NAMES = ("images", "status")
+
+    @staticmethod
+    def together(values: list[Any], failed: list[bool]) -> Any:
+        """The children's images as one batch; a failed child's slot (placeholder mode)
+        is red, of the size the others have."""
+        return _stacked(values, failed, PLACEHOLDER_SIZE, _red_like)
+
+
+class CollectLatentsFromFleet(_FleetCollector):
+    KIND = LATENT
+    DESCRIPTION = (
+        "Waits for every child of a Run on the Fleet node whose latent input is linked and "
+        "outputs their latents as one batch, in order (a failed child's, in placeholder "
+        "mode, is zeros); status reports every child as JSON."
+    )
+    RETURN_TYPES = ("LATENT", "STRING")
+    RETURN_NAMES = ("latent", "status")
+
+    @staticmethod
+    def together(values: list[Any], failed: list[bool]) -> Any:
+        pairs = zip(values, failed, strict=True)
+        samples = [None if bad else latents.samples_of(value) for value, bad in pairs]
+        stacked = _stacked(samples, failed, PLACEHOLDER_LATENT, _zeros_like)
+        return {latents.SAMPLES: stacked}
+
+
+class CollectVideosFromFleet(_FleetCollector):
+    KIND = VIDEO
+    DESCRIPTION = (
+        "Waits for every child of a Run on the Fleet node whose video input is linked and "
+        "outputs their videos as a list, in order (what takes it runs once per video; a "
+        "failed child's, in placeholder mode, is a short black clip); status reports "
+        "every child as JSON."
+    )
+    RETURN_TYPES = ("VIDEO", "STRING")
+    RETURN_NAMES = ("videos", "status")
+    OUTPUT_IS_LIST = (True, False)
+
+    @staticmethod
+    def together(values: list[Any], failed: list[bool]) -> Any:
+        return [placeholder_clip() if bad else v for v, bad in zip(values, failed, strict=True)]
+
+
+#: The collector for each kind of batch (named in the error of a wrong one).
+COLLECTOR_OF = {
+    IMAGE: "Collect from the Fleet",
+    LATENT: "Collect Latents from the Fleet",
+    VIDEO: "Collect Videos from the Fleet",
+}
+#: The shape of a latent standing for a failed child when no child made one.
+PLACEHOLDER_LATENT = (1, 4, 8, 8)
 
 
 def _no_placeholder() -> None:
-    return None  # drawn once the size of the children's images is known (_batch)
+    return None  # drawn once the size of the children's results is known (_stacked)
 
 
-def _batch(values: list[Any], failed: list[bool]) -> Any:
-    """The children's images as one batch; a failed child's slot (placeholder mode) is red,
-    of the size the others have."""
+def _red_like(shape: tuple[int, ...]) -> Any:
+    return imaging.blank(1, shape[1], shape[2], PLACEHOLDER_RED)
+
+
+def _zeros_like(shape: tuple[int, ...]) -> Any:
+    return np.zeros((1, *shape[1:]), dtype=np.float32)
+
+
+def _stacked(
+    values: list[Any],
+    failed: list[bool],
+    empty: int | tuple[int, ...],
+    stand_in: Callable[[tuple[int, ...]], Any],
+) -> Any:
+    """The children's arrays as one batch along their first axis; a failed child's slot
+    gets `stand_in` of the shape the others have (`empty`, or a square image of that
+    side, when none made one). ValueError when the children's shapes differ."""
     made = [v for v, bad in zip(values, failed, strict=True) if not bad]
-    height, width = made[0].shape[1:3] if made else (PLACEHOLDER_SIZE, PLACEHOLDER_SIZE)
+    if made:
+        shape = tuple(made[0].shape)
+    else:
+        shape = empty if isinstance(empty, tuple) else (1, empty, empty, 3)
     parts = []
     for value, bad in zip(values, failed, strict=True):
         if bad:
-            value = imaging.blank(1, height, width, PLACEHOLDER_RED)
-        elif value.shape[1:3] != (height, width):
+            value = stand_in(shape)
+        elif value.shape[1:] != shape[1:]:
             raise ValueError(
-                f"the children made images of different sizes: {value.shape[2]}x"
-                f"{value.shape[1]} and {width}x{height}"
+                f"the children made results of different shapes: {list(value.shape[1:])} "
+                f"and {list(shape[1:])}"
             )
         parts.append(value)
     return np.concatenate(parts)
@@ -313,6 +439,8 @@ def _batch(values: list[Any], failed: list[bool]) -> Any:
 NODE_CLASS_MAPPINGS: dict[str, type] = {
     "Run on the Fleet": RunOnFleet,
     "Collect from the Fleet": CollectFromFleet,
+    "Collect Latents from the Fleet": CollectLatentsFromFleet,
+    "Collect Videos from the Fleet": CollectVideosFromFleet,
     "Fleet Tile": FleetTile,
     "Tiles on the Fleet": TilesOnFleet,
 }

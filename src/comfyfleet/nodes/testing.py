@@ -1,5 +1,6 @@
-"""The `testing` pack: nodes that sleep, fail or report progress on demand, and one
-whose side effect is counted outside the process (`LedgerAppend`).
+"""The `testing` pack: nodes that sleep, fail or report progress on demand, one whose
+side effect is counted outside the process (`LedgerAppend`), and seeded latents and
+clips (for what carries LATENT and VIDEO values between processes).
 
 Loaded only when asked for. `TestSleep` and `TestSyncError` have exactly the
 interface of the ComfyUI test-pack nodes of the same names, so recorded ComfyUI
@@ -18,6 +19,8 @@ import numpy as np
 from PIL import Image
 
 from comfyfleet.engine.context import ProgressBar, current_node
+from comfyfleet.fanout.solid_mp4 import solid_mp4
+from comfyfleet.fanout.video import video_from_bytes
 from comfyfleet.logs import JOB
 from comfyfleet.testing import LEDGER_ENV
 
@@ -261,6 +264,52 @@ def _append(path: str, line: dict[str, Any]) -> None:
         os.close(fd)
 
 
+class SeededLatent:
+    """A latent of normal noise drawn from `seed` (the same seed, the same latent): what a
+    sampler makes, without one."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        side = {"default": 64, "min": 8, "max": 4096, "step": 8}
+        return {
+            "required": {
+                "seed": ("INT", {"default": 0, "min": 0, "max": 2**64 - 1}),
+                "width": ("INT", side),
+                "height": ("INT", dict(side)),
+                "batch_size": ("INT", {"default": 1, "min": 1, "max": 64}),
+            }
+        }
+
+    RETURN_TYPES = ("LATENT",)
+    FUNCTION = "make"
+    CATEGORY = TESTING
+
+    def make(self, seed: int, width: int, height: int, batch_size: int) -> tuple[Any]:
+        noise = np.random.default_rng(seed).standard_normal(
+            (batch_size, 4, height // 8, width // 8), dtype=np.float32
+        )
+        return ({"samples": noise},)
+
+
+class SeededClip:
+    """A short clip of one colour, its red, green and blue the low three bytes of `seed`:
+    a VIDEO whose maker can be told from its frames."""
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"seed": ("INT", {"default": 0, "min": 0, "max": 2**64 - 1})}}
+
+    RETURN_TYPES = ("VIDEO",)
+    FUNCTION = "make"
+    CATEGORY = TESTING
+
+    def make(self, seed: int) -> tuple[Any]:
+        rgb = ((seed >> 16) & 255, (seed >> 8) & 255, seed & 255)
+        return (video_from_bytes(solid_mp4(64, 64, rgb, CLIP_FRAMES, CLIP_FPS)),)
+
+
+CLIP_FRAMES, CLIP_FPS = 4, 8.0
+
 NODE_CLASS_MAPPINGS: dict[str, type] = {
     "Sleep": Sleep,
     "Work": Work,
@@ -269,6 +318,8 @@ NODE_CLASS_MAPPINGS: dict[str, type] = {
     "TestSleep": TestSleep,
     "TestSyncError": TestSyncError,
     "LedgerAppend": LedgerAppend,
+    "SeededLatent": SeededLatent,
+    "SeededClip": SeededClip,
 }
 
 NODE_DISPLAY_NAME_MAPPINGS = {
@@ -279,4 +330,6 @@ NODE_DISPLAY_NAME_MAPPINGS = {
     "TestSleep": "Test Sleep",
     "TestSyncError": "Test Sync Error",
     "LedgerAppend": "Ledger Append",
+    "SeededLatent": "Seeded Latent",
+    "SeededClip": "Seeded Clip",
 }

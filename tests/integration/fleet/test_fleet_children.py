@@ -1,5 +1,6 @@
 """The fleet as a provider inside one graph: "Run on the Fleet" runs what feeds its
-image as child prompts over four backends, "Collect from the Fleet" gathers them."""
+image (latent, video) as child prompts over four backends, and a collector gathers
+them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from comfyfleet import latents
+from comfyfleet.fanout.solid_mp4 import solid_mp4
+from comfyfleet.nodes.testing import CLIP_FPS, CLIP_FRAMES
 from comfyfleet.testing import LEDGER_ENV
 from tests.integration.fleet.conftest import MakeFleet
 from tests.integration.fleet.harness import Fleet, call, poll
@@ -383,3 +387,102 @@ def test_values_make_one_child_each_and_bad_values_are_a_node_error(
     status, answer = call(fleet.gateway.url, "POST", "/prompt", {"prompt": prompt})
     assert status == 400, answer
     assert "values must be a JSON list" in answer["node_errors"]["3"]["errors"][0]["details"]
+
+
+def kept_files(fleet: Fleet, refs: list[dict[str, Any]]) -> list[bytes]:
+    found = []
+    for ref in refs:
+        query = "&".join(f"{k}={ref[k]}" for k in ("filename", "subfolder", "type"))
+        found.append(fleet.gateway.get_bytes(f"/view?{query}"))
+    return found
+
+
+def test_latents_made_on_the_fleet_come_back_as_one_batch_in_order(
+    make_fleet: MakeFleet,
+) -> None:
+    fleet = make_fleet(shared=3, gateway_args=("--local-slots", "1"))
+    prompt = {
+        "1": {
+            "class_type": "SeededLatent",
+            "inputs": {"seed": 40, "width": 32, "height": 16, "batch_size": 2},
+        },
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 0.3}},
+        "3": {
+            "class_type": "Run on the Fleet",
+            "inputs": {"latent": ["2", 0], "count": 3, "vary": "seed"},
+        },
+        "4": {
+            "class_type": "Collect Latents from the Fleet",
+            "inputs": {"batch": ["3", 0], "failure_mode": "fail_fast"},
+        },
+        "5": {
+            "class_type": "SaveLatent",
+            "inputs": {"samples": ["4", 0], "filename_prefix": "collected/latents"},
+        },
+    }
+    parent = fleet.submit(prompt)
+    assert fleet.wait_job(parent, "completed", "failed")["status"] == "completed"
+    refs = fleet.history()[parent]["outputs"]["5"]["latents"]
+    (data,) = kept_files(fleet, refs)
+    samples = latents.decode(data)["samples"]
+    expected = [
+        np.random.default_rng(40 + i).standard_normal((2, 4, 2, 4), dtype=np.float32)
+        for i in range(3)
+    ]
+    assert np.array_equal(samples, np.concatenate(expected))
+    children = children_of(fleet, parent)
+    assert [c["status"] for c in children] == ["completed"] * 3
+    assert all(c["lane"].startswith("backend:") for c in children)
+
+
+def test_videos_made_on_the_fleet_come_back_as_a_list_in_order(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=3, gateway_args=("--local-slots", "1"))
+    prompt = {
+        "1": {"class_type": "SeededClip", "inputs": {"seed": COLOR}},
+        "3": {
+            "class_type": "Run on the Fleet",
+            "inputs": {"video": ["1", 0], "count": 3, "vary": "seed"},
+        },
+        "4": {
+            "class_type": "Collect Videos from the Fleet",
+            "inputs": {"batch": ["3", 0], "failure_mode": "fail_fast"},
+        },
+        "5": {
+            "class_type": "SaveVideo",
+            "inputs": {
+                "video": ["4", 0],
+                "filename_prefix": "collected/clip",
+                "format": "auto",
+                "codec": "auto",
+            },
+        },
+    }
+    parent = fleet.submit(prompt)
+    assert fleet.wait_job(parent, "completed", "failed")["status"] == "completed"
+    refs = fleet.history()[parent]["outputs"]["5"]["images"]
+    assert len(refs) == 3  # SaveVideo ran once per video of the list
+    made = kept_files(fleet, refs)
+    for index, data in enumerate(made):
+        rgb = ((COLOR + index) >> 16 & 255, (COLOR + index) >> 8 & 255, (COLOR + index) & 255)
+        assert data == solid_mp4(64, 64, rgb, CLIP_FRAMES, CLIP_FPS), index
+
+
+def test_a_batch_wired_to_the_wrong_collector_fails_saying_which_to_use(
+    make_fleet: MakeFleet,
+) -> None:
+    fleet = make_fleet(shared=1, gateway_args=("--local-slots", "1"))
+    prompt = fleet_prompt(1, 0.1)
+    prompt["4"]["class_type"] = "Collect Latents from the Fleet"
+    prompt["5"] = {
+        "class_type": "SaveLatent",
+        "inputs": {"samples": ["4", 0], "filename_prefix": "wrong"},
+    }
+    parent = fleet.submit(prompt)
+    assert fleet.wait_job(parent, "completed", "failed")["status"] == "failed"
+    error = fleet.history()[parent]["status"]["messages"][-1][1]
+    assert "wire it into Collect from the Fleet" in error["exception_message"], error
+    prompt = fleet_prompt(1, 0.1)
+    prompt["3"]["inputs"]["latent"] = ["1", 0]
+    status, answer = call(fleet.gateway.url, "POST", "/prompt", {"prompt": prompt})
+    assert status == 400, answer
+    assert "link its image or latent or video, not 2" in json.dumps(answer)

@@ -1,6 +1,6 @@
 """ "Run on the Fleet" inside a real ComfyUI (the companion pack): a prompt queued on
 that ComfyUI sends its children to the gateway `COMFYFLEET_GATEWAY_URL` names, and
-collects their images there.
+collects their images (latents, videos) there.
 
 Needs COMFYUI_DIR and COMFY_VENV (as `make conformance` does); skipped without them.
 """
@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from comfyfleet import latents
 from comfyfleet.children.remote import ORIGIN_KEY, URL_ENV
+from comfyfleet.fanout.video import video_from_bytes
 from tests.integration.fleet.test_fleet_children import COLOR, fleet_prompt
 from tests.integration.gateway.wire import poll, serve
 from tests.real_comfyui import comfyui_with_pack, needs_comfyui
@@ -112,3 +114,96 @@ async def test_children_run_on_four_comfyui_backends(tmp_path: Path) -> None:
         }
         assert len(entry["outputs"]["5"]["images"]) == 8
         assert elapsed < 6.0, elapsed  # serial: 8 s; BENCHMARKS.md has the figure
+
+
+def latents_and_videos_prompt() -> dict[str, Any]:
+    """Latents and videos made by children on the fleet, collected in ComfyUI (whose own
+    SaveLatent and SaveVideo take what the collectors give as ComfyUI's values)."""
+    return {
+        "1": {
+            "class_type": "EmptyLatentImage",
+            "inputs": {"width": 64, "height": 64, "batch_size": 1},
+        },
+        "2": {
+            "class_type": "Run on the Fleet",
+            "inputs": {"latent": ["1", 0], "count": 1, "vary": "batch_size", "values": "[1, 2]"},
+        },
+        "3": {
+            "class_type": "Collect Latents from the Fleet",
+            "inputs": {"batch": ["2", 0], "failure_mode": "fail_fast"},
+        },
+        "4": {
+            "class_type": "SaveLatent",
+            "inputs": {"samples": ["3", 0], "filename_prefix": "collected/latent"},
+        },
+        "5": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 64, "height": 64, "batch_size": 4, "color": COLOR},
+        },
+        "6": {"class_type": "CreateVideo", "inputs": {"images": ["5", 0], "fps": 8.0}},
+        "7": {
+            "class_type": "Run on the Fleet",
+            "inputs": {"video": ["6", 0], "count": 2, "vary": "color"},
+        },
+        "8": {
+            "class_type": "Collect Videos from the Fleet",
+            "inputs": {"batch": ["7", 0], "failure_mode": "fail_fast"},
+        },
+        "9": {
+            "class_type": "SaveVideo",
+            "inputs": {
+                "video": ["8", 0],
+                "filename_prefix": "collected/clip",
+                "format": "auto",
+                "codec": "auto",
+            },
+        },
+    }
+
+
+@pytest.mark.timeout(400)
+async def test_latents_and_videos_come_back_from_children_on_a_comfyui_backend(
+    tmp_path: Path,
+) -> None:
+    """A prompt in ComfyUI A sends its children to the gateway, which runs them on
+    ComfyUI B (its engine has no EmptyLatentImage or CreateVideo)."""
+    async with AsyncExitStack() as stack:
+        backend = await stack.enter_async_context(
+            comfyui_with_pack(tmp_path / "comfyui-b", {}, "CreateVideo")
+        )
+        served = await stack.enter_async_context(
+            serve(tmp_path / "gateway", local_slots=1, backends=({"url": backend, "name": "b"},))
+        )
+        url = await stack.enter_async_context(
+            comfyui_with_pack(tmp_path / "comfyui-a", {URL_ENV: served.url}, "Run on the Fleet")
+        )
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        body = {"prompt": latents_and_videos_prompt()}
+        async with session.post(f"{url}/prompt", json=body) as r:
+            assert r.status == 200, await r.text()
+            prompt_id = (await r.json())["prompt_id"]
+        entry: dict[str, Any] = {}
+
+        async def ended() -> bool:
+            async with session.get(f"{url}/history/{prompt_id}") as r:
+                entry.update((await r.json()).get(prompt_id) or {})
+            return bool(entry.get("status", {}).get("completed") is not None and entry)
+
+        await poll(ended, what="the parent to end in ComfyUI", timeout=240)
+        assert entry["status"]["status_str"] == "success", entry["status"]
+
+        async def kept(ref: dict[str, Any]) -> bytes:
+            async with session.get(f"{url}/view", params=ref) as r:
+                assert r.status == 200, ref
+                return await r.read()
+
+        (latent_ref,) = entry["outputs"]["4"]["latents"]
+        samples = latents.decode(await kept(latent_ref))["samples"]
+        assert samples.shape == (3, 4, 8, 8)  # the children's batches of 1 and 2, in order
+        clips = entry["outputs"]["9"]["images"]
+        assert len(clips) == 2  # ComfyUI's SaveVideo ran once per video of the list
+        for ref in clips:
+            video = video_from_bytes(await kept(ref))
+            assert (video.get_dimensions(), video.frames) == ((64, 64), 4)
+        jobs = (await served.get("/api/jobs?limit=50"))["jobs"]
+        assert sorted(job["lane"] for job in jobs) == ["backend:b"] * 4

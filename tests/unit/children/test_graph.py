@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from comfyfleet.children.graph import (
+    KINDS,
     ChildGraph,
     ChildGraphError,
     ChildGraphTooLarge,
@@ -169,3 +170,67 @@ def test_an_output_index_that_is_not_whole_is_refused() -> None:
     prompt["3"]["inputs"]["image"] = ["2", float("nan")]
     with pytest.raises(ChildGraphError, match="not a whole number"):
         split_parent(prompt)
+
+
+@pytest.mark.parametrize(
+    ("linked", "kind", "ending", "listed_as"),
+    [
+        (
+            "image",
+            "image",
+            {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+            "images",
+        ),
+        (
+            "latent",
+            "latent",
+            {
+                "class_type": "SaveLatent",
+                "inputs": {"filename_prefix": "fleet/child", "samples": ["2", 0]},
+            },
+            "latents",
+        ),
+        (
+            "video",
+            "video",
+            {
+                "class_type": "SaveVideo",
+                "inputs": {
+                    "filename_prefix": "fleet/child",
+                    "format": "auto",
+                    "codec": "auto",
+                    "video": ["2", 0],
+                },
+            },
+            "images",
+        ),
+    ],
+)
+def test_the_linked_input_says_what_the_children_make_and_keep(
+    linked: str, kind: str, ending: dict[str, Any], listed_as: str
+) -> None:
+    prompt = parent()
+    prompt["3"]["inputs"][linked] = prompt["3"]["inputs"].pop("image")
+    own, graphs = split_parent(prompt)
+    assert linked not in own["3"]["inputs"]
+    graph = ChildGraph.from_json(own["3"]["inputs"]["graph"])
+    assert graph.kind == kind == graphs["3"].kind
+    child = child_prompts(graph, "3", 1, "seed")[0]
+    assert child[result_node("3")] == ending
+    assert KINDS[kind].listed_as == listed_as
+
+
+def test_a_fleet_node_with_two_inputs_linked_is_refused() -> None:
+    prompt = parent()
+    prompt["3"]["inputs"]["latent"] = ["1", 0]
+    with pytest.raises(ChildGraphError, match=r"#3: link its image or latent or video, not 2"):
+        split_parent(prompt)
+
+
+@pytest.mark.parametrize("kind", ["audio", 7, None])
+def test_a_graph_input_of_an_unknown_kind_is_refused(kind: Any) -> None:
+    text = json.dumps({"nodes": {"1": {}}, "source": ["1", 0], "kind": kind})
+    with pytest.raises(ChildGraphError, match="results are image, latent, video"):
+        ChildGraph.from_json(text)
+    old = json.dumps({"nodes": {"1": {}}, "source": ["1", 0]})  # kept before kinds: images
+    assert ChildGraph.from_json(old).kind == "image"

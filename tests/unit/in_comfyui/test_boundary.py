@@ -78,3 +78,14 @@ def test_a_video_goes_out_as_comfyuis_video_and_its_file_lives_as_long() -> None
 def test_without_comfyuis_video_class_a_video_passes_unchanged() -> None:
     video = video_from_bytes(solid_mp4(16, 16, (0, 0, 0), 1, 1.0))
     assert Boundary(Torch(), Blocker).to_comfy(video) is video
+
+
+def test_a_latent_crosses_as_a_dict_of_tensors_one_level_down() -> None:
+    samples = np.zeros((2, 4, 8, 8), dtype=np.float32)
+    latent = BOUNDARY.to_array({"samples": Tensor(samples), "batch_index": [0, 1]})
+    assert isinstance(latent["samples"], np.ndarray) and latent["batch_index"] == [0, 1]
+    out = BOUNDARY.to_comfy({"samples": samples, "noise_mask": samples[:, :1], "note": "x"})
+    assert isinstance(out["samples"], Tensor) and isinstance(out["noise_mask"], Tensor)
+    assert out["note"] == "x"
+    prompt = {"1": {"inputs": {"image": Tensor(samples)}}}  # deeper down: left as it is
+    assert BOUNDARY.to_array(prompt) == prompt

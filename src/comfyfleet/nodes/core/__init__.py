@@ -6,6 +6,7 @@ from comfyfleet.nodes.core import (
     batch,
     files,
     images,
+    latent,
     preview,
     primitives,
     transform,
@@ -13,7 +14,7 @@ from comfyfleet.nodes.core import (
     websocket,
 )
 
-_MODULES = (images, transform, batch, files, primitives, preview, websocket, video)
+_MODULES = (images, transform, batch, files, primitives, preview, websocket, video, latent)
 
 NODE_CLASS_MAPPINGS: dict[str, type] = {}
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str | None] = {}

@@ -12,7 +12,6 @@ from typing import Any
 
 from aiohttp import web
 
-from comfyfleet import imaging
 from comfyfleet.children.graph import PARENT_KEY
 from comfyfleet.children.jobs import ChildFailed, ChildRequest
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken
@@ -28,8 +27,8 @@ from comfyfleet.tenants import DEFAULT_TENANT
 
 #: How long one wait for a child's end lasts before it asks the store again.
 WAIT_ROUND = 300.0
-#: A child's image file is read whole: past this it is refused.
-MAX_IMAGE_BYTES = 256 * 1024 * 1024
+#: A child's file (an image, a latent, a video) is read whole: past this it is refused.
+MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
 class GatewayChildren:
@@ -74,7 +73,7 @@ class GatewayChildren:
                 raise ChildFailed(f"child {prompt_id} failed: {_error_of(status)}")
             return dict(entry)
 
-    async def image(self, prompt_id: str, ref: dict[str, Any]) -> Any:
+    async def file(self, prompt_id: str, ref: dict[str, Any]) -> bytes:
         job = await self._gw.store.get(prompt_id)
         tenant = job.tenant if job is not None else DEFAULT_TENANT
         folders = self._gw.tenants.of(tenant)
@@ -85,8 +84,8 @@ class GatewayChildren:
 
         found = await stored_file(folders, query, from_peer)
         if isinstance(found, int):
-            raise ChildFailed(f"child {prompt_id}: its image {query['filename']!r} ({found})")
-        return await asyncio.to_thread(_read_image, found[0])
+            raise ChildFailed(f"child {prompt_id}: its file {query['filename']!r} ({found})")
+        return await asyncio.to_thread(_read_whole, found[0])
 
     async def put_input(self, parent: str, name: str, data: bytes) -> str:
         folders = await self._folders_of(parent)
@@ -119,12 +118,12 @@ def _remove(paths: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def _read_image(path: str) -> Any:
+def _read_whole(path: str) -> bytes:
     with open(path, "rb") as file:
-        data = file.read(MAX_IMAGE_BYTES + 1)
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ChildFailed(f"a child's image is over {MAX_IMAGE_BYTES} bytes")
-    return imaging.decode(data)[0]
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ChildFailed(f"a child's file is over {MAX_FILE_BYTES} bytes")
+    return data
 
 
 def _refusal(response: web.Response) -> str:
