@@ -5,6 +5,11 @@ The gateway is named by `COMFYFLEET_GATEWAY_URL` in ComfyUI's environment, with 
 optional bearer token in `COMFYFLEET_GATEWAY_TOKEN` (the children are that token's
 tenant's prompts). Each child is queued with its key as `Idempotency-Key`, so a parent
 run again (a re-queue, a restart of that ComfyUI) finds the children it queued before.
+
+Every call is safe to make twice (the key; a cancel of what is cancelled), so a gateway
+out of reach for a while (restarting, a network blip, a 502/503/504 from a proxy in
+front of it) is asked again until it answers, for up to OUTAGE_GRACE: its children are
+durable and go on meanwhile.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -26,6 +33,17 @@ POLL_SECONDS = 0.25
 #: Answers read whole (an image, a history entry) are refused past this.
 MAX_BYTES = 256 * 1024 * 1024
 TIMEOUT = aiohttp.ClientTimeout(total=120, sock_connect=10)
+#: How long the gateway may be out of reach before what is asked of it fails.
+OUTAGE_GRACE = 120.0
+RETRY_EVERY = 0.5
+#: Answers of a proxy (or a gateway shutting down) whose gateway may be back soon.
+UNAVAILABLE = frozenset({502, 503, 504})
+
+T = TypeVar("T")
+
+
+class _Unavailable(Exception):
+    """An answer of UNAVAILABLE: ask again."""
 
 
 class RemoteChildJobs:
@@ -66,13 +84,16 @@ class RemoteChildJobs:
 
     async def file(self, prompt_id: str, ref: dict[str, Any]) -> bytes:
         query = {k: str(ref.get(k) or "") for k in ("filename", "subfolder", "type")}
-        try:
-            async with self._open().get(self._url("/view"), params=query) as response:
+        url = self._url("/view")
+
+        async def read() -> bytes:
+            async with self._open().get(url, params=query) as response:
+                _raise_if_unavailable(response.status)
                 if response.status != 200:
                     raise ChildFailed(f"child {prompt_id}: its file answered {response.status}")
                 return await _read_capped(response)
-        except aiohttp.ClientError as exc:
-            raise ChildFailed(f"the gateway at {self._base} did not answer: {exc}") from None
+
+        return await self._until_reached(read)
 
     async def put_input(self, parent: str, name: str, data: bytes) -> str:
         form = aiohttp.FormData()
@@ -110,16 +131,38 @@ class RemoteChildJobs:
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
         url = self._url(path)
-        try:
+
+        async def ask() -> tuple[int, bytes]:
             async with self._open().request(method, url, json=body, headers=headers) as response:
-                data = await _read_capped(response)
-                status = response.status
-        except aiohttp.ClientError as exc:
-            raise ChildFailed(f"the gateway at {self._base} did not answer: {exc}") from None
+                _raise_if_unavailable(response.status)
+                return response.status, await _read_capped(response)
+
+        status, data = await self._until_reached(ask)
         try:
             return status, json.loads(data) if data else {}
         except ValueError:
             return status, {}
+
+    async def _until_reached(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call`, made again while the gateway is out of reach, for up to OUTAGE_GRACE."""
+        since = None
+        while True:
+            try:
+                return await call()
+            except (aiohttp.ClientError, TimeoutError, _Unavailable) as exc:
+                since = since if since is not None else time.monotonic()
+                if time.monotonic() - since > OUTAGE_GRACE:
+                    reason = str(exc) or type(exc).__name__
+                    raise ChildFailed(
+                        f"the gateway at {self._base} did not answer for "
+                        f"{OUTAGE_GRACE:.0f} s: {reason}"
+                    ) from None
+            await asyncio.sleep(RETRY_EVERY)
+
+
+def _raise_if_unavailable(status: int) -> None:
+    if status in UNAVAILABLE:
+        raise _Unavailable(f"HTTP {status}")
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> bytes:
