@@ -207,3 +207,47 @@ async def test_latents_and_videos_come_back_from_children_on_a_comfyui_backend(
             assert (video.get_dimensions(), video.frames) == ((64, 64), 4)
         jobs = (await served.get("/api/jobs?limit=50"))["jobs"]
         assert sorted(job["lane"] for job in jobs) == ["backend:b"] * 4
+
+
+@pytest.mark.timeout(300)
+async def test_interrupting_the_comfyui_parent_cancels_its_children(tmp_path: Path) -> None:
+    async with serve(tmp_path / "gateway", local_slots=4) as served:
+        env = {URL_ENV: served.url}
+        async with (
+            comfyui_with_pack(
+                tmp_path / "comfyui", env, "Run on the Fleet", testing_nodes=True
+            ) as url,
+            aiohttp.ClientSession() as session,
+        ):
+            prompt = parent_prompt(3)
+            prompt["2"] = {"class_type": "TestSleep", "inputs": {"value": ["1", 0], "seconds": 60}}
+            async with session.post(f"{url}/prompt", json={"prompt": prompt}) as r:
+                assert r.status == 200, await r.text()
+                prompt_id = (await r.json())["prompt_id"]
+
+            async def children() -> list[dict[str, Any]]:
+                listed = (await served.get("/api/jobs?limit=50"))["jobs"]
+                return [j for j in listed if j["id"] != prompt_id]
+
+            async def running() -> bool:
+                return [j["status"] for j in await children()] == ["in_progress"] * 3
+
+            await poll(running, what="three children running on the gateway", timeout=120)
+            async with session.post(f"{url}/interrupt", json={}) as r:
+                assert r.status == 200
+            interrupted = time.monotonic()
+
+            async def cancelled() -> bool:
+                return [j["status"] for j in await children()] == ["cancelled"] * 3
+
+            await poll(cancelled, what="every child cancelled", timeout=30)
+            assert time.monotonic() - interrupted < 5.0  # 0.05 s in three runs, quiet machine
+
+            async def parent_ended() -> bool:
+                async with session.get(f"{url}/history/{prompt_id}") as r:
+                    return prompt_id in await r.json()
+
+            await poll(parent_ended, what="the parent to end in ComfyUI", timeout=30)
+            async with session.get(f"{url}/history/{prompt_id}") as r:
+                status = (await r.json())[prompt_id]["status"]
+            assert [m[0] for m in status["messages"]][-1] == "execution_interrupted", status
