@@ -22,6 +22,7 @@ from comfyfleet.nodes.testing import CLIP_FPS, CLIP_FRAMES
 from comfyfleet.testing import LEDGER_ENV
 from tests.integration.fleet.conftest import MakeFleet
 from tests.integration.fleet.harness import Fleet, call, poll
+from tests.integration.gateway.processes import Frames
 
 COLOR = 0x102030
 
@@ -379,8 +380,20 @@ def test_values_make_one_child_each_and_bad_values_are_a_node_error(
     fleet = make_fleet(shared=2, gateway_args=("--local-slots", "1"))
     prompt = fleet_prompt(1, 0.1)
     prompt["3"]["inputs"]["values"] = json.dumps([0x0000FF, 0x00FF00, 0xFF0000])
-    parent = fleet.submit(prompt)
+    frames = Frames(fleet.gateway)
+    parent = fleet.submit(prompt, frames.client_id)
+    frames.done(parent)
+    frames.close()
     assert fleet.wait_job(parent, "completed", "failed")["status"] == "completed"
+    # The parent's client sees the collector's progress, children ended of all, and
+    # nothing of the children (queued without a client).
+    seen = [
+        (e["data"]["value"], e["data"]["max"])
+        for e in frames.events
+        if e["type"] == "progress" and e["data"]["node"] == "4"
+    ]
+    assert seen[-1] == (3, 3) and seen == sorted(seen), seen
+    assert {e["data"].get("prompt_id") for e in frames.events} <= {parent, None}
     images = fleet.history()[parent]["outputs"]["5"]["images"]
     assert colors(fleet, images) == [0x0000FF, 0x00FF00, 0xFF0000]
     prompt["3"]["inputs"]["values"] = "[1,"
