@@ -63,3 +63,5 @@ class ChildJobs(Protocol):
 
 
 CHILD_JOBS: ServiceKey[ChildJobs] = ServiceKey("child_jobs")
+#: The gateway's route that removes a tile a ComfyUI put there (DELETE .../{name}).
+TILES_ROUTE = "/comfyfleet/tiles"

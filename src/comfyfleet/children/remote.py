@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 
-from comfyfleet.children.jobs import ChildFailed, ChildRequest
+from comfyfleet.children.jobs import TILES_ROUTE, ChildFailed, ChildRequest
+
+log = logging.getLogger(__name__)
 
 URL_ENV, TOKEN_ENV = "COMFYFLEET_GATEWAY_URL", "COMFYFLEET_GATEWAY_TOKEN"
 #: extra_data naming where a child comes from (informational: the gateway runs it anywhere).
@@ -106,7 +110,11 @@ class RemoteChildJobs:
         return str(answer["name"])
 
     async def drop_inputs(self, parent: str, names: list[str]) -> None:
-        return None  # the gateway's input files are its own to prune
+        for name in names:
+            try:
+                await self._json("DELETE", f"{TILES_ROUTE}/{quote(name, safe='')}")
+            except ChildFailed as exc:  # the result is made: a tile left behind is no failure
+                log.warning("tile %s stays on the gateway: %s", name, exc)
 
     async def cancel(self, prompt_ids: list[str]) -> None:
         for prompt_id in prompt_ids:

@@ -9,7 +9,9 @@ Processed tiles may be scaled (an upscale model): every tile by the same factor.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,16 @@ from numpy.typing import NDArray
 from comfyfleet.errors import ComfyfleetError
 
 MAX_TILES_PER_SIDE = 16
+#: The input files tiles are kept in while their children run: no other name can be
+#: removed through the route that removes them (server/comfyui_api/children.py).
+TILE_FILE = re.compile(r"fleet-tile-[0-9a-f]{16}-[0-9]{1,3}\.png")
+
+
+def tile_file(parent: str, node_id: str, index: int) -> str:
+    """The name tile `index` of fleet node `node_id` of prompt `parent` is kept as (the
+    same name when the parent runs again)."""
+    tag = hashlib.sha256(f"{parent}\0{node_id}".encode()).hexdigest()[:16]
+    return f"fleet-tile-{tag}-{index}.png"
 
 
 class TilingError(ComfyfleetError, ValueError):

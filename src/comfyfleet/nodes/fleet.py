@@ -11,7 +11,6 @@ for), and it holds no lane slot of its children: it waits on the gateway's engin
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,15 @@ from comfyfleet.children.graph import (
     tile_prompts,
 )
 from comfyfleet.children.jobs import CHILD_JOBS, ChildFailed, ChildJobs, ChildRequest
-from comfyfleet.children.tiles import MAX_TILES_PER_SIDE, Box, TilingError, boxes, cut, stitch
+from comfyfleet.children.tiles import (
+    MAX_TILES_PER_SIDE,
+    Box,
+    TilingError,
+    boxes,
+    cut,
+    stitch,
+    tile_file,
+)
 from comfyfleet.engine.context import NodeContext, current_node
 from comfyfleet.engine.services import service
 from comfyfleet.fanout import service as pools
@@ -274,10 +281,12 @@ class TilesOnFleet(_FleetNode):
         tiles = boxes(height, width, columns, rows, overlap)
         jobs = service(CHILD_JOBS)
         files = await _put_tiles(jobs, here.prompt_id, str(unique_id), image, tiles)
-        children = tile_prompts(parsed, str(unique_id), list(files))
-        tasks = await self._queue(jobs, here, str(unique_id), children)
-        done = await collect(fanout(), tasks, FAIL_FAST, here, _no_placeholder)
-        await jobs.drop_inputs(here.prompt_id, files)
+        try:
+            children = tile_prompts(parsed, str(unique_id), list(files))
+            tasks = await self._queue(jobs, here, str(unique_id), children)
+            done = await collect(fanout(), tasks, FAIL_FAST, here, _no_placeholder)
+        finally:  # ended, failed or interrupted: the tiles are no longer loaded
+            await asyncio.shield(jobs.drop_inputs(here.prompt_id, files))
         stitched = await asyncio.to_thread(stitch, done.values, tiles, height, width, overlap)
         return (stitched,)
 
@@ -287,14 +296,13 @@ async def _put_tiles(
 ) -> list[str]:
     """Each tile as a PNG in the input folder, named after the parent, node and tile (the
     same names when the parent runs again)."""
-    tag = hashlib.sha256(f"{parent}\0{node_id}".encode()).hexdigest()[:16]
 
     def encoded() -> list[bytes]:
         return [imaging.encode_png(imaging.to_pil(part[0])) for part in cut(image, tiles)]
 
     names = []
     for index, png in enumerate(await asyncio.to_thread(encoded)):
-        names.append(await jobs.put_input(parent, f"fleet-tile-{tag}-{index}.png", png))
+        names.append(await jobs.put_input(parent, tile_file(parent, node_id, index), png))
     return names
 
 

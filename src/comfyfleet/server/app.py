@@ -23,7 +23,7 @@ from comfyfleet.server.comfy_api_v2.events import v2_event_routes
 from comfyfleet.server.comfy_api_v2.jobs import v2_job_routes
 from comfyfleet.server.comfy_api_v2.live import PROGRESS_READS, ProgressReads
 from comfyfleet.server.comfy_api_v2.outputs import v2_asset_routes
-from comfyfleet.server.comfyui_api.children import GatewayChildren
+from comfyfleet.server.comfyui_api.children import GatewayChildren, children_routes
 from comfyfleet.server.comfyui_api.follow import follow_routes
 from comfyfleet.server.comfyui_api.prompts import prompt_routes
 from comfyfleet.server.comfyui_api.system import system_routes
@@ -71,7 +71,8 @@ def build_app(gateway: Gateway) -> web.Application:
         ref = FileRef(tenant_name(request), kind, subfolder, name)
         return await gateway.peers.fetch(ref, folders)
 
-    routes = prompt_routes() + job_routes() + follow_routes() + fleet_routes() + ws_routes()
+    routes = prompt_routes() + children_routes() + job_routes() + follow_routes()
+    routes += fleet_routes() + ws_routes()
     routes += webhook_routes()
     # Comfy API v2: a second face of the same queue, history, files and event log.
     routes += v2_job_routes() + v2_event_routes() + v2_asset_routes(from_peers)

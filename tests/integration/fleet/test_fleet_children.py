@@ -325,6 +325,46 @@ def test_tiles_inverted_on_the_fleet_equal_the_whole_image_inverted(
     assert not list((fleet.gateway.data_dir / "input").glob("fleet-tile-*"))
 
 
+def test_tiles_of_a_failed_child_are_removed_too(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=2, gateway_args=("--local-slots", "1"))
+    upload(fleet, "tiles_fail.png", np.zeros((20, 20, 3), dtype=np.uint8))
+    parent = fleet.submit(
+        {
+            "1": {"class_type": "LoadImage", "inputs": {"image": "tiles_fail.png"}},
+            "2": {"class_type": "Fleet Tile", "inputs": {}},
+            "3": {"class_type": "Fail", "inputs": {"message": "tile broke", "value": ["2", 0]}},
+            "4": {
+                "class_type": "Tiles on the Fleet",
+                "inputs": {
+                    "image": ["1", 0],
+                    "columns": 2,
+                    "rows": 1,
+                    "overlap": 0,
+                    "tile": ["3", 0],
+                },
+            },
+            "5": {"class_type": "PreviewImage", "inputs": {"images": ["4", 0]}},
+        }
+    )
+    assert fleet.wait_job(parent, "completed", "failed")["status"] == "failed"
+    assert not list((fleet.gateway.data_dir / "input").glob("fleet-tile-*"))
+
+
+def test_only_a_tiles_name_can_be_removed_through_the_tiles_route(make_fleet: MakeFleet) -> None:
+    fleet = make_fleet(shared=1, gateway_args=("--local-slots", "1"))
+    tile = "fleet-tile-0123456789abcdef-3.png"
+    for name in (tile, "kept.png"):
+        upload(fleet, name, np.zeros((4, 4, 3), dtype=np.uint8))
+    folder = fleet.gateway.data_dir / "input"
+    for name in ("kept.png", "..%2Fkept.png", "fleet-tile-0123456789abcdef-3.png.bak"):
+        status, answer = call(fleet.gateway.url, "DELETE", f"/comfyfleet/tiles/{name}")
+        assert status == 400 and answer["error"]["type"] == "invalid_tile", (name, answer)
+    assert (folder / "kept.png").is_file()
+    assert call(fleet.gateway.url, "DELETE", f"/comfyfleet/tiles/{tile}")[0] == 204
+    assert not (folder / tile).exists() and (folder / "kept.png").is_file()
+    assert call(fleet.gateway.url, "DELETE", f"/comfyfleet/tiles/{tile}")[0] == 204  # gone: fine
+
+
 def test_tiles_without_a_fleet_tile_are_refused_at_submit(make_fleet: MakeFleet) -> None:
     fleet = make_fleet(shared=1, gateway_args=("--local-slots", "1"))
     prompt = {

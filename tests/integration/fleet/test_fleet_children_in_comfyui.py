@@ -251,3 +251,61 @@ async def test_interrupting_the_comfyui_parent_cancels_its_children(tmp_path: Pa
             async with session.get(f"{url}/history/{prompt_id}") as r:
                 status = (await r.json())[prompt_id]["status"]
             assert [m[0] for m in status["messages"]][-1] == "execution_interrupted", status
+
+
+@pytest.mark.timeout(300)
+async def test_tiles_from_a_comfyui_prompt_run_on_the_gateway_and_are_removed(
+    tmp_path: Path,
+) -> None:
+    picture = np.random.default_rng(3).integers(0, 256, (30, 44, 3), dtype=np.uint8)
+    async with serve(tmp_path / "gateway", local_slots=4) as served:
+        env = {URL_ENV: served.url}
+        async with (
+            comfyui_with_pack(tmp_path / "comfyui", env, "Tiles on the Fleet") as url,
+            aiohttp.ClientSession() as session,
+        ):
+            buffer = io.BytesIO()
+            Image.fromarray(picture).save(buffer, format="PNG")
+            form = aiohttp.FormData()
+            form.add_field("image", buffer.getvalue(), filename="in_comfyui.png")
+            async with session.post(f"{url}/upload/image", data=form) as r:
+                assert r.status == 200, await r.text()
+            prompt = {
+                "1": {"class_type": "LoadImage", "inputs": {"image": "in_comfyui.png"}},
+                "2": {"class_type": "Fleet Tile", "inputs": {}},
+                "3": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
+                "4": {
+                    "class_type": "Tiles on the Fleet",
+                    "inputs": {
+                        "image": ["1", 0],
+                        "columns": 2,
+                        "rows": 2,
+                        "overlap": 4,
+                        "tile": ["3", 0],
+                    },
+                },
+                "5": {
+                    "class_type": "SaveImage",
+                    "inputs": {"images": ["4", 0], "filename_prefix": "tiled"},
+                },
+            }
+            async with session.post(f"{url}/prompt", json={"prompt": prompt}) as r:
+                assert r.status == 200, await r.text()
+                prompt_id = (await r.json())["prompt_id"]
+            entry: dict[str, Any] = {}
+
+            async def ended() -> bool:
+                async with session.get(f"{url}/history/{prompt_id}") as r:
+                    entry.update((await r.json()).get(prompt_id) or {})
+                return bool(entry.get("status", {}).get("completed") is not None and entry)
+
+            await poll(ended, what="the parent to end in ComfyUI", timeout=120)
+            assert entry["status"]["status_str"] == "success", entry["status"]
+            (ref,) = entry["outputs"]["5"]["images"]
+            async with session.get(f"{url}/view", params=ref) as r:
+                saved = np.asarray(Image.open(io.BytesIO(await r.read())).convert("RGB"))
+            assert np.abs(saved.astype(int) - (255 - picture.astype(int))).max() <= 1
+            jobs = (await served.get("/api/jobs?limit=50"))["jobs"]
+            assert len(jobs) == 4 and {j["status"] for j in jobs} == {"completed"}
+            # The tiles were the gateway's input files while their children ran.
+            assert not list((tmp_path / "gateway" / "input").glob("fleet-tile-*"))

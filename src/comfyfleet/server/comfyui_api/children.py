@@ -13,16 +13,19 @@ from typing import Any
 from aiohttp import web
 
 from comfyfleet.children.graph import PARENT_KEY
-from comfyfleet.children.jobs import ChildFailed, ChildRequest
+from comfyfleet.children.jobs import TILES_ROUTE, ChildFailed, ChildRequest
+from comfyfleet.children.tiles import TILE_FILE
 from comfyfleet.domain.idempotency import IdempotencyKeyTaken
 from comfyfleet.folders import Folders, plain_name
 from comfyfleet.peers.fetch import FileRef
+from comfyfleet.server.access.auth import tenant_name
 from comfyfleet.server.comfyui_api.idempotency import canonical_digest
-from comfyfleet.server.comfyui_api.prompts import submit_as
+from comfyfleet.server.comfyui_api.prompts import bad_request, submit_as
 from comfyfleet.server.comfyui_api.waits import PromptWaits
 from comfyfleet.server.files.view_upload import stored_file
-from comfyfleet.server.gateway import Gateway
+from comfyfleet.server.gateway import GATEWAY, Gateway
 from comfyfleet.server.jobs_api.cancels import cancel_anywhere
+from comfyfleet.server.plumbing.routing import Route
 from comfyfleet.tenants import DEFAULT_TENANT
 
 #: How long one wait for a child's end lasts before it asks the store again.
@@ -104,6 +107,22 @@ class GatewayChildren:
 
     async def cancel(self, prompt_ids: list[str]) -> None:
         await cancel_anywhere(self._gw, prompt_ids)
+
+
+async def drop_tile(request: web.Request) -> web.Response:
+    """`DELETE /comfyfleet/tiles/{name}`: a tile that Tiles on the Fleet inside a ComfyUI
+    put in the caller's input folder, removed once its children ended. Only a tile's
+    name is taken: no other input file can be removed this way."""
+    name = request.match_info["name"]
+    if not TILE_FILE.fullmatch(name):
+        return bad_request("invalid_tile", "Not the name of a fleet tile", name[:100])
+    folders = await request.app[GATEWAY].tenants.ready(tenant_name(request))
+    await asyncio.to_thread(_remove, [folders.resolve_inside("input", name)])
+    return web.Response(status=204)
+
+
+def children_routes() -> list[Route]:
+    return [Route("DELETE", TILES_ROUTE + "/{name}", drop_tile, api_alias=False)]
 
 
 def _write_whole(path: Path, data: bytes) -> None:
