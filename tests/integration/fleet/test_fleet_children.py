@@ -275,6 +275,68 @@ def saved_pixels(fleet: Fleet, prompt_id: str, node: str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(fleet.gateway.get_bytes(f"/view?{query}"))))
 
 
+def tiles_prompt(
+    image: str, per_tile: dict[str, Any], columns: int = 2, rows: int = 2, overlap: int = 8
+) -> dict[str, Any]:
+    """LoadImage(image) -> Tiles on the Fleet, each tile through `per_tile` (node "3",
+    fed by the Fleet Tile "2" on its input `value` or `image`) -> SaveImage "5"."""
+    tile_input = "value" if per_tile["class_type"] == "Fail" else "image"
+    step = {**per_tile, "inputs": {**per_tile["inputs"], tile_input: ["2", 0]}}
+    return {
+        "1": {"class_type": "LoadImage", "inputs": {"image": image}},
+        "2": {"class_type": "Fleet Tile", "inputs": {}},
+        "3": step,
+        "4": {
+            "class_type": "Tiles on the Fleet",
+            "inputs": {
+                "image": ["1", 0],
+                "columns": columns,
+                "rows": rows,
+                "overlap": overlap,
+                "tile": ["3", 0],
+            },
+        },
+        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "t"}},
+    }
+
+
+INVERT: dict[str, Any] = {"class_type": "ImageInvert", "inputs": {}}
+
+
+def latent_prompt(seed: int, count: int, upstream_sleep: float = 0.0) -> dict[str, Any]:
+    """SeededLatent (32x16, batch 2) -> Sleep -> Run on the Fleet (latent, `count`,
+    varying the seed) -> Collect Latents from the Fleet -> SaveLatent "5"."""
+    return {
+        "1": {
+            "class_type": "SeededLatent",
+            "inputs": {"seed": seed, "width": 32, "height": 16, "batch_size": 2},
+        },
+        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": upstream_sleep}},
+        "3": {
+            "class_type": "Run on the Fleet",
+            "inputs": {"latent": ["2", 0], "count": count, "vary": "seed"},
+        },
+        "4": {
+            "class_type": "Collect Latents from the Fleet",
+            "inputs": {"batch": ["3", 0], "failure_mode": "fail_fast"},
+        },
+        "5": {
+            "class_type": "SaveLatent",
+            "inputs": {"samples": ["4", 0], "filename_prefix": "collected/latents"},
+        },
+    }
+
+
+def seeded_latents(seed: int, count: int) -> np.ndarray:
+    """What latent_prompt's children make, in order, as one batch."""
+    return np.concatenate(
+        [
+            np.random.default_rng(seed + i).standard_normal((2, 4, 2, 4), dtype=np.float32)
+            for i in range(count)
+        ]
+    )
+
+
 def test_tiles_inverted_on_the_fleet_equal_the_whole_image_inverted(
     make_fleet: MakeFleet,
 ) -> None:
@@ -292,27 +354,7 @@ def test_tiles_inverted_on_the_fleet_equal_the_whole_image_inverted(
             },
         }
     )
-    tiled = fleet.submit(
-        {
-            "1": load,
-            "2": {"class_type": "Fleet Tile", "inputs": {}},
-            "3": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
-            "4": {
-                "class_type": "Tiles on the Fleet",
-                "inputs": {
-                    "image": ["1", 0],
-                    "columns": 2,
-                    "rows": 2,
-                    "overlap": 8,
-                    "tile": ["3", 0],
-                },
-            },
-            "5": {
-                "class_type": "SaveImage",
-                "inputs": {"images": ["4", 0], "filename_prefix": "t"},
-            },
-        }
-    )
+    tiled = fleet.submit(tiles_prompt("tiles_source.png", INVERT))
     for prompt_id in (whole, tiled):
         assert fleet.wait_job(prompt_id, "completed", "failed")["status"] == "completed"
     expected = saved_pixels(fleet, whole, "3")
@@ -328,24 +370,8 @@ def test_tiles_inverted_on_the_fleet_equal_the_whole_image_inverted(
 def test_tiles_of_a_failed_child_are_removed_too(make_fleet: MakeFleet) -> None:
     fleet = make_fleet(shared=2, gateway_args=("--local-slots", "1"))
     upload(fleet, "tiles_fail.png", np.zeros((20, 20, 3), dtype=np.uint8))
-    parent = fleet.submit(
-        {
-            "1": {"class_type": "LoadImage", "inputs": {"image": "tiles_fail.png"}},
-            "2": {"class_type": "Fleet Tile", "inputs": {}},
-            "3": {"class_type": "Fail", "inputs": {"message": "tile broke", "value": ["2", 0]}},
-            "4": {
-                "class_type": "Tiles on the Fleet",
-                "inputs": {
-                    "image": ["1", 0],
-                    "columns": 2,
-                    "rows": 1,
-                    "overlap": 0,
-                    "tile": ["3", 0],
-                },
-            },
-            "5": {"class_type": "PreviewImage", "inputs": {"images": ["4", 0]}},
-        }
-    )
+    fail = {"class_type": "Fail", "inputs": {"message": "tile broke"}}
+    parent = fleet.submit(tiles_prompt("tiles_fail.png", fail, rows=1, overlap=0))
     assert fleet.wait_job(parent, "completed", "failed")["status"] == "failed"
     assert not list((fleet.gateway.data_dir / "input").glob("fleet-tile-*"))
 
@@ -454,35 +480,11 @@ def test_latents_made_on_the_fleet_come_back_as_one_batch_in_order(
     make_fleet: MakeFleet,
 ) -> None:
     fleet = make_fleet(shared=3, gateway_args=("--local-slots", "1"))
-    prompt = {
-        "1": {
-            "class_type": "SeededLatent",
-            "inputs": {"seed": 40, "width": 32, "height": 16, "batch_size": 2},
-        },
-        "2": {"class_type": "Sleep", "inputs": {"value": ["1", 0], "seconds": 0.3}},
-        "3": {
-            "class_type": "Run on the Fleet",
-            "inputs": {"latent": ["2", 0], "count": 3, "vary": "seed"},
-        },
-        "4": {
-            "class_type": "Collect Latents from the Fleet",
-            "inputs": {"batch": ["3", 0], "failure_mode": "fail_fast"},
-        },
-        "5": {
-            "class_type": "SaveLatent",
-            "inputs": {"samples": ["4", 0], "filename_prefix": "collected/latents"},
-        },
-    }
-    parent = fleet.submit(prompt)
+    parent = fleet.submit(latent_prompt(40, 3, upstream_sleep=0.3))
     assert fleet.wait_job(parent, "completed", "failed")["status"] == "completed"
     refs = fleet.history()[parent]["outputs"]["5"]["latents"]
     (data,) = kept_files(fleet, refs)
-    samples = latents.decode(data)["samples"]
-    expected = [
-        np.random.default_rng(40 + i).standard_normal((2, 4, 2, 4), dtype=np.float32)
-        for i in range(3)
-    ]
-    assert np.array_equal(samples, np.concatenate(expected))
+    assert np.array_equal(latents.decode(data)["samples"], seeded_latents(40, 3))
     children = children_of(fleet, parent)
     assert [c["status"] for c in children] == ["completed"] * 3
     assert all(c["lane"].startswith("backend:") for c in children)

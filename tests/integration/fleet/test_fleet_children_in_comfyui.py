@@ -21,11 +21,31 @@ from PIL import Image
 from comfyfleet import latents
 from comfyfleet.children.remote import ORIGIN_KEY, URL_ENV
 from comfyfleet.fanout.video import video_from_bytes
-from tests.integration.fleet.test_fleet_children import COLOR, fleet_prompt
+from tests.integration.fleet.test_fleet_children import (
+    COLOR,
+    INVERT,
+    fleet_prompt,
+    tiles_prompt,
+)
 from tests.integration.gateway.wire import poll, serve
 from tests.real_comfyui import comfyui_with_pack, needs_comfyui
 
 pytestmark = needs_comfyui
+
+
+async def ended_in_comfyui(
+    session: aiohttp.ClientSession, url: str, prompt_id: str, timeout: float
+) -> dict[str, Any]:
+    """The history entry of `prompt_id` in the ComfyUI at `url`, once it has ended."""
+    entry: dict[str, Any] = {}
+
+    async def ended() -> bool:
+        async with session.get(f"{url}/history/{prompt_id}") as r:
+            entry.update((await r.json()).get(prompt_id) or {})
+        return entry.get("status", {}).get("completed") is not None
+
+    await poll(ended, what="the prompt to end in ComfyUI", timeout=timeout)
+    return entry
 
 
 def parent_prompt(count: int) -> dict[str, Any]:
@@ -46,14 +66,7 @@ async def test_a_comfyui_prompt_runs_its_children_on_the_gateway(tmp_path: Path)
             async with session.post(f"{url}/prompt", json={"prompt": parent_prompt(4)}) as r:
                 assert r.status == 200, await r.text()
                 prompt_id = (await r.json())["prompt_id"]
-            entry: dict[str, Any] = {}
-
-            async def ended() -> bool:
-                async with session.get(f"{url}/history/{prompt_id}") as r:
-                    entry.update((await r.json()).get(prompt_id) or {})
-                return bool(entry.get("status", {}).get("completed") is not None and entry)
-
-            await poll(ended, what="the parent to end in ComfyUI", timeout=120)
+            entry = await ended_in_comfyui(session, url, prompt_id, 120)
             assert entry["status"]["status_str"] == "success", entry["status"]
             found = []
             for ref in entry["outputs"]["5"]["images"]:
@@ -182,14 +195,7 @@ async def test_latents_and_videos_come_back_from_children_on_a_comfyui_backend(
         async with session.post(f"{url}/prompt", json=body) as r:
             assert r.status == 200, await r.text()
             prompt_id = (await r.json())["prompt_id"]
-        entry: dict[str, Any] = {}
-
-        async def ended() -> bool:
-            async with session.get(f"{url}/history/{prompt_id}") as r:
-                entry.update((await r.json()).get(prompt_id) or {})
-            return bool(entry.get("status", {}).get("completed") is not None and entry)
-
-        await poll(ended, what="the parent to end in ComfyUI", timeout=240)
+        entry = await ended_in_comfyui(session, url, prompt_id, 240)
         assert entry["status"]["status_str"] == "success", entry["status"]
 
         async def kept(ref: dict[str, Any]) -> bytes:
@@ -243,13 +249,7 @@ async def test_interrupting_the_comfyui_parent_cancels_its_children(tmp_path: Pa
             await poll(cancelled, what="every child cancelled", timeout=30)
             assert time.monotonic() - interrupted < 5.0  # 0.05 s in three runs, quiet machine
 
-            async def parent_ended() -> bool:
-                async with session.get(f"{url}/history/{prompt_id}") as r:
-                    return prompt_id in await r.json()
-
-            await poll(parent_ended, what="the parent to end in ComfyUI", timeout=30)
-            async with session.get(f"{url}/history/{prompt_id}") as r:
-                status = (await r.json())[prompt_id]["status"]
+            status = (await ended_in_comfyui(session, url, prompt_id, 30))["status"]
             assert [m[0] for m in status["messages"]][-1] == "execution_interrupted", status
 
 
@@ -270,36 +270,11 @@ async def test_tiles_from_a_comfyui_prompt_run_on_the_gateway_and_are_removed(
             form.add_field("image", buffer.getvalue(), filename="in_comfyui.png")
             async with session.post(f"{url}/upload/image", data=form) as r:
                 assert r.status == 200, await r.text()
-            prompt = {
-                "1": {"class_type": "LoadImage", "inputs": {"image": "in_comfyui.png"}},
-                "2": {"class_type": "Fleet Tile", "inputs": {}},
-                "3": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
-                "4": {
-                    "class_type": "Tiles on the Fleet",
-                    "inputs": {
-                        "image": ["1", 0],
-                        "columns": 2,
-                        "rows": 2,
-                        "overlap": 4,
-                        "tile": ["3", 0],
-                    },
-                },
-                "5": {
-                    "class_type": "SaveImage",
-                    "inputs": {"images": ["4", 0], "filename_prefix": "tiled"},
-                },
-            }
+            prompt = tiles_prompt("in_comfyui.png", INVERT, overlap=4)
             async with session.post(f"{url}/prompt", json={"prompt": prompt}) as r:
                 assert r.status == 200, await r.text()
                 prompt_id = (await r.json())["prompt_id"]
-            entry: dict[str, Any] = {}
-
-            async def ended() -> bool:
-                async with session.get(f"{url}/history/{prompt_id}") as r:
-                    entry.update((await r.json()).get(prompt_id) or {})
-                return bool(entry.get("status", {}).get("completed") is not None and entry)
-
-            await poll(ended, what="the parent to end in ComfyUI", timeout=120)
+            entry = await ended_in_comfyui(session, url, prompt_id, 120)
             assert entry["status"]["status_str"] == "success", entry["status"]
             (ref,) = entry["outputs"]["5"]["images"]
             async with session.get(f"{url}/view", params=ref) as r:

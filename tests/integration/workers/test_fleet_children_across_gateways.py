@@ -18,6 +18,12 @@ from PIL import Image
 
 from comfyfleet import latents
 from tests.integration.fleet.harness import poll
+from tests.integration.fleet.test_fleet_children import (
+    INVERT,
+    latent_prompt,
+    seeded_latents,
+    tiles_prompt,
+)
 from tests.integration.gateway.processes import job, submit
 from tests.integration.gateway.test_peer_files import finished, two_gateways, upload, view
 from tests.integration.workers.test_workers import TOKEN, WorkerProcess
@@ -82,33 +88,11 @@ def test_latents_made_behind_another_gateway_come_back(
     pair: tuple[ServerProcess, ServerProcess],
 ) -> None:
     _, b = pair
-    prompt = {
-        "1": {
-            "class_type": "SeededLatent",
-            "inputs": {"seed": 5, "width": 16, "height": 16, "batch_size": 1},
-        },
-        "2": {
-            "class_type": "Run on the Fleet",
-            "inputs": {"latent": ["1", 0], "count": 3, "vary": "seed"},
-        },
-        "3": {
-            "class_type": "Collect Latents from the Fleet",
-            "inputs": {"batch": ["2", 0], "failure_mode": "fail_fast"},
-        },
-        "4": {
-            "class_type": "SaveLatent",
-            "inputs": {"samples": ["3", 0], "filename_prefix": "two/latent"},
-        },
-    }
-    parent = submit(b, prompt)
+    parent = submit(b, latent_prompt(5, 3))
     entry = finished(b, parent)
     assert job(b, parent)["gateway"] == "gw-b"
-    (ref,) = entry["outputs"]["4"]["latents"]
-    expected = [
-        np.random.default_rng(5 + i).standard_normal((1, 4, 2, 2), dtype=np.float32)
-        for i in range(3)
-    ]
-    assert np.array_equal(latents.decode(kept(b, ref))["samples"], np.concatenate(expected))
+    (ref,) = entry["outputs"]["5"]["latents"]
+    assert np.array_equal(latents.decode(kept(b, ref))["samples"], seeded_latents(5, 3))
     ran = children(b, parent)
     assert {(c["gateway"], c["lane"]) for c in ran} == {("gw-a", "backend:worker-pool.w0")}
     assert len(ran) == 3
@@ -122,16 +106,7 @@ def test_tiles_cut_on_one_gateway_run_behind_the_other(
     buffer = io.BytesIO()
     Image.fromarray(picture).save(buffer, format="PNG")
     upload(b, buffer.getvalue(), "two_tiles.png")
-    prompt = {
-        "1": {"class_type": "LoadImage", "inputs": {"image": "two_tiles.png"}},
-        "2": {"class_type": "Fleet Tile", "inputs": {}},
-        "3": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
-        "4": {
-            "class_type": "Tiles on the Fleet",
-            "inputs": {"image": ["1", 0], "columns": 2, "rows": 2, "overlap": 6, "tile": ["3", 0]},
-        },
-        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "t"}},
-    }
+    prompt = tiles_prompt("two_tiles.png", INVERT, overlap=6)
     parent = submit(b, prompt)
     (ref,) = finished(b, parent)["outputs"]["5"]["images"]
     stitched = np.asarray(Image.open(io.BytesIO(kept(b, ref))).convert("RGB")).astype(int)
