@@ -26,6 +26,7 @@ from urllib.parse import quote
 import aiohttp
 
 from comfyfleet.children.jobs import TILES_ROUTE, ChildFailed, ChildRequest
+from comfyfleet.errors import ComfyfleetError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ UNAVAILABLE = frozenset({502, 503, 504})
 T = TypeVar("T")
 
 
-class _Unavailable(Exception):
+class _Unavailable(ComfyfleetError):
     """An answer of UNAVAILABLE: ask again."""
 
 
