@@ -357,7 +357,7 @@ class CollectFromFleet(_FleetCollector):
     def together(values: list[Any], failed: list[bool]) -> Any:
         """The children's images as one batch; a failed child's slot (placeholder mode)
         is red, of the size the others have."""
-        return _stacked(values, failed, PLACEHOLDER_SIZE, _red_like)
+        return _stacked(values, failed, PLACEHOLDER_IMAGE, _red_like)
 
 
 class CollectLatentsFromFleet(_FleetCollector):
@@ -401,7 +401,8 @@ COLLECTOR_OF = {
     LATENT: "Collect Latents from the Fleet",
     VIDEO: "Collect Videos from the Fleet",
 }
-#: The shape of a latent standing for a failed child when no child made one.
+#: The shapes standing for a failed child's result when no child made one.
+PLACEHOLDER_IMAGE = (1, PLACEHOLDER_SIZE, PLACEHOLDER_SIZE, 3)
 PLACEHOLDER_LATENT = (1, 4, 8, 8)
 
 
@@ -420,17 +421,14 @@ def _zeros_like(shape: tuple[int, ...]) -> Any:
 def _stacked(
     values: list[Any],
     failed: list[bool],
-    empty: int | tuple[int, ...],
+    empty: tuple[int, ...],
     stand_in: Callable[[tuple[int, ...]], Any],
 ) -> Any:
     """The children's arrays as one batch along their first axis; a failed child's slot
-    gets `stand_in` of the shape the others have (`empty`, or a square image of that
-    side, when none made one). ValueError when the children's shapes differ."""
+    gets `stand_in` of the shape the others have (`empty` when none made one).
+    ValueError when the children's shapes differ."""
     made = [v for v, bad in zip(values, failed, strict=True) if not bad]
-    if made:
-        shape = tuple(made[0].shape)
-    else:
-        shape = empty if isinstance(empty, tuple) else (1, empty, empty, 3)
+    shape = tuple(made[0].shape) if made else empty
     parts = []
     for value, bad in zip(values, failed, strict=True):
         if bad:
