@@ -206,6 +206,10 @@ class MemoryJournal:
         found = succeeded or matching
         return found[-1] if found else None
 
+    async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
+        found = {h: await self.reusable_remote_job(h) for h in hashes}
+        return {h: job for h, job in found.items() if job is not None}
+
     async def live_remote_jobs(self) -> list[RemoteJob]:
         return [
             dataclasses.replace(job, result=None)

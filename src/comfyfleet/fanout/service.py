@@ -24,6 +24,7 @@ from comfyfleet.fanout import secrets
 from comfyfleet.fanout.drivers import Driver
 from comfyfleet.fanout.follow import LOST_IN_FLIGHT, FollowActions, Follower, lost_error
 from comfyfleet.fanout.limits import Throttle
+from comfyfleet.fanout.lookups import BatchedLookups
 from comfyfleet.fanout.pool import Pool
 from comfyfleet.fanout.request import ApiConfig, RemoteRequest
 from comfyfleet.fanout.results import result_value, skipped_value
@@ -64,6 +65,7 @@ class FanoutService:
         paid job is checked against its tenant's and its prompt's budgets (None: none)."""
         settings = settings or FanoutSettings()
         self.journal = journal
+        self._reusable = BatchedLookups(journal)
         self.vault = vault or SecretVault()
         # The providers it can send to, by name: whoever builds the process composes them
         # (comfyfleet.nodes.providers.DRIVERS); fan-out knows no provider itself.
@@ -141,7 +143,7 @@ class FanoutService:
             done.set_result(None)
 
     async def _find_or_send(self, request: RemoteRequest, node: NodeContext | None) -> Task:
-        found = await self.journal.reusable_remote_job(request.request_hash)
+        found = await self._reusable.reusable(request.request_hash)
         if found is not None:
             if found.state == RemoteJobState.SUCCEEDED and found.result is not None:
                 return await self._reused(found, request, node)

@@ -459,14 +459,16 @@ SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote
 FROM remote_jobs WHERE id = $1
 
 -- name: remote_reusable
--- The newest succeeded job for a request (with its result), else its newest job: one
--- round trip, also when the request is new (the usual case).
-SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
+-- For each of some request hashes, its newest succeeded job (with its result), else its
+-- newest job: one round trip for a batch of requests, also when they are new (the usual
+-- case). A hash with no job has no row.
+SELECT DISTINCT ON (request_hash)
+       id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id,
        resume, error, attempts, created_at, updated_at, finished_at, owner,
        CASE WHEN state = 'succeeded' THEN result END,
        CASE WHEN state = 'succeeded' THEN result_type END
-FROM remote_jobs WHERE request_hash = $1
-ORDER BY state = 'succeeded' DESC, created_at DESC, pos DESC LIMIT 1
+FROM remote_jobs WHERE request_hash = ANY($1::text[])
+ORDER BY request_hash, state = 'succeeded' DESC, created_at DESC, pos DESC
 
 -- name: remote_live
 -- This gateway's ($1) live jobs and orphans ($2: the time now), not another live one's.

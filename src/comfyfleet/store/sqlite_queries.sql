@@ -329,12 +329,15 @@ SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, error, attempts, created_at, updated_at, finished_at, owner, NULL, NULL FROM remote_jobs WHERE id = ?
 
 -- name: journal_select_reusable
--- The newest succeeded job for a request (with its result), else its newest job.
+-- For each request hash of a JSON array, its newest succeeded job (with its result), else
+-- its newest job; a hash with no job has no row.
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, error, attempts, created_at, updated_at, finished_at, owner,
        CASE WHEN state = 'succeeded' THEN result END,
        CASE WHEN state = 'succeeded' THEN result_type END
-FROM remote_jobs WHERE request_hash = ?
-ORDER BY state = 'succeeded' DESC, created_at DESC, rowid DESC LIMIT 1
+FROM remote_jobs WHERE rowid IN (
+    SELECT (SELECT rowid FROM remote_jobs AS newest WHERE newest.request_hash = wanted.value
+            ORDER BY state = 'succeeded' DESC, created_at DESC, rowid DESC LIMIT 1)
+    FROM json_each(?) AS wanted)
 
 -- name: journal_select_live
 SELECT id, request_hash, provider, kind, prompt_id, node_id, slot, state, remote_id, resume, error, attempts, created_at, updated_at, finished_at, owner, NULL, NULL FROM remote_jobs INDEXED BY remote_jobs_live

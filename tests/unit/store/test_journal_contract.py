@@ -128,6 +128,33 @@ async def test_reusable_prefers_the_newest_success_then_the_newest_job(
     assert failed is not None and failed.error == error and failed.attempts == 3
 
 
+async def test_reusable_jobs_of_many_requests_come_in_one_answer(
+    journal: RemoteJobJournal, clock: Clock
+) -> None:
+    """The batched look-up answers each hash as the single one does, and leaves out
+    hashes with no job (a request's text may be anything: quotes, JSON, unicode)."""
+    assert await journal.reusable_remote_jobs([]) == {}
+    odd = "h\"3',[]}é"
+    await journal.record_remote_job(new("ok", "h1"))
+    await journal.finish_remote_job("ok", RemoteJobState.SUCCEEDED, result=b"png")
+    clock.advance(1)
+    await journal.record_remote_job(new("later-live", "h1"))  # a success still wins
+    await journal.record_remote_job(new("live", "h2"))
+    await journal.record_remote_job(new("odd", odd))
+    hashes = ["h1", "h2", "missing", odd, "h1"]
+    found = await journal.reusable_remote_jobs(hashes)
+    assert sorted(found) == sorted(["h1", "h2", odd])
+    assert found["h1"].id == "ok" and found["h1"].result == b"png"
+    assert found["h2"].id == "live" and found["h2"].result is None
+    assert found[odd].id == "odd"
+    for request_hash in set(hashes):
+        single = await journal.reusable_remote_job(request_hash)
+        assert single == found.get(request_hash)
+    many = [f"n{n}" for n in range(1200)]  # more than any one bound list of parameters
+    await journal.record_remote_job(new("last", many[-1]))
+    assert list(await journal.reusable_remote_jobs(many)) == [many[-1]]
+
+
 async def test_live_jobs_come_oldest_first_without_results(
     journal: RemoteJobJournal, clock: Clock
 ) -> None:

@@ -91,7 +91,14 @@ class PostgresJournal(PostgresAccess):
 
     async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
         """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._run(lambda db: journal.reusable(db, request_hash))
+        return (await self.reusable_remote_jobs([request_hash])).get(request_hash)
+
+    async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
+        """`reusable_remote_job` of each hash, in one round trip; hashes with no job are
+        left out."""
+        if not hashes:
+            return {}
+        return await self._run(lambda db: journal.reusable(db, hashes))
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
         now = self._clock()

@@ -215,9 +215,9 @@ async def one(db: Any, job_id: str) -> RemoteJob | None:
     return None if found is None else _row(found)
 
 
-async def reusable(db: Any, request_hash: str) -> RemoteJob | None:
-    found = await db.fetchrow(Q["remote_reusable"], to_db(request_hash))
-    return None if found is None else _row(found)
+async def reusable(db: Any, hashes: Sequence[str]) -> dict[str, RemoteJob]:
+    rows = await db.fetch(Q["remote_reusable"], [to_db(h) for h in hashes])
+    return {job.request_hash: job for job in map(_row, rows)}
 
 
 async def live(db: Any, owner: str, now: float) -> list[RemoteJob]:

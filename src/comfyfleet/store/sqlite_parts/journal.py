@@ -100,7 +100,13 @@ class SQLiteJournal(SQLiteAccess):
 
     async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
         """The newest succeeded job for this request (with result), else its newest job."""
-        return await self._read(functools.partial(journal.reusable, request_hash=request_hash))
+        return (await self.reusable_remote_jobs([request_hash])).get(request_hash)
+
+    async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
+        """`reusable_remote_job` of each hash, in one read; hashes with no job are left out."""
+        if not hashes:
+            return {}
+        return await self._read(functools.partial(journal.reusable, hashes=hashes))
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
         return await self._read(

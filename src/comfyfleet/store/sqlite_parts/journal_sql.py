@@ -249,9 +249,9 @@ def one(conn: sqlite3.Connection, job_id: str) -> RemoteJob | None:
     return None if found is None else _row(found)
 
 
-def reusable(conn: sqlite3.Connection, request_hash: str) -> RemoteJob | None:
-    found = conn.execute(SELECT_REUSABLE, (request_hash,)).fetchone()
-    return None if found is None else _row(found)
+def reusable(conn: sqlite3.Connection, hashes: Sequence[str]) -> dict[str, RemoteJob]:
+    rows = conn.execute(SELECT_REUSABLE, (json.dumps(list(hashes)),))
+    return {job.request_hash: job for job in map(_row, rows)}
 
 
 def live(conn: sqlite3.Connection, owner: str, now: float) -> list[RemoteJob]:
