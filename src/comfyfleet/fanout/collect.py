@@ -9,6 +9,7 @@ too); `placeholder` lets every task end and puts a placeholder in failed slots.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from comfyfleet.fanout.task import UNUSABLE, Task
 
 FAIL_FAST, PLACEHOLDER = "fail_fast", "placeholder"
 FAILURE_MODES = [FAIL_FAST, PLACEHOLDER]
+#: The shortest time between two progress reports of a collector (the last always goes).
+PROGRESS_EVERY = 0.1
 
 
 class CollectFailed(ComfyfleetError, RuntimeError):
@@ -79,15 +82,24 @@ async def _wait(
 ) -> None:
     total = len(tasks)
     waiting = {task.finished: slot for slot, task in tasks.items()}
+    loop = asyncio.get_running_loop()
+    shown, shown_at = -1, -math.inf
     while True:
         pending = [future for future in waiting if not future.done()]
-        _progress(node, total - len(pending), total)
+        done, now = total - len(pending), loop.time()
+        # Results of a batch arrive together: one report per PROGRESS_EVERY says as much
+        # to a person as thirty, each of which the client and ComfyUI would have to send.
+        if done != shown and (not pending or now - shown_at >= PROGRESS_EVERY):
+            _progress(node, done, total)
+            shown, shown_at = done, now
         failed = next((s for s, t in sorted(tasks.items()) if t.done and t.state in UNUSABLE), None)
         if mode == FAIL_FAST and failed is not None:
             await _fail_fast(service, tasks, failed, node)
         if not pending:
             return
-        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        # A count held back is shown when its time comes, even if nothing else ends.
+        due = None if done == shown else max(0.0, shown_at + PROGRESS_EVERY - now)
+        await asyncio.wait(pending, timeout=due, return_when=asyncio.FIRST_COMPLETED)
 
 
 async def _fail_fast(
