@@ -265,9 +265,10 @@ async def started(
 
 
 async def fan_out(
-    server: Server, state: EmulatorState, url: str, jobs: int, latency: float, tag: str
+    server: Server, state: EmulatorState, url: str, jobs: int, latency: float, tag: str, kind: str
 ) -> float:
-    """One batch (`tag` makes its seeds, so no result comes from the journal); its time."""
+    """One batch (`tag` makes its seeds, so no result comes from the journal; `kind`
+    names its figure); its time."""
     before = state.stats()["jobs"]
     known = set(state.tasks)
     begun = time.monotonic()
@@ -289,7 +290,7 @@ async def fan_out(
         f"{(created[-1] - begun) * 1000:.0f} ms; the prompt ended "
         f"{(finished - ready) * 1000:.0f} ms after the last job was ready"
     )
-    figure(f"inside_jobs{jobs}_{tag.rstrip('0123456789')}_sent", sent, "count", jobs)
+    figure(f"inside_jobs{jobs}_{kind}_sent", sent, "count", jobs)
     return elapsed
 
 
@@ -417,11 +418,11 @@ async def main(comfyui: Path, latency: float, jobs: int, keep: Path | None) -> N
                 server = await started(comfy, session)
                 print(f"fan-out inside ComfyUI ({comfyui}), emulator jobs of {latency:g} s")
                 # The first prompt also pays ComfyUI's and the pack's first-use costs.
-                first = await fan_out(server, state, url, jobs, latency, "first")
+                first = await fan_out(server, state, url, jobs, latency, "first", "first")
                 figure(f"inside_jobs{jobs}_first_wall", first, "s", latency)
                 # One batch varies by tens of ms with what else the cores do: the median.
                 warm = [
-                    await fan_out(server, state, url, jobs, latency, f"warm{n}")
+                    await fan_out(server, state, url, jobs, latency, f"warm{n}", "warm")
                     for n in range(WARM_RUNS)
                 ]
                 median = statistics.median(warm)

@@ -200,15 +200,15 @@ class MemoryJournal:
     async def remote_job(self, job_id: str) -> RemoteJob | None:
         return self._jobs.get(job_id)
 
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        matching = [job for job in self._jobs.values() if job.request_hash == request_hash]
-        succeeded = [job for job in matching if job.state == RemoteJobState.SUCCEEDED]
-        found = succeeded or matching
-        return found[-1] if found else None
-
     async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
-        found = {h: await self.reusable_remote_job(h) for h in hashes}
-        return {h: job for h, job in found.items() if job is not None}
+        wanted = set(hashes)
+        newest: dict[str, RemoteJob] = {}  # jobs in creation order: the last one wins
+        for job in self._jobs.values():
+            if job.request_hash in wanted:
+                kept = newest.get(job.request_hash)
+                if kept is None or not _succeeded(kept) or _succeeded(job):
+                    newest[job.request_hash] = job
+        return newest
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
         return [
@@ -242,3 +242,7 @@ class MemoryJournal:
         for key in [k for k, hold in self._holds.items() if hold.created_at < finished_before]:
             del self._holds[key]
         return len(gone)
+
+
+def _succeeded(job: RemoteJob) -> bool:
+    return job.state == RemoteJobState.SUCCEEDED

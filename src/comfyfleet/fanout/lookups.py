@@ -24,7 +24,7 @@ class ReusableJobs(Protocol):
 
 
 class BatchedLookups:
-    """`reusable(hash)`: the journal's `reusable_remote_job`, sharing reads."""
+    """`reusable(hash)`: the journal's `reusable_remote_jobs` for one hash, sharing reads."""
 
     def __init__(self, journal: ReusableJobs) -> None:
         self._journal = journal

@@ -96,3 +96,22 @@ async def test_a_long_queue_is_read_in_bounded_batches(monkeypatch: pytest.Monke
     answers = await asyncio.gather(*(batched.reusable(f"h{n}") for n in range(10)))
     assert answers == [None] * 10
     assert [len(read) for read in journal.reads] == [4, 4, 2]
+
+
+async def test_a_reader_cancelled_mid_read_cancels_its_lookups_and_the_next_reads_anew() -> None:
+    journal = CountedJournal()
+    batched = BatchedLookups(journal)
+    journal.gate.clear()
+    first = asyncio.ensure_future(batched.reusable("a"))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(batched.reusable("b"))  # waits for the next read
+    await asyncio.sleep(0)
+    reader = batched._reader
+    assert reader is not None
+    reader.cancel()  # as when the loop is shut down mid-read
+    for lookup in (first, queued):
+        with pytest.raises(asyncio.CancelledError):
+            await lookup
+    journal.gate.set()
+    assert await batched.reusable("c") is None
+    assert journal.reads == [["a"], ["c"]]

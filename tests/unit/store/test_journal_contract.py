@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJobState
+from comfyfleet.domain.remote_jobs import NewRemoteJob, RemoteJob, RemoteJobState
 from comfyfleet.fanout.journal import MemoryJournal
 from comfyfleet.store.base import JobStore, RemoteJobJournal, StoreError
 from tests.unit.store.stores import STORES, Clock, postgres_factory, sqlite_store
@@ -106,23 +106,28 @@ async def test_finishing_checks_its_arguments(journal: RemoteJobJournal) -> None
         await journal.finish_remote_job("j1", RemoteJobState.FAILED, result=b"x")
 
 
+async def reusable(journal: RemoteJobJournal, request_hash: str) -> RemoteJob | None:
+    """The look-up of one request: a batch of one."""
+    return (await journal.reusable_remote_jobs([request_hash])).get(request_hash)
+
+
 async def test_reusable_prefers_the_newest_success_then_the_newest_job(
     journal: RemoteJobJournal, clock: Clock
 ) -> None:
-    assert await journal.reusable_remote_job("h1") is None
+    assert await reusable(journal, "h1") is None
     await journal.record_remote_job(new("old-ok"))
     await journal.finish_remote_job("old-ok", RemoteJobState.SUCCEEDED, result=b"one")
     clock.advance(1)
     await journal.record_remote_job(new("failed"))
     error = {"class": "JobFailed", "message": "boom", "status": None}
     await journal.finish_remote_job("failed", RemoteJobState.FAILED, error=error, attempts=3)
-    found = await journal.reusable_remote_job("h1")
+    found = await reusable(journal, "h1")
     assert found is not None and found.id == "old-ok" and found.result == b"one"
     await journal.record_remote_job(new("other", "h2"))
     await journal.finish_remote_job("other", RemoteJobState.FAILED, error=error, attempts=3)
     clock.advance(1)
     await journal.record_remote_job(new("live", "h2"))
-    newest = await journal.reusable_remote_job("h2")
+    newest = await reusable(journal, "h2")
     assert newest is not None and newest.id == "live"
     failed = await journal.remote_job("other")
     assert failed is not None and failed.error == error and failed.attempts == 3
@@ -131,8 +136,8 @@ async def test_reusable_prefers_the_newest_success_then_the_newest_job(
 async def test_reusable_jobs_of_many_requests_come_in_one_answer(
     journal: RemoteJobJournal, clock: Clock
 ) -> None:
-    """The batched look-up answers each hash as the single one does, and leaves out
-    hashes with no job (a request's text may be anything: quotes, JSON, unicode)."""
+    """A batch answers each hash as a batch of one does, and leaves out hashes with no
+    job (a request's text may be anything: quotes, JSON, unicode)."""
     assert await journal.reusable_remote_jobs([]) == {}
     odd = "h\"3',[]}é"
     await journal.record_remote_job(new("ok", "h1"))
@@ -148,7 +153,7 @@ async def test_reusable_jobs_of_many_requests_come_in_one_answer(
     assert found["h2"].id == "live" and found["h2"].result is None
     assert found[odd].id == "odd"
     for request_hash in set(hashes):
-        single = await journal.reusable_remote_job(request_hash)
+        single = await reusable(journal, request_hash)
         assert single == found.get(request_hash)
     many = [f"n{n}" for n in range(1200)]  # more than any one bound list of parameters
     await journal.record_remote_job(new("last", many[-1]))

@@ -631,7 +631,7 @@ async def test_looking_up_and_recording_a_new_remote_job_are_one_round_trip_each
                 assert (await store.record_remote_job(job)).id == f"r{n}"
             assert proxy.count - before == 1
             before = proxy.count
-            assert await store.reusable_remote_job("h-new") is None  # a new request's look-up
+            assert await store.reusable_remote_jobs(["h-new"]) == {}  # a new request's look-up
             assert proxy.count - before == 1
             with pytest.raises(StoreError):  # the same id again is still refused
                 await store.record_remote_job(replace(job, request_hash="h9"))

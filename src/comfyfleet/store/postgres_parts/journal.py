@@ -89,13 +89,9 @@ class PostgresJournal(PostgresAccess):
     async def remote_job(self, job_id: str) -> RemoteJob | None:
         return await self._run(lambda db: journal.one(db, job_id))
 
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """The newest succeeded job for this request (with result), else its newest job."""
-        return (await self.reusable_remote_jobs([request_hash])).get(request_hash)
-
     async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
-        """`reusable_remote_job` of each hash, in one round trip; hashes with no job are
-        left out."""
+        """By hash, the newest succeeded job (with result), else the newest job (see the
+        seam), in one round trip."""
         if not hashes:
             return {}
         return await self._run(lambda db: journal.reusable(db, hashes))

@@ -84,13 +84,10 @@ class RemoteJobJournal(Protocol):
     async def remote_job(self, job_id: str) -> RemoteJob | None:
         """One job, with its result."""
 
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """For a request about to be sent: the newest succeeded job with this hash (with
-        its result), else the newest job with this hash in any state, else None."""
-
     async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
-        """`reusable_remote_job` of each hash, in one read (requests about to be sent
-        together); a hash with no job is left out."""
+        """For requests about to be sent, in one read: by hash, the newest succeeded job
+        with that hash (with its result), else the newest job with it in any state; a
+        hash with no job is left out."""
 
     async def live_remote_jobs(self) -> list[RemoteJob]:
         """Jobs not final yet that are `owner`'s or orphaned (their owner holds no lease),

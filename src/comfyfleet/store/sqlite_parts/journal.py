@@ -98,12 +98,9 @@ class SQLiteJournal(SQLiteAccess):
     async def remote_job(self, job_id: str) -> RemoteJob | None:
         return await self._read(functools.partial(journal.one, job_id=job_id))
 
-    async def reusable_remote_job(self, request_hash: str) -> RemoteJob | None:
-        """The newest succeeded job for this request (with result), else its newest job."""
-        return (await self.reusable_remote_jobs([request_hash])).get(request_hash)
-
     async def reusable_remote_jobs(self, hashes: Sequence[str]) -> dict[str, RemoteJob]:
-        """`reusable_remote_job` of each hash, in one read; hashes with no job are left out."""
+        """By hash, the newest succeeded job (with result), else the newest job (see the
+        seam), in one read."""
         if not hashes:
             return {}
         return await self._read(functools.partial(journal.reusable, hashes=hashes))
